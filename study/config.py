@@ -1,0 +1,163 @@
+"""Typed, validated configuration: each section of params.yaml is one frozen dataclass here.
+
+An unknown key or a bad value stops with a message naming the key and what is allowed, so a
+typo in params.yaml fails at once instead of after an hour of training.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+
+class ConfigError(ValueError):
+    """A params value that is unknown, of the wrong type or out of range."""
+
+
+def _coerce(value: Any, annotation: Any, key: str) -> Any:
+    """`value` converted to `annotation`, or a ConfigError naming `key` and the allowed values."""
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{key}: {value!r} is not allowed; choose one of {', '.join(map(repr, args))}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _coerce(value, inner, key)
+    if origin in (tuple, list):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        item_type = args[0]
+        return origin(_coerce(v, item_type, f"{key}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        return {str(k): _coerce(v, args[1], f"{key}.{k}") for k, v in value.items()}
+    if annotation is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true or false, got {value!r}")
+        return value
+    if annotation is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if annotation is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ConfigError(f"{key}: expected a finite number, got {value!r}")
+        return float(value)
+    if annotation is str:
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{key}: expected a non-empty string, got {value!r}")
+        return value
+    if dataclasses.is_dataclass(annotation):
+        return annotation.from_dict(value, key)
+    raise TypeError(f"unsupported config annotation {annotation!r} for {key}")
+
+
+class Section:
+    """Base of the config dataclasses: parsing from a mapping, then `check()` for ranges."""
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any] | None, where: str = ""):
+        """The section built from `values`, rejecting unknown keys and bad values."""
+        values = {} if values is None else values
+        prefix = f"{where}." if where else ""
+        if not isinstance(values, dict):
+            raise ConfigError(f"{where or 'params'}: expected a mapping of keys, got {values!r}")
+        hints = typing.get_type_hints(cls)
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(values) - set(names))
+        if unknown:
+            raise ConfigError(
+                f"unknown key {prefix}{unknown[0]}; the keys of {where or 'params'} are: {', '.join(names)}"
+            )
+        kwargs = {k: _coerce(v, hints[k], f"{prefix}{k}") for k, v in values.items()}
+        section = cls(**kwargs)
+        section.check(prefix)
+        return section
+
+    def check(self, prefix: str) -> None:
+        """Range checks across fields; the default has none."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The section as plain data, as it would appear in params.yaml."""
+        return dataclasses.asdict(self)
+
+
+def _require(condition: bool, key: str, message: str) -> None:
+    if not condition:
+        raise ConfigError(f"{key}: {message}")
+
+
+@dataclass(frozen=True)
+class DataConfig(Section):
+    """Which images, how they are split, and the seed of the split."""
+
+    dataset: str = "mnist5k"
+    protocol: Literal["closed", "open"] = "closed"
+    fractions: tuple[float, ...] = (0.6, 0.2, 0.2)
+    seed: int = 0
+    image_size: Optional[int] = None
+    cache_dir: Optional[str] = None
+
+    def check(self, prefix: str) -> None:
+        _require(len(self.fractions) == 3 and all(f > 0 for f in self.fractions),
+                 f"{prefix}fractions", "give three positive fractions for train, val, test")
+        _require(abs(sum(self.fractions) - 1) < 1e-6, f"{prefix}fractions", f"must sum to 1, got {sum(self.fractions)}")
+        _require(self.image_size is None or self.image_size >= 8, f"{prefix}image_size", "must be ≥ 8 pixels or null")
+
+
+@dataclass(frozen=True)
+class ModelConfig(Section):
+    """The backbone, looked up by name, and its embedding size."""
+
+    name: str = "cnn"
+    embedding_size: int = 64
+    pretrained: bool = False
+
+    def check(self, prefix: str) -> None:
+        _require(self.embedding_size >= 2, f"{prefix}embedding_size", "must be ≥ 2")
+
+
+@dataclass(frozen=True)
+class TrainConfig(Section):
+    """Optimiser, schedule, budget and device: identical for every loss of a study."""
+
+    epochs: int = 5
+    batch_size: int = 128
+    optimizer: Literal["adam", "adamw", "sgd"] = "adam"
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    momentum: float = 0.9
+    schedule: Literal["constant", "cosine"] = "cosine"
+    max_iterations: Optional[int] = None
+    eval_every: int = 50
+    eval_batch_size: int = 1024
+    device: str = "auto"
+    amp: bool = False
+    num_workers: int = 0
+    seed: int = 0
+    objective: Literal["accuracy", "knn_accuracy", "precision_at_1", "r_precision", "map_at_r"] = "accuracy"
+
+    def check(self, prefix: str) -> None:
+        _require(self.epochs >= 1, f"{prefix}epochs", "must be ≥ 1")
+        _require(self.batch_size >= 2, f"{prefix}batch_size", "must be ≥ 2")
+        _require(self.lr > 0, f"{prefix}lr", "must be > 0")
+        _require(self.weight_decay >= 0, f"{prefix}weight_decay", "must be ≥ 0")
+        _require(self.max_iterations is None or self.max_iterations >= 1, f"{prefix}max_iterations", "must be ≥ 1 or null")
+        _require(self.eval_every >= 1, f"{prefix}eval_every", "must be ≥ 1")
+        _require(self.eval_batch_size >= 1, f"{prefix}eval_batch_size", "must be ≥ 1")
+        _require(self.num_workers >= 0, f"{prefix}num_workers", "must be ≥ 0")
+        _require(self.device == "auto" or self.device.split(":")[0] in ("cpu", "cuda", "mps"),
+                 f"{prefix}device", f"{self.device!r} is not a device; use auto, cpu, cuda, cuda:N or mps")
+
+    def replace(self, **changes) -> "TrainConfig":
+        """A copy with `changes`, validated again."""
+        return TrainConfig.from_dict({**self.to_dict(), **changes}, "train")

@@ -1,0 +1,236 @@
+"""Softmax-family losses for metric learning, built by name.
+
+Every cosine loss is one head with normalised class weights and two choices: how the
+target logit is modified (the margin) and where the scale `s` comes from. The shared path
+is written once in `CosineSoftmaxLoss`; each loss overrides one small method.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+# Keeps acos finite and its gradient bounded at cos θ = ±1.
+COS_EPS = 1e-7
+
+
+def fixed_adacos_scale(num_classes: int) -> float:
+    """AdaCos's fixed scale s_f = √2·ln(C−1) for C training classes."""
+    if num_classes < 3:
+        raise ValueError(
+            f"AdaCos needs at least 3 training classes (s_f = √2·ln(C−1) is ≤ 0 for C={num_classes}); "
+            "use more classes or another loss"
+        )
+    return math.sqrt(2.0) * math.log(num_classes - 1)
+
+
+def _check_scale(s: float) -> float:
+    if not (math.isfinite(s) and s > 0):
+        raise ValueError(f"scale s must be a finite number > 0, got {s}")
+    return float(s)
+
+
+class _StatsMixin:
+    """Per-step angle statistics, kept as one detached tensor and turned into floats on read."""
+
+    _stats: torch.Tensor | None = None
+
+    def _record_stats(self, cos: torch.Tensor, labels: torch.Tensor, s: torch.Tensor) -> None:
+        cos_target = cos.gather(1, labels[:, None]).squeeze(1)
+        num_samples, num_classes = cos.shape
+        nontarget_mean = (cos.sum() - cos_target.sum()) / (num_samples * max(num_classes - 1, 1))
+        theta = torch.acos(cos_target.clamp(-1 + COS_EPS, 1 - COS_EPS))
+        self._stats = torch.stack(
+            [s.to(cos.dtype), torch.rad2deg(torch.quantile(theta, 0.5)), cos_target.mean(), nontarget_mean]
+        ).detach()
+
+    @property
+    def last_stats(self) -> dict[str, float]:
+        """Scale, median target angle (degrees) and mean target / non-target cosine of the last training step."""
+        if self._stats is None:
+            return {}
+        values = self._stats.tolist()
+        return dict(zip(("s", "theta_med_deg", "cos_target_mean", "cos_nontarget_mean"), values))
+
+
+class CosineSoftmaxLoss(_StatsMixin, nn.Module):
+    """Cross-entropy over s·cos θ with normalised embeddings and class weights; subclasses add a margin or a scale policy."""
+
+    hyperparameters: tuple[str, ...] = ()
+
+    def __init__(self, num_classes: int, embedding_size: int, s: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(num_classes, embedding_size))
+        self.register_buffer("s", torch.tensor(_check_scale(s), dtype=torch.float64))
+
+    def cosine(self, embeddings: torch.Tensor) -> torch.Tensor:
+        """cos θ between every embedding and every class weight, at least in float32 even under autocast."""
+        dtype = torch.promote_types(embeddings.dtype, torch.float32)
+        with torch.autocast(device_type=embeddings.device.type, enabled=False):
+            return F.linear(F.normalize(embeddings.to(dtype)), F.normalize(self.weight.to(dtype)))
+
+    def logits(self, embeddings: torch.Tensor) -> torch.Tensor:
+        """Classification logits s·cos θ, without margin."""
+        return self.s * self.cosine(embeddings)
+
+    def target_with_margin(self, cos_target: torch.Tensor) -> torch.Tensor:
+        """The modified target cosine; the identity for losses without a margin."""
+        return cos_target
+
+    def update_scale(self, cos: torch.Tensor, labels: torch.Tensor) -> None:
+        """Adapt `s` from the batch before the logits are formed; fixed-scale losses keep it."""
+
+    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        cos = self.cosine(embeddings)
+        if self.training:
+            with torch.no_grad():
+                self.update_scale(cos, labels)
+        target = self.target_with_margin(cos.gather(1, labels[:, None]))
+        logits = self.s * cos.scatter(1, labels[:, None], target)
+        if self.training:
+            self._record_stats(cos.detach(), labels, self.s)
+        return F.cross_entropy(logits, labels)
+
+
+class NormFaceLoss(CosineSoftmaxLoss):
+    """NormFace: s·cos θ for every class, fixed s."""
+
+    hyperparameters = ("s",)
+
+    def __init__(self, num_classes: int, embedding_size: int, *, s: float = 16.0):
+        super().__init__(num_classes, embedding_size, s)
+
+
+class CosFaceLoss(CosineSoftmaxLoss):
+    """CosFace: target logit s·(cos θ − m)."""
+
+    hyperparameters = ("s", "m")
+
+    def __init__(self, num_classes: int, embedding_size: int, *, s: float = 64.0, m: float = 0.35):
+        super().__init__(num_classes, embedding_size, s)
+        if not (math.isfinite(m) and m >= 0):
+            raise ValueError(f"CosFace margin m must be a finite number ≥ 0, got {m}")
+        self.m = float(m)
+
+    def target_with_margin(self, cos_target: torch.Tensor) -> torch.Tensor:
+        return cos_target - self.m
+
+
+class ArcFaceLoss(CosineSoftmaxLoss):
+    """ArcFace: target logit s·cos(θ + m), m in radians, with the usual fallback where θ + m > π."""
+
+    hyperparameters = ("s", "m")
+
+    def __init__(self, num_classes: int, embedding_size: int, *, s: float = 64.0, m: float = 0.5):
+        super().__init__(num_classes, embedding_size, s)
+        if not (math.isfinite(m) and 0 <= m < math.pi):
+            raise ValueError(
+                f"ArcFace margin m must be in radians within [0, π), got {m}; "
+                "a margin in degrees (e.g. 28.6) must be converted with math.radians first"
+            )
+        self.m = float(m)
+        # Past θ = π − m, cos(θ + m) would start rising again; the fallback keeps the logit decreasing.
+        self.fallback_offset = m * math.sin(m)
+
+    def target_with_margin(self, cos_target: torch.Tensor) -> torch.Tensor:
+        cos_target = cos_target.clamp(-1 + COS_EPS, 1 - COS_EPS)
+        theta = torch.acos(cos_target)
+        return torch.where(theta + self.m <= math.pi, torch.cos(theta + self.m), cos_target - self.fallback_offset)
+
+
+class FixedAdaCosLoss(CosineSoftmaxLoss):
+    """Fixed AdaCos: s_f·cos θ with s_f = √2·ln(C−1); no hyperparameters."""
+
+    def __init__(self, num_classes: int, embedding_size: int):
+        super().__init__(num_classes, embedding_size, fixed_adacos_scale(num_classes))
+
+
+class DynamicAdaCosLoss(CosineSoftmaxLoss):
+    """Dynamic AdaCos: s re-estimated every training step from the batch's non-target logits and median target angle."""
+
+    def __init__(self, num_classes: int, embedding_size: int):
+        super().__init__(num_classes, embedding_size, fixed_adacos_scale(num_classes))
+
+    def update_scale(self, cos: torch.Tensor, labels: torch.Tensor) -> None:
+        is_target = F.one_hot(labels, cos.shape[1]).bool()
+        # log Σ_{i,k≠y_i} exp(s·cos θ_ik), in log space: the plain exp sum overflows in float32.
+        log_sum = torch.logsumexp((self.s * cos).masked_fill(is_target, -math.inf).flatten(), dim=0)
+        theta_target = torch.acos(cos.gather(1, labels[:, None]).squeeze(1).clamp(-1 + COS_EPS, 1 - COS_EPS))
+        num_samples = torch.tensor(float(cos.shape[0]), device=cos.device, dtype=cos.dtype)
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            log_sum, num_samples, theta_target = _combine_across_processes(log_sum, num_samples, theta_target)
+        log_b_avg = log_sum - torch.log(num_samples)
+        theta_med = torch.quantile(theta_target, 0.5)
+        self.s.copy_(log_b_avg / torch.cos(torch.clamp(theta_med, max=math.pi / 4)))
+
+
+def _combine_across_processes(log_sum, num_samples, theta_target):
+    """Batch statistics of every DDP process, so that each replica computes the same s."""
+    world = dist.get_world_size()
+    log_sums = [torch.empty_like(log_sum) for _ in range(world)]
+    dist.all_gather(log_sums, log_sum)
+    dist.all_reduce(num_samples)
+    # all_gather needs equal shapes: pad each process's angles with NaN to the largest batch.
+    size = torch.tensor([theta_target.numel()], device=theta_target.device)
+    sizes = [torch.empty_like(size) for _ in range(world)]
+    dist.all_gather(sizes, size)
+    padded = torch.full((int(max(sizes)),), math.nan, device=theta_target.device, dtype=theta_target.dtype)
+    padded[: theta_target.numel()] = theta_target
+    gathered = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(gathered, padded)
+    thetas = torch.cat(gathered)
+    return torch.logsumexp(torch.stack(log_sums), dim=0), num_samples, thetas[~torch.isnan(thetas)]
+
+
+class SoftmaxLoss(_StatsMixin, nn.Module):
+    """Plain softmax cross-entropy: a linear layer with bias on the raw embedding."""
+
+    hyperparameters: tuple[str, ...] = ()
+
+    def __init__(self, num_classes: int, embedding_size: int):
+        super().__init__()
+        self.linear = nn.Linear(embedding_size, num_classes)
+
+    @property
+    def weight(self) -> nn.Parameter:
+        return self.linear.weight
+
+    def logits(self, embeddings: torch.Tensor) -> torch.Tensor:
+        """The linear layer's logits."""
+        return self.linear(embeddings)
+
+    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            # Angles are still informative for softmax; it has no scale, hence NaN.
+            with torch.no_grad():
+                cos = F.linear(F.normalize(embeddings.float()), F.normalize(self.linear.weight.float()))
+                self._record_stats(cos, labels, torch.tensor(math.nan, device=cos.device))
+        return F.cross_entropy(self.logits(embeddings), labels)
+
+
+LOSSES: dict[str, type[nn.Module]] = {
+    "softmax": SoftmaxLoss,
+    "normface": NormFaceLoss,
+    "cosface": CosFaceLoss,
+    "arcface": ArcFaceLoss,
+    "fixed_adacos": FixedAdaCosLoss,
+    "dynamic_adacos": DynamicAdaCosLoss,
+}
+
+
+def build_loss(name: str, num_classes: int, embedding_size: int, **hyperparameters: float) -> nn.Module:
+    """The loss registered as `name`, with its hyperparameters (s, m in radians) validated."""
+    if name not in LOSSES:
+        raise ValueError(f"unknown loss {name!r}; known losses: {', '.join(LOSSES)}")
+    loss_class = LOSSES[name]
+    unknown = sorted(set(hyperparameters) - set(loss_class.hyperparameters))
+    if unknown:
+        accepted = ", ".join(loss_class.hyperparameters) or "none (it is hyperparameter-free)"
+        raise ValueError(f"loss {name!r} does not take {', '.join(unknown)}; it accepts: {accepted}")
+    if num_classes < 2 or embedding_size < 1:
+        raise ValueError(f"need num_classes ≥ 2 and embedding_size ≥ 1, got {num_classes} and {embedding_size}")
+    return loss_class(num_classes, embedding_size, **{k: float(v) for k, v in hyperparameters.items()})
