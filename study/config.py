@@ -161,3 +161,149 @@ class TrainConfig(Section):
     def replace(self, **changes) -> "TrainConfig":
         """A copy with `changes`, validated again."""
         return TrainConfig.from_dict({**self.to_dict(), **changes}, "train")
+
+
+TUNABLE_LOSSES = ("arcface", "cosface", "normface")
+HYPERPARAMETER_FREE_LOSSES = ("fixed_adacos", "dynamic_adacos", "softmax")
+
+
+@dataclass(frozen=True)
+class SearchConfig(Section):
+    """The Optuna search over (s, m) for each tunable loss."""
+
+    losses: tuple[str, ...] = ("arcface",)
+    n_trials: int = 20
+    max_failed_trials: int = 20
+    sampler: Literal["tpe", "random", "grid", "qmc"] = "tpe"
+    pruner: Literal["none", "median", "hyperband"] = "none"
+    seed: int = 0
+    storage: Optional[str] = None
+    s_range: tuple[float, ...] = (1.0, 128.0)
+    m_range: dict[str, tuple[float, ...]] = field(
+        default_factory=lambda: {"arcface": (0.0, 1.0), "cosface": (0.0, 0.7)})
+    grid_points: int = 5
+
+    def check(self, prefix: str) -> None:
+        for loss in self.losses:
+            _require(loss in TUNABLE_LOSSES, f"{prefix}losses",
+                     f"{loss!r} cannot be searched; choose from {', '.join(TUNABLE_LOSSES)}")
+        _require(len(set(self.losses)) == len(self.losses), f"{prefix}losses", "lists a loss twice")
+        _require(self.n_trials >= 1, f"{prefix}n_trials", "must be ≥ 1")
+        _require(self.max_failed_trials >= 0, f"{prefix}max_failed_trials", "must be ≥ 0")
+        _require(len(self.s_range) == 2 and 0 < self.s_range[0] < self.s_range[1], f"{prefix}s_range",
+                 "give [low, high] with 0 < low < high (searched log-uniformly)")
+        for loss, bounds in self.m_range.items():
+            _require(loss in TUNABLE_LOSSES, f"{prefix}m_range.{loss}", f"choose from {', '.join(TUNABLE_LOSSES)}")
+            _require(len(bounds) == 2 and 0 <= bounds[0] <= bounds[1], f"{prefix}m_range.{loss}",
+                     "give [low, high] in radians with 0 ≤ low ≤ high")
+            _require(loss != "arcface" or bounds[1] < math.pi, f"{prefix}m_range.arcface", "must stay below π radians")
+        for loss in self.losses:
+            _require(loss == "normface" or loss in self.m_range, f"{prefix}m_range",
+                     f"has no range for {loss!r}; add m_range.{loss}: [low, high]")
+        _require(self.grid_points >= 2, f"{prefix}grid_points", "must be ≥ 2")
+
+
+BASELINE_METHODS = HYPERPARAMETER_FREE_LOSSES + ("arcface_default",)
+
+
+@dataclass(frozen=True)
+class RunsConfig(Section):
+    """The final runs at several seeds: the baselines below, and each searched loss at its best trial's (s, m)."""
+
+    seeds: tuple[int, ...] = (0, 1, 2)
+    # Hyperparameter-free losses, and `arcface_default`: ArcFace at the paper's values, what users get untuned.
+    methods: tuple[str, ...] = BASELINE_METHODS
+    arcface_default_s: float = 64.0
+    arcface_default_m: float = 0.5
+
+    def check(self, prefix: str) -> None:
+        _require(len(self.seeds) >= 1 and len(set(self.seeds)) == len(self.seeds), f"{prefix}seeds",
+                 "give at least one seed, each once")
+        for method in self.methods:
+            _require(method in BASELINE_METHODS, f"{prefix}methods",
+                     f"{method!r} is not a baseline; choose from {', '.join(BASELINE_METHODS)} "
+                     "(searched losses are run at their best values automatically)")
+        _require("fixed_adacos" in self.methods, f"{prefix}methods",
+                 "must include fixed_adacos, the reference every comparison is made against")
+        _require(self.arcface_default_s > 0, f"{prefix}arcface_default_s", "must be > 0")
+        _require(0 <= self.arcface_default_m < math.pi, f"{prefix}arcface_default_m", "must be in [0, π) radians")
+
+    def hyperparameters(self, method: str) -> tuple[str, dict[str, float]]:
+        """The loss name and fixed hyperparameters of a baseline method."""
+        if method == "arcface_default":
+            return "arcface", {"s": self.arcface_default_s, "m": self.arcface_default_m}
+        return method, {}
+
+
+@dataclass(frozen=True)
+class AnalysisConfig(Section):
+    """Confidence levels, bootstrap size and convergence targets of the analysis."""
+
+    confidence: float = 0.95
+    n_bootstrap: int = 1000
+    convergence_targets: tuple[float, ...] = (0.95, 0.99)
+    seed: int = 0
+
+    def check(self, prefix: str) -> None:
+        _require(0.5 <= self.confidence < 1, f"{prefix}confidence", "must be in [0.5, 1)")
+        _require(self.n_bootstrap >= 100, f"{prefix}n_bootstrap", "must be ≥ 100")
+        _require(all(0 < f <= 1 for f in self.convergence_targets) and self.convergence_targets,
+                 f"{prefix}convergence_targets", "give fractions in (0, 1] of the best final val score")
+
+
+@dataclass(frozen=True)
+class ReportConfig(Section):
+    """How the report looks: title, figure resolution and palette."""
+
+    title: str = "Is AdaCos worth it, or should I tune ArcFace?"
+    dpi: int = 120
+    palette: str = "colorblind"
+    html: bool = True
+
+    def check(self, prefix: str) -> None:
+        _require(50 <= self.dpi <= 600, f"{prefix}dpi", "must be in [50, 600]")
+
+
+SECTIONS = {"data": DataConfig, "model": ModelConfig, "train": TrainConfig, "search": SearchConfig,
+            "runs": RunsConfig, "analysis": AnalysisConfig, "report": ReportConfig}
+
+
+@dataclass(frozen=True)
+class StudyParams:
+    """All of params.yaml, one typed section per stage."""
+
+    data: DataConfig = DataConfig()
+    model: ModelConfig = ModelConfig()
+    train: TrainConfig = TrainConfig()
+    search: SearchConfig = SearchConfig()
+    runs: RunsConfig = RunsConfig()
+    analysis: AnalysisConfig = AnalysisConfig()
+    report: ReportConfig = ReportConfig()
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "StudyParams":
+        """Every section validated; unknown sections or keys are refused."""
+        if not isinstance(values, dict):
+            raise ConfigError(f"params must be a mapping of sections ({', '.join(SECTIONS)}), got {values!r}")
+        unknown = sorted(set(values) - set(SECTIONS))
+        if unknown:
+            raise ConfigError(f"unknown section {unknown[0]!r}; the sections are: {', '.join(SECTIONS)}")
+        return cls(**{name: SECTIONS[name].from_dict(values.get(name), name) for name in SECTIONS})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The params as plain data."""
+        return {name: getattr(self, name).to_dict() for name in SECTIONS}
+
+
+def load_params(path: str = "params.yaml") -> StudyParams:
+    """params.yaml read and validated."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            values = yaml.safe_load(handle) or {}
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} not found; run from the study's folder or pass the params file") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path} is not valid YAML: {error}") from None
+    return StudyParams.from_dict(values)

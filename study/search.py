@@ -1,0 +1,206 @@
+"""Optuna search over a tunable loss's scale `s` and margin `m`, shareable by many workers.
+
+The objective is small: it turns a trial's suggestions into one training run and returns the
+val score. Training sees Optuna only through the "report and maybe stop" callback.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pandas as pd
+from optuna.trial import TrialState
+
+from study.config import SearchConfig, StudyParams, load_params
+from study.data import ImageSet
+from study.training import planned_iterations, train
+
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+JOURNAL_FILE = "journal.log"
+
+
+def study_name(loss: str, params: StudyParams) -> str:
+    """Name of the Optuna study: the loss plus a hash of everything that gives a trial its meaning.
+
+    The trial budget and storage are left out, so raising `n_trials` resumes the same study, while
+    a change of data, model, training or search space starts a fresh one instead of mixing trials.
+    """
+    search = params.search.to_dict()
+    meaning = {"data": params.data.to_dict(), "model": params.model.to_dict(), "train": params.train.to_dict(),
+               "search": {k: v for k, v in search.items() if k not in ("n_trials", "max_failed_trials", "storage", "losses")},
+               "loss": loss}
+    digest = hashlib.sha256(json.dumps(meaning, sort_keys=True, default=list).encode()).hexdigest()[:10]
+    return f"{loss}-{digest}"
+
+
+def storage_for(search: SearchConfig, out_dir: str | Path):
+    """The study's storage: a database URL as given, else a journal file (safe for processes on one machine)."""
+    location = search.storage or str(Path(out_dir) / JOURNAL_FILE)
+    if "://" in location:
+        return location
+    from optuna.storages.journal import JournalFileBackend
+
+    Path(location).parent.mkdir(parents=True, exist_ok=True)
+    return optuna.storages.JournalStorage(JournalFileBackend(location))
+
+
+def search_space(loss: str, search: SearchConfig) -> dict[str, tuple[float, float, bool]]:
+    """Each hyperparameter's (low, high, log-scale) for `loss`."""
+    space = {"s": (*search.s_range, True)}
+    if loss != "normface":
+        space["m"] = (*search.m_range[loss], False)
+    return space
+
+
+def grid_size(loss: str, search: SearchConfig) -> int:
+    """Number of points of the grid sampler's grid for `loss`."""
+    return search.grid_points ** len(search_space(loss, search))
+
+
+def make_sampler(loss: str, search: SearchConfig, seed: int | None) -> optuna.samplers.BaseSampler:
+    """The sampler named in params; `seed=None` for extra workers, so they do not repeat the first one's draws."""
+    if search.sampler == "grid":
+        grid = {name: (np.geomspace(low, high, search.grid_points) if log else np.linspace(low, high, search.grid_points))
+                for name, (low, high, log) in search_space(loss, search).items()}
+        return optuna.samplers.GridSampler({k: v.tolist() for k, v in grid.items()}, seed=seed)
+    if search.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if search.sampler == "qmc":
+        return optuna.samplers.QMCSampler(seed=seed, scramble=True)
+    return optuna.samplers.TPESampler(seed=seed)
+
+
+def make_pruner(params: StudyParams, num_train: int) -> optuna.pruners.BasePruner:
+    """The pruner named in params; steps are training iterations."""
+    if params.search.pruner == "median":
+        return optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=params.train.eval_every)
+    if params.search.pruner == "hyperband":
+        return optuna.pruners.HyperbandPruner(min_resource=params.train.eval_every,
+                                              max_resource=planned_iterations(num_train, params.train))
+    return optuna.pruners.NopPruner()
+
+
+def open_study(loss: str, params: StudyParams, out_dir: str | Path, num_train: int, seed: int | None) -> optuna.Study:
+    """Create the study, or load it when it exists: finished trials are kept."""
+    study = optuna.create_study(
+        study_name=study_name(loss, params), storage=storage_for(params.search, out_dir), direction="maximize",
+        sampler=make_sampler(loss, params.search, seed), pruner=make_pruner(params, num_train), load_if_exists=True)
+    existing = len(study.get_trials(deepcopy=False))
+    if seed is not None and existing:
+        # A resumed study with the original seed would draw its first points again.
+        study.sampler = make_sampler(loss, params.search, seed + existing)
+    return study
+
+
+def objective_for(loss: str, params: StudyParams, sets: dict[str, ImageSet]):
+    """The Optuna objective: one training run at the suggested (s, m), returning the final val score."""
+    objective_metric = params.train.objective
+
+    def objective(trial: optuna.Trial) -> float:
+        hyperparameters = {name: trial.suggest_float(name, low, high, log=log)
+                           for name, (low, high, log) in search_space(loss, params.search).items()}
+
+        def report_and_maybe_stop(row: dict) -> bool:
+            trial.report(row.get(objective_metric, math.nan), step=row["iteration"])
+            return trial.should_prune()
+
+        result = train(sets, loss_name=loss, hyperparameters=hyperparameters, model_config=params.model,
+                       config=params.train, image_size=params.data.image_size, callback=report_and_maybe_stop)
+        for key, value in {"seconds": result.seconds, "device": result.device, "iterations": result.iterations,
+                           "status": result.status, "reason": result.reason, "history": result.history}.items():
+            trial.set_user_attr(key, value)
+        if result.status == "stopped":
+            raise optuna.TrialPruned(result.reason)
+        # A diverged run returns NaN: Optuna records the trial as FAIL and the study goes on.
+        return result.final.get(objective_metric, math.nan) if result.status == "completed" else math.nan
+
+    return objective
+
+
+def count_trials(study: optuna.Study, states) -> int:
+    """Trials of the study in any of `states`."""
+    return len(study.get_trials(deepcopy=False, states=states))
+
+
+def run_search(study: optuna.Study, loss: str, params: StudyParams, sets: dict[str, ImageSet],
+               max_trials: int | None = None) -> None:
+    """Run trials until the study holds `n_trials` COMPLETE or PRUNED ones, counting every worker's."""
+    search = params.search
+    target = min(search.n_trials, grid_size(loss, search)) if search.sampler == "grid" else search.n_trials
+    objective = objective_for(loss, params, sets)
+    started = 0
+    while True:
+        finished, failed = count_trials(study, FINISHED), count_trials(study, (TrialState.FAIL,))
+        remaining = target - finished
+        if max_trials is not None:
+            remaining = min(remaining, max_trials - started)
+        if remaining <= 0:
+            return
+        if failed > search.max_failed_trials:
+            raise RuntimeError(
+                f"{failed} trials of {study.study_name} failed (more than search.max_failed_trials="
+                f"{search.max_failed_trials}); their reasons are in trials.csv. Narrow search.s_range / m_range, "
+                "lower train.lr, or raise search.max_failed_trials")
+        print(f"{study.study_name}: {finished} of {target} trials finished, running {remaining} more", flush=True)
+        started += remaining
+        study.optimize(objective, n_trials=remaining,
+                       callbacks=[optuna.study.MaxTrialsCallback(target, states=FINISHED)])
+
+
+def trials_table(loss: str, study: optuna.Study, objective: str) -> pd.DataFrame:
+    """One row per trial: its (s, m), state, val score, cost and status with reason."""
+    rows = []
+    for trial in study.get_trials(deepcopy=False):
+        attrs = trial.user_attrs
+        rows.append({
+            "loss": loss, "trial": trial.number, "state": trial.state.name,
+            "s": trial.params.get("s", math.nan), "m": trial.params.get("m", math.nan),
+            "value": trial.value if trial.state == TrialState.COMPLETE else math.nan,
+            "objective": objective, "seconds": attrs.get("seconds", math.nan), "device": attrs.get("device", ""),
+            "iterations": attrs.get("iterations", 0), "status": attrs.get("status", trial.state.name.lower()),
+            "reason": attrs.get("reason", ""),
+        })
+    return pd.DataFrame(rows, columns=["loss", "trial", "state", "s", "m", "value", "objective", "seconds", "device",
+                                       "iterations", "status", "reason"])
+
+
+def history_table(loss: str, study: optuna.Study) -> pd.DataFrame:
+    """One row per evaluation of every trial (its learning curve)."""
+    frames = [pd.DataFrame(trial.user_attrs["history"]).assign(loss=loss, trial=trial.number)
+              for trial in study.get_trials(deepcopy=False) if trial.user_attrs.get("history")]
+    if not frames:
+        return pd.DataFrame(columns=["loss", "trial", "iteration"])
+    table = pd.concat(frames, ignore_index=True)
+    return table[["loss", "trial"] + [c for c in table.columns if c not in ("loss", "trial")]]
+
+
+def best_trial(loss: str, study: optuna.Study, objective: str) -> dict:
+    """The best COMPLETE trial's hyperparameters and val score."""
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if not complete:
+        raise RuntimeError(f"no trial of {study.study_name} completed; see trials.csv for the reasons")
+    best = max(complete, key=lambda t: t.value)
+    return {"loss": loss, "study": study.study_name, "trial": best.number, "objective": objective,
+            "value": best.value, "hyperparameters": best.params, "complete_trials": len(complete)}
+
+
+def run_worker(loss: str, params_path: str = "params.yaml", max_trials: int | None = None) -> int:
+    """Join the study of `loss` from another process or machine, with the prepared data and the same storage."""
+    from study.data import load_splits
+    from study.results import PREPARED_DIR, SEARCH_DIR
+
+    params = load_params(params_path)
+    if loss not in params.search.losses:
+        raise ValueError(f"{loss!r} is not searched in {params_path}; search.losses is {list(params.search.losses)}")
+    root = Path(params_path).resolve().parent
+    sets = load_splits(root / PREPARED_DIR)
+    # Unseeded: a second worker with the first one's seed would repeat its draws.
+    study = open_study(loss, params, root / SEARCH_DIR / loss, len(sets["train"]), seed=None)
+    run_search(study, loss, params, sets, max_trials=max_trials)
+    print(f"{study.study_name}: {count_trials(study, FINISHED)} finished trials in the study")
+    return 0

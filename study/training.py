@@ -1,0 +1,233 @@
+"""One training run, top to bottom: seed, build, train, evaluate every `eval_every` steps.
+
+The loop knows nothing about Optuna: the search layer passes a callback that receives each
+evaluation row and returns True to stop the run (pruning).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from study import metrics
+from study.config import ModelConfig, TrainConfig
+from study.data import ImageSet, batches
+from study.losses import build_loss
+from study.models import build_model
+
+RETRIEVAL_METRICS = ("precision_at_1", "r_precision", "map_at_r")
+STAT_KEYS = ("s", "theta_med_deg", "cos_target_mean", "cos_nontarget_mean")
+
+
+@dataclass
+class RunResult:
+    """What one run produced: its status, history of evaluations, cost, and the trained modules."""
+
+    status: str  # "completed", "diverged" (non-finite loss) or "stopped" (by the callback)
+    reason: str
+    history: list[dict] = field(default_factory=list)
+    iterations: int = 0
+    seconds: float = 0.0
+    device: str = "cpu"
+    model: nn.Module | None = None
+    loss: nn.Module | None = None
+
+    @property
+    def final(self) -> dict:
+        """The last evaluation row (empty when none was made)."""
+        return self.history[-1] if self.history else {}
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` picks CUDA when present, else CPU; anything else is taken as given."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError(f"device {name!r} was asked for but CUDA is not available; use device: auto or cpu")
+    return device
+
+
+def device_description(device: torch.device) -> str:
+    """A human-readable device name for the records (GPU model or CPU)."""
+    if device.type == "cuda":
+        return f"cuda:{torch.cuda.get_device_name(device)}"
+    return device.type
+
+
+def input_shape_of(image_set: ImageSet, image_size: int | None) -> tuple[int, int, int]:
+    """(C, H, W) the backbone will see: the tensors' shape, resized to `image_size` when given; RGB for image folders."""
+    if image_set.images is not None:
+        channels, height, width = image_set.images.shape[1:]
+        return (channels, image_size, image_size) if image_size else (channels, height, width)
+    if image_size is None:
+        raise ValueError("image folders need data.image_size (e.g. 224) to resize their images")
+    return (3, image_size, image_size)
+
+
+def build_modules(model_config: ModelConfig, loss_name: str, hyperparameters: dict, num_classes: int,
+                  input_shape: tuple[int, int, int]) -> tuple[nn.Module, nn.Module]:
+    """The backbone and the loss head for one run."""
+    model = build_model(model_config.name, model_config.embedding_size, input_shape, pretrained=model_config.pretrained)
+    loss = build_loss(loss_name, num_classes, model_config.embedding_size, **hyperparameters)
+    return model, loss
+
+
+def _autocast(device: torch.device, enabled: bool):
+    dtype = torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype, enabled=enabled and device.type == "cuda")
+
+
+@torch.no_grad()
+def embed(model: nn.Module, image_set: ImageSet, config: TrainConfig, device: torch.device,
+          image_size: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Embeddings (float32, on CPU) and labels of a whole set, in evaluation mode."""
+    was_training = model.training
+    model.eval()
+    chunks, labels = [], []
+    for images, batch_labels in batches(image_set, config.eval_batch_size, device=device, image_size=image_size,
+                                        num_workers=config.num_workers):
+        with _autocast(device, config.amp):
+            chunks.append(model(images).float().cpu())
+        labels.append(batch_labels.cpu())
+    model.train(was_training)
+    return torch.cat(chunks), torch.cat(labels)
+
+
+def evaluate(model: nn.Module, loss: nn.Module, sets: dict[str, ImageSet], split: str, config: TrainConfig,
+             device: torch.device, image_size: int | None = None, full: bool = False) -> dict[str, float]:
+    """Metrics of `sets[split]`: accuracy when it shares the training classes, retrieval, and with `full` 1-NN and verification."""
+    embeddings, labels = embed(model, sets[split], config, device, image_size)
+    results: dict[str, float] = {}
+    if not torch.isfinite(embeddings).all():
+        return {"nonfinite_embeddings": 1.0}
+    if sets[split].class_names == sets["train"].class_names:
+        with torch.no_grad():
+            results["accuracy"] = metrics.accuracy(loss.logits(embeddings.to(device)).cpu(), labels)
+    results.update(metrics.retrieval_metrics(embeddings, labels))
+    if full or config.objective == "knn_accuracy":
+        train_embeddings, train_labels = embed(model, sets["train"], config, device, image_size)
+        results["knn_accuracy"] = metrics.knn_accuracy(embeddings, labels, train_embeddings, train_labels)
+    if full:
+        results.update(metrics.verification_metrics(embeddings, labels))
+    return results
+
+
+def _optimizer(parameters, config: TrainConfig) -> torch.optim.Optimizer:
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(parameters, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
+    optimizer_class = torch.optim.AdamW if config.optimizer == "adamw" else torch.optim.Adam
+    return optimizer_class(parameters, lr=config.lr, weight_decay=config.weight_decay)
+
+
+def planned_iterations(num_train: int, config: TrainConfig) -> int:
+    """Optimiser steps the run will take: epochs × full batches, capped by max_iterations."""
+    per_epoch = max(num_train // config.batch_size, 1)
+    total = config.epochs * per_epoch
+    return min(total, config.max_iterations) if config.max_iterations else total
+
+
+def train(sets: dict[str, ImageSet], *, loss_name: str, hyperparameters: dict | None = None,
+          model_config: ModelConfig = ModelConfig(), config: TrainConfig = TrainConfig(),
+          image_size: int | None = None, callback: Callable[[dict], bool] | None = None,
+          progress: bool | None = None) -> RunResult:
+    """Train `model_config`'s backbone with `loss_name` on sets['train'], evaluating on sets['val'] as it goes."""
+    torch.manual_seed(config.seed)
+    np.random.seed(config.seed)
+    device = resolve_device(config.device)
+    train_set = sets["train"]
+    model, loss = build_modules(model_config, loss_name, hyperparameters or {}, train_set.num_classes,
+                                input_shape_of(train_set, image_size))
+    model.to(device).train()
+    loss.to(device).train()
+    # The class weights train together with the backbone (a known slip of one reference implementation).
+    optimizer = _optimizer(list(model.parameters()) + list(loss.parameters()), config)
+    total = planned_iterations(len(train_set), config)
+    scheduler = (torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total)
+                 if config.schedule == "cosine" else None)
+    scaler = torch.amp.GradScaler(enabled=config.amp and device.type == "cuda"
+                                  and not torch.cuda.is_bf16_supported())
+    generator = torch.Generator().manual_seed(config.seed)
+    result = RunResult(status="completed", reason="", device=device_description(device), model=model, loss=loss)
+    start = time.perf_counter()
+    iteration, epoch, running_loss = 0, 0, math.nan
+    # The mean training loss since the previous evaluation goes into each history row.
+    loss_sum, loss_count = torch.zeros((), device=device), 0
+
+    def record() -> bool:
+        """Evaluate on val, append a history row, and ask the callback whether to stop."""
+        row = {"iteration": iteration, "epoch": epoch, "train_loss": running_loss}
+        row.update({k: loss.last_stats.get(k, math.nan) for k in STAT_KEYS})
+        row.update(evaluate(model, loss, sets, "val", config, device, image_size))
+        row["seconds"] = time.perf_counter() - start
+        result.history.append(row)
+        model.train()
+        return bool(callback and callback(row))
+
+    bar = tqdm(total=total, desc=f"{loss_name}", unit="it", disable=(None if progress is None else not progress),
+               leave=False)
+    stop = record()
+    while not stop and iteration < total:
+        epoch += 1
+        for images, labels in batches(train_set, config.batch_size, device=device, shuffle=True, generator=generator,
+                                      image_size=image_size, num_workers=config.num_workers,
+                                      drop_last=len(train_set) > config.batch_size):
+            with _autocast(device, config.amp):
+                batch_loss = loss(model(images), labels)
+            if not torch.isfinite(batch_loss):
+                result.status = "diverged"
+                result.reason = f"non-finite loss ({batch_loss.item()}) at iteration {iteration + 1}"
+                stop = True
+                break
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(batch_loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            if scheduler is not None:
+                scheduler.step()
+            iteration += 1
+            loss_sum += batch_loss.detach().float()
+            loss_count += 1
+            bar.update(1)
+            if iteration % config.eval_every == 0 or iteration == total:
+                running_loss = loss_sum.item() / loss_count
+                loss_sum.zero_()
+                loss_count = 0
+                bar.set_postfix(loss=f"{running_loss:.3f}", s=f"{loss.last_stats.get('s', math.nan):.2f}")
+                stop = record()
+                if "nonfinite_embeddings" in result.history[-1]:
+                    result.status, result.reason = "diverged", f"non-finite embeddings at iteration {iteration}"
+                    stop = True
+                elif stop:
+                    result.status, result.reason = "stopped", f"stopped by callback at iteration {iteration}"
+            if stop or iteration >= total:
+                break
+    bar.close()
+    result.iterations = iteration
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def save_checkpoint(result: RunResult, path: str | Path, **metadata) -> None:
+    """The trained backbone and loss head (its `s` buffer included) with what is needed to rebuild them."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save({"model": result.model.state_dict(), "loss": result.loss.state_dict(), "metadata": metadata}, tmp)
+    tmp.replace(path)
+
+
+def load_checkpoint(path: str | Path, model: nn.Module, loss: nn.Module) -> dict:
+    """Restore a checkpoint written by `save_checkpoint` into freshly built modules; returns its metadata."""
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    model.load_state_dict(state["model"])
+    loss.load_state_dict(state["loss"])
+    return state["metadata"]

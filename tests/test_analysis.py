@@ -1,0 +1,406 @@
+"""Tests for study.analysis against brute force, closed forms and scipy's own statistics."""
+
+import itertools
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from study.analysis import (
+    break_even,
+    convergence_targets,
+    crossing_iteration,
+    difference_ci,
+    expected_best_after_n_trials,
+    expected_best_band,
+    iterations_to_target,
+    mean_ci,
+    summarise_runs,
+)
+
+
+def brute_force_expected_max(scores, n_draws):
+    """Mean of max over every one of the N^n equally likely ordered draws with replacement."""
+    return float(np.mean([max(draw) for draw in itertools.product(scores, repeat=n_draws)]))
+
+
+# --- expected best after n trials ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "scores",
+    [
+        [0.3, 0.9, 0.6],
+        [0.71, 0.12, 0.55, 0.98],
+        [0.2, 0.5, 0.5, 0.9],  # a tie in the middle
+        [0.8, 0.8, 0.1, 0.8, 0.4],  # a tie at the maximum
+        [0.4, 0.4, 0.4],  # all tied
+        [-1.0, 2.5, 0.0, 7.25, 3.0],
+    ],
+)
+def test_expected_best_matches_brute_force_enumeration(scores):
+    curve = expected_best_after_n_trials(scores)
+    assert curve.shape == (len(scores),)
+    for n_draws in range(1, min(len(scores), 4) + 1):
+        assert curve[n_draws - 1] == pytest.approx(brute_force_expected_max(scores, n_draws), abs=1e-12)
+
+
+def test_expected_best_matches_brute_force_at_n_draws_four_for_three_scores():
+    # The curve only runs to N, so check n > N against the closed form on a longer list.
+    scores = [0.3, 0.9, 0.6]
+    repeated = expected_best_after_n_trials(scores * 2)  # same distribution, N = 6
+    assert repeated[3] == pytest.approx(brute_force_expected_max(scores, 4), abs=1e-12)
+
+
+def test_expected_best_is_order_independent():
+    rng = np.random.default_rng(1)
+    scores = rng.normal(size=20)
+    np.testing.assert_allclose(expected_best_after_n_trials(scores), expected_best_after_n_trials(scores[::-1]))
+
+
+def test_expected_best_first_point_is_the_mean_and_never_exceeds_the_max():
+    rng = np.random.default_rng(2)
+    scores = rng.uniform(0.5, 0.99, size=40)
+    curve = expected_best_after_n_trials(scores)
+    assert curve[0] == pytest.approx(scores.mean(), abs=1e-12)
+    assert np.all(curve <= scores.max() + 1e-12)
+    assert np.all(np.diff(curve) >= -1e-12)
+
+
+def test_expected_best_approaches_the_max():
+    scores = np.array([0.1, 0.4, 0.7, 0.95])
+    # Beyond N the same formula with more draws; emulate by repeating the list (same distribution).
+    long_curve = expected_best_after_n_trials(np.tile(scores, 100))
+    assert long_curve[-1] == pytest.approx(scores.max(), abs=1e-9)
+    assert long_curve[-1] <= scores.max()
+    # The closed form gap to the max at n draws: Σ_i (v_max − v_(i))·P(max is the i-th).
+    n_draws = 50
+    gap = (0.95 - 0.7) * ((3 / 4) ** n_draws - (2 / 4) ** n_draws) + (0.95 - 0.4) * (
+        (2 / 4) ** n_draws - (1 / 4) ** n_draws
+    ) + (0.95 - 0.1) * (1 / 4) ** n_draws
+    assert long_curve[n_draws - 1] == pytest.approx(0.95 - gap, abs=1e-12)
+
+
+def test_expected_best_single_score():
+    np.testing.assert_allclose(expected_best_after_n_trials([0.42]), [0.42])
+
+
+@pytest.mark.parametrize("bad", [[], [0.5, np.nan], [np.inf, 0.2], [[0.1, 0.2]]])
+def test_expected_best_rejects_empty_non_finite_or_non_vector(bad):
+    with pytest.raises(ValueError):
+        expected_best_after_n_trials(bad)
+
+
+# --- bootstrap band --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_band_contains_the_curve(seed):
+    rng = np.random.default_rng(100 + seed)
+    scores = rng.beta(8, 2, size=30)
+    curve = expected_best_after_n_trials(scores)
+    lower, upper = expected_best_band(scores, n_bootstrap=2000, seed=seed)
+    assert lower.shape == upper.shape == curve.shape
+    assert np.all(lower <= curve) and np.all(curve <= upper)
+    assert np.all(lower <= upper)
+    assert np.all(upper <= scores.max() + 1e-12) and np.all(lower >= scores.min() - 1e-12)
+
+
+def test_band_at_first_point_matches_the_bootstrap_of_the_mean():
+    # At n = 1 the curve is the mean, so the band is the percentile bootstrap of the mean.
+    scores = np.array([0.61, 0.72, 0.55, 0.9, 0.83, 0.47, 0.69])
+    lower, upper = expected_best_band(scores, n_bootstrap=4000, seed=5)
+    rng = np.random.default_rng(5)
+    means = rng.choice(scores, size=(4000, scores.size), replace=True).mean(axis=1)
+    low_ref, high_ref = np.percentile(means, [2.5, 97.5])
+    assert lower[0] == pytest.approx(low_ref, abs=1e-12)
+    assert upper[0] == pytest.approx(high_ref, abs=1e-12)
+
+
+def test_band_collapses_for_constant_scores():
+    lower, upper = expected_best_band(np.full(12, 0.875), n_bootstrap=300)
+    np.testing.assert_allclose(lower, 0.875, atol=1e-12)
+    np.testing.assert_allclose(upper, 0.875, atol=1e-12)
+
+
+def test_band_narrows_with_lower_confidence_and_is_seeded():
+    scores = np.linspace(0.2, 0.9, 15)
+    lower_95, upper_95 = expected_best_band(scores, confidence=0.95, seed=3)
+    lower_50, upper_50 = expected_best_band(scores, confidence=0.5, seed=3)
+    assert np.all(upper_50 - lower_50 <= upper_95 - lower_95 + 1e-12)
+    again = expected_best_band(scores, confidence=0.95, seed=3)
+    np.testing.assert_array_equal(again[0], lower_95)
+    np.testing.assert_array_equal(again[1], upper_95)
+
+
+@pytest.mark.parametrize("kwargs", [{"confidence": 1.0}, {"confidence": 0.0}, {"n_bootstrap": 0}])
+def test_band_rejects_bad_arguments(kwargs):
+    with pytest.raises(ValueError):
+        expected_best_band([0.1, 0.2, 0.3], **kwargs)
+
+
+def test_band_rejects_non_finite_scores():
+    with pytest.raises(ValueError):
+        expected_best_band([0.1, np.nan])
+
+
+# --- break-even ------------------------------------------------------------------------
+
+
+def test_break_even_first_n_reaching_target():
+    curve = np.array([0.80, 0.85, 0.88, 0.90, 0.91])
+    result = break_even(curve, target=0.87, seconds_per_trial=12.5)
+    assert result == {"trials": 3, "seconds": 37.5, "reached": True, "max_trials": 5}
+
+
+def test_break_even_counts_exact_equality_as_reached():
+    curve = np.array([0.80, 0.85, 0.88, 0.90])
+    assert break_even(curve, target=0.85, seconds_per_trial=2.0)["trials"] == 2
+    assert break_even(curve, target=0.80, seconds_per_trial=2.0)["trials"] == 1
+
+
+def test_break_even_forgives_only_rounding_at_equality():
+    # Constant trials give a curve whose sums may land a rounding step off 0.98.
+    scores = [0.98] * 7
+    target = float(np.mean([0.98, 0.98, 0.98]))
+    assert break_even(expected_best_after_n_trials(scores), target, 1.0)["trials"] == 1
+    assert break_even(np.array([0.9799]), 0.98, 1.0)["reached"] is False
+
+
+def test_break_even_not_reached():
+    result = break_even(np.array([0.5, 0.6, 0.65]), target=0.7, seconds_per_trial=3.0)
+    assert result == {"trials": None, "seconds": None, "reached": False, "max_trials": 3}
+
+
+def test_break_even_on_estimator_output_with_known_answer():
+    # Scores 0, 1 (N = 2): E[max_1] = 0.5, E[max_2] = 0.75.
+    curve = expected_best_after_n_trials([0.0, 1.0])
+    assert break_even(curve, target=0.6, seconds_per_trial=10.0) == {
+        "trials": 2,
+        "seconds": 20.0,
+        "reached": True,
+        "max_trials": 2,
+    }
+
+
+@pytest.mark.parametrize(
+    "curve, target, seconds",
+    [([], 0.5, 1.0), ([0.5], np.nan, 1.0), ([0.5], 0.5, -1.0), ([0.5], 0.5, np.nan)],
+)
+def test_break_even_rejects_bad_arguments(curve, target, seconds):
+    with pytest.raises(ValueError):
+        break_even(np.asarray(curve, dtype=float), target, seconds)
+
+
+# --- convergence -----------------------------------------------------------------------
+
+
+def test_iterations_to_target_first_crossing():
+    iterations = np.array([100, 200, 300, 400, 500])
+    scores = np.array([0.2, 0.6, 0.95, 0.90, 0.97])
+    assert iterations_to_target(iterations, scores, 0.9) == 300
+    assert iterations_to_target(iterations, scores, 0.6) == 200  # exact equality
+    assert iterations_to_target(iterations, scores, 0.1) == 100
+    assert iterations_to_target(iterations, scores, 0.99) is None
+
+
+def test_iterations_to_target_skips_nan_and_handles_empty():
+    assert iterations_to_target([10, 20, 30], [np.nan, 0.4, 0.8], 0.5) == 30
+    assert iterations_to_target([], [], 0.5) is None
+
+
+def test_iterations_to_target_returns_python_int():
+    result = iterations_to_target(np.array([5, 10], dtype=np.int64), [0.1, 0.9], 0.5)
+    assert type(result) is int and result == 10
+
+
+def test_iterations_to_target_rejects_misaligned_or_unsorted():
+    with pytest.raises(ValueError):
+        iterations_to_target([1, 2, 3], [0.1, 0.2], 0.1)
+    with pytest.raises(ValueError):
+        iterations_to_target([3, 2, 1], [0.1, 0.2, 0.3], 0.1)
+
+
+def test_convergence_targets():
+    targets = convergence_targets(0.8)
+    assert list(targets) == [0.95, 0.99]
+    assert targets[0.95] == pytest.approx(0.76)
+    assert targets[0.99] == pytest.approx(0.792)
+    assert convergence_targets(0.5, fractions=(0.5,)) == {0.5: 0.25}
+
+
+@pytest.mark.parametrize("best, fractions", [(np.nan, (0.95,)), (-0.1, (0.95,)), (0.9, (0.0,)), (0.9, (1.5,))])
+def test_convergence_targets_rejects_bad_arguments(best, fractions):
+    with pytest.raises(ValueError):
+        convergence_targets(best, fractions)
+
+
+# --- confidence intervals --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("confidence", [0.9, 0.95, 0.99])
+def test_mean_ci_matches_scipy_t_interval(confidence):
+    values = np.array([0.971, 0.968, 0.975, 0.962, 0.979])
+    mean, low, high = mean_ci(values, confidence)
+    ref_low, ref_high = stats.t.interval(confidence, values.size - 1, loc=values.mean(), scale=stats.sem(values))
+    assert mean == pytest.approx(values.mean())
+    assert low == pytest.approx(ref_low, abs=1e-12)
+    assert high == pytest.approx(ref_high, abs=1e-12)
+
+
+def test_mean_ci_single_value_has_nan_bounds_and_constant_values_collapse():
+    mean, low, high = mean_ci([0.9])
+    assert mean == 0.9 and np.isnan(low) and np.isnan(high)
+    assert mean_ci([0.7, 0.7, 0.7]) == (pytest.approx(0.7), pytest.approx(0.7), pytest.approx(0.7))
+
+
+@pytest.mark.parametrize("bad", [[], [0.1, np.nan]])
+def test_mean_ci_rejects_empty_or_non_finite(bad):
+    with pytest.raises(ValueError):
+        mean_ci(bad)
+
+
+def test_difference_ci_hand_computed_welch():
+    a, b = [1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 6.0]
+    # By hand: var_a/n_a = (5/3)/4 = 5/12, var_b/n_b = 4/3, se² = 21/12 = 1.75,
+    # df = 1.75² / ((5/12)²/3 + (4/3)²/2) = 3.0625 / (25/432 + 8/9).
+    df = 3.0625 / (25 / 432 + 8 / 9)
+    half_width = stats.t.ppf(0.975, df) * np.sqrt(1.75)
+    result = difference_ci(a, b)
+    assert result["difference"] == pytest.approx(-1.5)
+    assert result["df"] == pytest.approx(df, rel=1e-12)
+    assert result["low"] == pytest.approx(-1.5 - half_width, rel=1e-12)
+    assert result["high"] == pytest.approx(-1.5 + half_width, rel=1e-12)
+    assert result["significant"] is False
+    assert result["p_value"] == pytest.approx(stats.ttest_ind(a, b, equal_var=False).pvalue, rel=1e-10)
+
+
+@pytest.mark.parametrize("shift", [0.0, 0.004, 0.02])
+def test_difference_ci_matches_scipy_welch(shift):
+    rng = np.random.default_rng(7)
+    a = rng.normal(0.97 + shift, 0.005, size=5)
+    b = rng.normal(0.97, 0.01, size=4)
+    result = difference_ci(a, b, confidence=0.95)
+    reference = stats.ttest_ind(a, b, equal_var=False)
+    assert result["p_value"] == pytest.approx(reference.pvalue, rel=1e-10)
+    if hasattr(reference, "confidence_interval"):  # scipy ≥ 1.11
+        interval = reference.confidence_interval(0.95)
+        assert result["low"] == pytest.approx(interval.low, rel=1e-10)
+        assert result["high"] == pytest.approx(interval.high, rel=1e-10)
+        assert result["df"] == pytest.approx(reference.df, rel=1e-10)
+    # Significance at 95% ⇔ the interval excludes zero ⇔ p < 0.05.
+    assert result["significant"] == (result["low"] > 0 or result["high"] < 0)
+    assert result["significant"] == (reference.pvalue < 0.05)
+
+
+def test_difference_ci_clear_difference_is_significant():
+    result = difference_ci([0.98, 0.981, 0.979, 0.982], [0.95, 0.952, 0.949, 0.951])
+    assert result["significant"] is True and result["low"] > 0
+
+
+def test_difference_ci_small_groups_give_nan_interval():
+    result = difference_ci([0.9], [0.8, 0.85])
+    assert result["difference"] == pytest.approx(0.075)
+    assert np.isnan(result["low"]) and np.isnan(result["high"]) and np.isnan(result["p_value"])
+    assert np.isnan(result["df"]) and result["significant"] is False
+
+
+def test_difference_ci_zero_variance_in_both_groups():
+    equal = difference_ci([0.5, 0.5, 0.5], [0.5, 0.5])
+    assert equal["difference"] == 0.0 and equal["low"] == equal["high"] == 0.0
+    assert equal["significant"] is False and equal["p_value"] == 1.0
+    apart = difference_ci([0.75, 0.75, 0.75], [0.5, 0.5])
+    assert apart["low"] == apart["high"] == pytest.approx(0.25)
+    assert apart["significant"] is True and apart["p_value"] == 0.0
+
+
+# scipy warns about "catastrophic cancellation" for any constant sample; the reference value is still exact.
+@pytest.mark.filterwarnings("ignore:Precision loss occurred:RuntimeWarning")
+def test_difference_ci_zero_variance_in_one_group_is_ordinary_welch():
+    a, b = [0.875, 0.875, 0.875], [0.85, 0.87, 0.86, 0.88]
+    result = difference_ci(a, b)
+    assert result["df"] == pytest.approx(3.0)  # all the variance comes from b: df = n_b − 1
+    assert result["p_value"] == pytest.approx(stats.ttest_ind(a, b, equal_var=False).pvalue, rel=1e-10)
+
+
+def test_difference_ci_rejects_non_finite():
+    with pytest.raises(ValueError):
+        difference_ci([0.1, np.nan], [0.2, 0.3])
+
+
+# --- crossing --------------------------------------------------------------------------
+
+
+ITERATIONS = np.array([0, 100, 200, 300, 400, 500, 600])
+
+
+def test_crossing_counts_only_the_lasting_overtake():
+    curve_a = np.array([0.1, 0.5, 0.3, 0.4, 0.7, 0.8, 0.9])
+    curve_b = np.array([0.2, 0.4, 0.5, 0.6, 0.65, 0.7, 0.75])
+    # a leads at 100, falls back at 200–300, leads for good from 400.
+    assert crossing_iteration(ITERATIONS, curve_a, curve_b) == 400
+
+
+def test_crossing_never():
+    curve_b = np.linspace(0.5, 0.9, ITERATIONS.size)
+    assert crossing_iteration(ITERATIONS, curve_b - 0.01, curve_b) is None
+    # Ahead for most of the run but behind at the end: no lasting overtake.
+    curve_a = curve_b + 0.1
+    curve_a[-1] = curve_b[-1] - 0.01
+    assert crossing_iteration(ITERATIONS, curve_a, curve_b) is None
+
+
+def test_crossing_from_the_start_and_ties():
+    curve_b = np.linspace(0.5, 0.9, ITERATIONS.size)
+    assert crossing_iteration(ITERATIONS, curve_b + 0.05, curve_b) == 0
+    assert crossing_iteration(ITERATIONS, curve_b, curve_b) == 0  # ties are not behind
+
+
+def test_crossing_nan_counts_as_behind_and_empty_is_none():
+    curve_a = np.array([0.6, np.nan, 0.7])
+    assert crossing_iteration([1, 2, 3], curve_a, [0.5, 0.5, 0.5]) == 3
+    assert crossing_iteration([], [], []) is None
+
+
+def test_crossing_rejects_misaligned():
+    with pytest.raises(ValueError):
+        crossing_iteration([1, 2, 3], [0.1, 0.2, 0.3], [0.1, 0.2])
+
+
+# --- run summaries ---------------------------------------------------------------------
+
+
+def test_summarise_runs_per_group_and_metric():
+    runs = pd.DataFrame(
+        {
+            "method": ["fixed_adacos", "arcface", "fixed_adacos", "arcface", "fixed_adacos", "softmax"],
+            "seed": [0, 0, 1, 1, 2, 0],
+            "accuracy": [0.98, 0.96, 0.97, np.nan, 0.99, 0.95],
+            "map_at_r": [0.80, 0.70, 0.82, 0.72, 0.84, 0.60],
+        }
+    )
+    summary = summarise_runs(runs, ["accuracy", "map_at_r"])
+    assert list(summary.columns) == ["method", "metric", "mean", "std", "n"]
+    assert list(summary["method"]) == ["fixed_adacos"] * 2 + ["arcface"] * 2 + ["softmax"] * 2
+    assert list(summary["metric"]) == ["accuracy", "map_at_r"] * 3
+    row = summary.set_index(["method", "metric"])
+    assert row.loc[("fixed_adacos", "accuracy"), "mean"] == pytest.approx(0.98)
+    assert row.loc[("fixed_adacos", "accuracy"), "std"] == pytest.approx(np.std([0.98, 0.97, 0.99], ddof=1))
+    assert row.loc[("fixed_adacos", "map_at_r"), "std"] == pytest.approx(np.std([0.80, 0.82, 0.84], ddof=1))
+    assert row.loc[("fixed_adacos", "accuracy"), "n"] == 3
+    # The diverged arcface run is left out of accuracy but still counts for map_at_r.
+    assert row.loc[("arcface", "accuracy"), "n"] == 1
+    assert np.isnan(row.loc[("arcface", "accuracy"), "std"])
+    assert row.loc[("arcface", "map_at_r"), "n"] == 2
+    assert row.loc[("arcface", "map_at_r"), "mean"] == pytest.approx(0.71)
+    assert row.loc[("softmax", "map_at_r"), "n"] == 1
+
+
+def test_summarise_runs_custom_group_and_missing_column():
+    runs = pd.DataFrame({"loss": ["a", "b", "a"], "score": [1.0, 2.0, 3.0]})
+    summary = summarise_runs(runs, ["score"], group="loss")
+    assert list(summary["loss"]) == ["a", "b"]
+    assert list(summary["mean"]) == [2.0, 2.0]
+    with pytest.raises(KeyError):
+        summarise_runs(runs, ["missing"], group="loss")

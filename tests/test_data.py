@@ -1,0 +1,376 @@
+"""Tests for study.data: sources, split protocols, persistence and batching (all offline)."""
+
+import gzip
+import hashlib
+import json
+import struct
+import urllib.error
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from study import data
+from study.data import ImageSet, batches, load_dataset, load_splits, save_splits, split_dataset
+
+
+def numbered_set(labels, num_classes=None):
+    """An in-memory set whose 2x2 pixels spell each sample's index, so splits can be traced."""
+    labels = np.asarray(labels)
+    ids = np.arange(len(labels))
+    pixels = np.stack([ids % 256, ids // 256, np.zeros_like(ids), np.zeros_like(ids)], axis=1)
+    images = torch.from_numpy(pixels.astype(np.uint8).reshape(-1, 1, 2, 2))
+    num_classes = num_classes or int(labels.max()) + 1
+    return ImageSet(labels, [f"class{c}" for c in range(num_classes)], images=images)
+
+
+def sample_ids(image_set):
+    pixels = image_set.images.reshape(len(image_set), -1).long()
+    return pixels[:, 0] + 256 * pixels[:, 1]
+
+
+def ids_from_floats(images):
+    pixels = (images.reshape(len(images), -1) * 255).round().long()
+    return pixels[:, 0] + 256 * pixels[:, 1]
+
+
+@pytest.fixture
+def twelve_classes():
+    # Uneven class sizes so stratification is actually exercised.
+    return numbered_set(np.repeat(np.arange(12), [10 + 3 * c for c in range(12)]))
+
+
+# --------------------------------------------------------------------------- sources
+
+def test_digits_matches_scikit_learn_scaled_to_bytes():
+    from sklearn.datasets import load_digits
+
+    digits = load_dataset("digits")
+    reference = load_digits()
+    assert digits.images.shape == (1797, 1, 8, 8) and digits.images.dtype == torch.uint8
+    assert digits.num_classes == 10 and len(digits) == 1797 and digits.input_shape == (1, 8, 8)
+    np.testing.assert_array_equal(digits.labels, reference.target)
+    expected = np.round(reference.images / 16 * 255)
+    np.testing.assert_array_equal(digits.images[:, 0].numpy(), expected)
+    assert digits.images.max() == 255
+
+
+def test_mnist5k_has_500_images_per_class():
+    mnist = load_dataset("mnist5k")
+    assert mnist.images.shape == (5000, 1, 28, 28) and mnist.images.dtype == torch.uint8
+    assert mnist.labels.dtype == np.int64 and mnist.num_classes == 10
+    assert np.bincount(mnist.labels).tolist() == [500] * 10
+    assert mnist.images.max() == 255 and mnist.images.float().mean() > 20  # real strokes, not blank
+
+
+def test_unknown_spec_lists_known_names():
+    with pytest.raises(ValueError, match="unknown dataset 'imagenet'") as error:
+        load_dataset("imagenet")
+    for name in ("digits", "mnist5k", "idx", "torchvision", "folder"):
+        assert name in str(error.value)
+    with pytest.raises(ValueError, match="takes no argument"):
+        load_dataset("digits:extra")
+    with pytest.raises(ValueError, match="needs an argument"):
+        load_dataset("idx")
+
+
+def write_idx(path, array, compress):
+    codes = {np.dtype(np.uint8): 0x08, np.dtype(">i4"): 0x0C}
+    header = bytes([0, 0, codes[array.dtype], array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
+    raw = header + array.tobytes()
+    path.write_bytes(gzip.compress(raw) if compress else raw)
+
+
+@pytest.mark.parametrize("compress", [True, False])
+def test_idx_folder_round_trip_concatenates_train_and_test(tmp_path, compress):
+    rng = np.random.default_rng(1)
+    train_images = rng.integers(0, 256, (7, 5, 4), dtype=np.uint8)
+    test_images = rng.integers(0, 256, (3, 5, 4), dtype=np.uint8)
+    train_labels, test_labels = np.array([0, 1, 2, 3, 0, 1, 2], np.uint8), np.array([3, 2, 1], np.uint8)
+    suffix = ".gz" if compress else ""
+    write_idx(tmp_path / f"train-images-idx3-ubyte{suffix}", train_images, compress)
+    write_idx(tmp_path / f"train-labels-idx1-ubyte{suffix}", train_labels, compress)
+    write_idx(tmp_path / f"t10k-images-idx3-ubyte{suffix}", test_images, compress)
+    write_idx(tmp_path / f"t10k-labels-idx1-ubyte{suffix}", test_labels, compress)
+
+    loaded = load_dataset(f"idx:{tmp_path}")
+    assert loaded.images.shape == (10, 1, 5, 4)
+    np.testing.assert_array_equal(loaded.images[:, 0].numpy(), np.concatenate([train_images, test_images]))
+    np.testing.assert_array_equal(loaded.labels, np.concatenate([train_labels, test_labels]))
+    assert loaded.class_names == ["0", "1", "2", "3"]
+
+
+@pytest.mark.parametrize("compress", [True, False])
+def test_truncated_or_foreign_idx_file_is_named(tmp_path, compress):
+    write_idx(tmp_path / "train-labels-idx1-ubyte", np.zeros(6, np.uint8), compress=False)
+    images = tmp_path / ("train-images-idx3-ubyte.gz" if compress else "train-images-idx3-ubyte")
+    write_idx(images, np.zeros((6, 4, 4), np.uint8), compress)
+    images.write_bytes(images.read_bytes()[:-10])
+    with pytest.raises(ValueError, match="truncated") as error:
+        load_dataset(f"idx:{tmp_path}")
+    assert str(images) in str(error.value)
+
+    images.write_bytes(b"\x89PNG not an idx file at all")
+    with pytest.raises(ValueError, match="not an IDX file") as error:
+        load_dataset(f"idx:{tmp_path}")
+    assert str(images) in str(error.value)
+
+
+def test_idx_folder_missing_or_empty(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_dataset(f"idx:{tmp_path / 'nowhere'}")
+    with pytest.raises(FileNotFoundError, match="train-images-idx3-ubyte"):
+        load_dataset(f"idx:{tmp_path}")
+
+
+def test_torchvision_offline_explains_how_to_proceed(tmp_path, monkeypatch):
+    import torchvision.datasets
+
+    class OfflineMNIST(torchvision.datasets.MNIST):
+        def __init__(self, root, train=True, download=False, **kwargs):
+            raise urllib.error.URLError("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr(torchvision.datasets, "MNIST", OfflineMNIST)
+    with pytest.raises(RuntimeError) as error:
+        load_dataset("torchvision:MNIST", cache_dir=str(tmp_path))
+    message = str(error.value)
+    for expected in ("could not download", "offline", str(tmp_path), "idx:<folder>", "mnist5k"):
+        assert expected in message
+    with pytest.raises(ValueError, match="FashionMNIST"):
+        load_dataset("torchvision:NoSuchSet", cache_dir=str(tmp_path))
+
+
+def test_torchvision_arrays_become_uint8_nchw_with_class_names(tmp_path, monkeypatch):
+    import torchvision.datasets
+
+    rng = np.random.default_rng(0)
+    parts = {True: rng.integers(0, 256, (4, 5, 6, 3), dtype=np.uint8),
+             False: rng.integers(0, 256, (2, 5, 6, 3), dtype=np.uint8)}
+
+    class ChannelsLastSet(torchvision.datasets.VisionDataset):  # stored like CIFAR-10
+        classes = ["cat", "dog", "emu"]
+
+        def __init__(self, root, train=True, download=False):
+            super().__init__(root)
+            self.data, self.targets = parts[train], [0, 1, 2, 1][: len(parts[train])]
+
+    monkeypatch.setattr(torchvision.datasets, "ChannelsLastSet", ChannelsLastSet, raising=False)
+    loaded = load_dataset("torchvision:ChannelsLastSet", cache_dir=str(tmp_path))
+    assert loaded.images.shape == (6, 3, 5, 6) and loaded.images.dtype == torch.uint8
+    expected = np.concatenate([parts[True], parts[False]]).transpose(0, 3, 1, 2)
+    np.testing.assert_array_equal(loaded.images.numpy(), expected)
+    assert loaded.labels.tolist() == [0, 1, 2, 1, 0, 1] and loaded.class_names == ["cat", "dog", "emu"]
+
+
+def write_png(path, color, size):
+    Image.new("RGB", size, color).save(path)
+
+
+@pytest.fixture
+def image_folder(tmp_path):
+    root = tmp_path / "faces"
+    for name, color in [("alice", (255, 0, 0)), ("bob", (0, 0, 255)), ("carol", (0, 255, 0))]:
+        (root / name).mkdir(parents=True)
+        for index in range(3):
+            write_png(root / name / f"{index}.png", color, (5 + index, 7))
+    (root / "bob" / "notes.txt").write_text("not an image")
+    Image.new("L", (6, 6), 128).save(root / "carol" / "grey.JPG")  # upper-case suffix, greyscale
+    return root
+
+
+def test_folder_source_loads_and_batches_through_dataloader(image_folder):
+    faces = load_dataset(f"folder:{image_folder}")
+    assert faces.class_names == ["alice", "bob", "carol"]
+    assert len(faces) == 10 and faces.input_shape is None and faces.images is None
+    assert np.bincount(faces.labels).tolist() == [3, 3, 4]
+
+    seen = []
+    for images, labels in batches(faces, 4, device="cpu", image_size=6):
+        assert images.dtype == torch.float32 and images.shape[1:] == (3, 6, 6)
+        assert labels.dtype == torch.int64 and 0 <= images.min() and images.max() <= 1
+        for image, label in zip(images, labels):
+            dominant = image.mean(dim=(1, 2))
+            if label == 0:
+                assert dominant.argmax() == 0  # alice is red
+            elif label == 1:
+                assert dominant.argmax() == 2  # bob is blue
+        seen += labels.tolist()
+    assert sorted(seen) == sorted(faces.labels.tolist())
+
+    with pytest.raises(ValueError, match="image_size"):
+        batches(faces, 4, device="cpu")
+
+
+def test_folder_source_errors_say_what_to_fix(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_dataset(f"folder:{tmp_path / 'missing'}")
+    with pytest.raises(ValueError, match="no class sub-folders"):
+        load_dataset(f"folder:{tmp_path}")
+    (tmp_path / "dave").mkdir()
+    write_png(tmp_path / "dave" / "a.png", (1, 2, 3), (4, 4))
+    (tmp_path / "eve").mkdir()
+    (tmp_path / "eve" / "readme.txt").write_text("x")
+    with pytest.raises(ValueError, match="no images") as error:
+        load_dataset(f"folder:{tmp_path}")
+    assert "eve" in str(error.value)
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_unreadable_image_is_named(image_folder, num_workers):
+    broken = image_folder / "bob" / "broken.png"
+    broken.write_bytes(b"these bytes are not a PNG")
+    faces = load_dataset(f"folder:{image_folder}")
+    with pytest.raises(OSError, match="broken.png"):
+        list(batches(faces, 4, device="cpu", image_size=4, num_workers=num_workers))
+
+
+# --------------------------------------------------------------------------- protocols
+
+def test_closed_split_is_stratified_disjoint_and_keeps_label_ids(twelve_classes):
+    splits = split_dataset(twelve_classes, "closed", (0.6, 0.2, 0.2), seed=3)
+    ids = {name: set(sample_ids(part).tolist()) for name, part in splits.items()}
+    assert sum(map(len, ids.values())) == len(set.union(*ids.values())) == len(twelve_classes)  # a partition
+    class_sizes = np.bincount(twelve_classes.labels)
+    for name, fraction in zip(("train", "val", "test"), (0.6, 0.2, 0.2)):
+        part = splits[name]
+        assert part.class_names == twelve_classes.class_names and part.num_classes == 12
+        assert set(part.labels.tolist()) == set(range(12))
+        # Each sample keeps its original label, and each class gets its share to within one.
+        np.testing.assert_array_equal(part.labels, twelve_classes.labels[sample_ids(part).numpy()])
+        assert np.all(np.abs(np.bincount(part.labels, minlength=12) - fraction * class_sizes) <= 1)
+
+
+def test_closed_split_is_deterministic_per_seed(twelve_classes):
+    def test_ids(seed):
+        return sample_ids(split_dataset(twelve_classes, "closed", seed=seed)["test"]).tolist()
+
+    assert test_ids(0) == test_ids(0)
+    assert test_ids(0) != test_ids(1)
+
+
+def test_open_split_has_disjoint_class_sets_relabelled(twelve_classes):
+    splits = split_dataset(twelve_classes, "open", (0.5, 0.25, 0.25), seed=5)
+    names = {name: set(part.class_names) for name, part in splits.items()}
+    assert [len(names[name]) for name in ("train", "val", "test")] == [6, 3, 3]
+    assert sum(map(len, names.values())) == 12  # disjoint ...
+    assert set.union(*names.values()) == set(twelve_classes.class_names)  # ... and covering
+    for part in splits.values():
+        assert part.class_names == sorted(part.class_names, key=twelve_classes.class_names.index)
+        assert set(part.labels.tolist()) == set(range(part.num_classes))
+        original = twelve_classes.labels[sample_ids(part).numpy()]
+        names_after = [part.class_names[label] for label in part.labels]
+        assert names_after == [twelve_classes.class_names[label] for label in original]
+    assert sum(len(part) for part in splits.values()) == len(twelve_classes)
+
+
+def test_open_split_is_deterministic_per_seed(twelve_classes):
+    def class_sets(seed):
+        splits = split_dataset(twelve_classes, "open", seed=seed)
+        return {name: part.class_names for name, part in splits.items()}
+
+    assert class_sets(7) == class_sets(7)
+    assert class_sets(7) != class_sets(8)
+
+
+def test_split_rejects_bad_requests(twelve_classes):
+    with pytest.raises(ValueError, match="unknown protocol 'ajar'"):
+        split_dataset(twelve_classes, "ajar")
+    with pytest.raises(ValueError, match="summing to 1"):
+        split_dataset(twelve_classes, "closed", (0.6, 0.3, 0.3))
+    with pytest.raises(ValueError, match="class 'class1' has 2 samples"):
+        split_dataset(numbered_set([0] * 10 + [1] * 2), "closed")
+    with pytest.raises(ValueError, match="at least 2 classes") as error:
+        split_dataset(numbered_set(np.arange(5).repeat(3)), "open")
+    assert "this set has 5" in str(error.value)
+
+
+def test_image_set_subset_and_validation():
+    image_set = numbered_set([0, 2, 2, 3, 1])
+    kept = image_set.subset([1, 3, 2], relabel=True)
+    assert kept.labels.tolist() == [0, 1, 0] and kept.class_names == ["class2", "class3"]
+    assert image_set.subset([1, 3], relabel=False).class_names == image_set.class_names
+    with pytest.raises(ValueError, match="exactly one"):
+        ImageSet(np.zeros(1), ["a"])
+    with pytest.raises(ValueError, match="labels must lie"):
+        ImageSet(np.array([0, 1]), ["a"], paths=["x.png", "y.png"])
+
+
+# --------------------------------------------------------------------------- persistence
+
+def test_save_and_load_round_trip_with_manifest(tmp_path, twelve_classes):
+    splits = split_dataset(twelve_classes, "open", seed=2)
+    manifest = save_splits(splits, tmp_path, source="digits", protocol="open", seed=2,
+                           fractions=(0.6, 0.2, 0.2))
+    assert json.loads((tmp_path / "manifest.json").read_text()) == manifest
+    assert manifest["source"] == "digits" and manifest["seed"] == 2 and manifest["fractions"] == [0.6, 0.2, 0.2]
+    loaded = load_splits(tmp_path)
+    for name, part in splits.items():
+        entry = manifest["splits"][name]
+        assert entry["sha256"] == hashlib.sha256((tmp_path / f"{name}.pt").read_bytes()).hexdigest()
+        assert (entry["num_samples"], entry["num_classes"]) == (len(part), part.num_classes)
+        assert entry["class_names"] == part.class_names
+        assert torch.equal(loaded[name].images, part.images)
+        np.testing.assert_array_equal(loaded[name].labels, part.labels)
+        assert loaded[name].class_names == part.class_names
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_folder_splits_round_trip_as_paths(tmp_path, image_folder):
+    splits = split_dataset(load_dataset(f"folder:{image_folder}"), "closed", (0.34, 0.33, 0.33))
+    save_splits(splits, tmp_path / "out", source="folder", protocol="closed", seed=0,
+                fractions=(0.34, 0.33, 0.33))
+    assert load_splits(tmp_path / "out")["val"].paths == splits["val"].paths
+
+
+def test_tampered_or_missing_split_file_is_detected(tmp_path, twelve_classes):
+    splits = split_dataset(twelve_classes, "closed")
+    save_splits(splits, tmp_path, source="x", protocol="closed", seed=0, fractions=(0.6, 0.2, 0.2))
+    tampered = splits["val"].subset(np.arange(len(splits["val"]) - 1), relabel=False)
+    torch.save({"labels": torch.from_numpy(tampered.labels), "class_names": tampered.class_names,
+                "images": tampered.images, "paths": None}, tmp_path / "val.pt")
+    with pytest.raises(ValueError, match="checksum.*rerun the prepare stage") as error:
+        load_splits(tmp_path)
+    assert "val.pt" in str(error.value)
+    (tmp_path / "val.pt").unlink()
+    with pytest.raises(FileNotFoundError, match="rerun the prepare stage"):
+        load_splits(tmp_path)
+
+
+# --------------------------------------------------------------------------- batching
+
+def test_batches_cover_each_sample_once_with_values_in_unit_range():
+    image_set = numbered_set(np.arange(103) % 4)
+    seen = []
+    generator = torch.Generator().manual_seed(0)
+    for images, labels in batches(image_set, 16, device="cpu", shuffle=True, generator=generator):
+        assert images.dtype == torch.float32 and labels.dtype == torch.int64
+        assert images.shape[1:] == (1, 2, 2) and 0 <= images.min() and images.max() <= 1
+        ids = ids_from_floats(images)
+        assert labels.tolist() == (ids % 4).tolist()  # labels travel with their images
+        seen += ids.tolist()
+    assert sorted(seen) == list(range(103)) and seen != list(range(103))
+
+    sizes = [len(labels) for _, labels in batches(image_set, 16, device="cpu", drop_last=True)]
+    assert sizes == [16] * 6
+    unshuffled = torch.cat([ids_from_floats(images) for images, _ in batches(image_set, 50, device="cpu")])
+    assert unshuffled.tolist() == list(range(103))
+
+
+def test_batches_shuffle_deterministically_with_a_seeded_generator():
+    image_set = numbered_set(np.zeros(64, dtype=int))
+
+    def epoch_order(generator):
+        epoch = batches(image_set, 10, device="cpu", shuffle=True, generator=generator)
+        return torch.cat([ids_from_floats(images) for images, _ in epoch]).tolist()
+
+    assert epoch_order(torch.Generator().manual_seed(4)) == epoch_order(torch.Generator().manual_seed(4))
+    assert epoch_order(torch.Generator().manual_seed(4)) != epoch_order(torch.Generator().manual_seed(5))
+    generator = torch.Generator().manual_seed(4)
+    assert epoch_order(generator) != epoch_order(generator)  # each epoch draws a fresh permutation
+
+
+def test_batches_resize_in_memory_images_on_request():
+    digits = numbered_set(np.arange(5) % 2)
+    images, _ = next(batches(digits, 5, device="cpu", image_size=8))
+    assert images.shape == (5, 1, 8, 8) and 0 <= images.min() and images.max() <= 1

@@ -1,0 +1,100 @@
+"""The training loop on real data: accuracy reached, divergence kept, callback stops, determinism, checkpoints."""
+
+import math
+
+import pytest
+import torch
+
+import study.training as training
+from study.config import ModelConfig, TrainConfig
+from study.data import load_dataset, split_dataset
+from study.losses import LOSSES
+from study.training import build_modules, evaluate, load_checkpoint, save_checkpoint, train
+
+MLP = ModelConfig(name="mlp", embedding_size=32)
+FAST = TrainConfig(epochs=8, batch_size=64, lr=0.01, eval_every=40, device="cpu")
+HISTORY_KEYS = {"iteration", "epoch", "train_loss", "s", "theta_med_deg", "cos_target_mean", "cos_nontarget_mean",
+                "accuracy", "precision_at_1", "r_precision", "map_at_r", "seconds"}
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return split_dataset(load_dataset("digits"), "closed", (0.6, 0.2, 0.2), seed=0)
+
+
+LOSS_SETTINGS = [("softmax", {}), ("normface", {"s": 16.0}), ("cosface", {"s": 30.0, "m": 0.2}),
+                 ("arcface", {"s": 30.0, "m": 0.3}), ("fixed_adacos", {}), ("dynamic_adacos", {})]
+
+
+@pytest.mark.parametrize("loss_name, hyperparameters", LOSS_SETTINGS)
+def test_every_loss_reaches_90_percent_test_accuracy_on_digits(digits, loss_name, hyperparameters):
+    result = train(digits, loss_name=loss_name, hyperparameters=hyperparameters, model_config=MLP, config=FAST,
+                   progress=False)
+    assert result.status == "completed", result.reason
+    test = evaluate(result.model, result.loss, digits, "test", FAST, torch.device("cpu"))
+    assert test["accuracy"] >= 0.90, (loss_name, test)
+    assert HISTORY_KEYS <= set(result.final)
+    assert result.history[0]["iteration"] == 0 and result.final["iteration"] == result.iterations
+
+
+def test_all_losses_are_covered_by_the_accuracy_test():
+    assert {name for name, _ in LOSS_SETTINGS} == set(LOSSES)
+
+
+def test_a_non_finite_loss_stops_the_run_as_diverged_and_keeps_the_history(digits, monkeypatch):
+    real_build = training.build_modules
+
+    def build_with_a_loss_that_blows_up(*args, **kwargs):
+        model, loss = real_build(*args, **kwargs)
+        real_forward, calls = loss.forward, {"n": 0}
+
+        def forward(embeddings, labels):
+            calls["n"] += 1
+            value = real_forward(embeddings, labels)
+            return value * math.nan if calls["n"] == 45 else value
+
+        loss.forward = forward
+        return model, loss
+
+    monkeypatch.setattr(training, "build_modules", build_with_a_loss_that_blows_up)
+    result = train(digits, loss_name="arcface", hyperparameters={"s": 30.0, "m": 0.3}, model_config=MLP,
+                   config=FAST.replace(eval_every=20), progress=False)
+    assert result.status == "diverged"
+    assert "iteration 45" in result.reason and "nan" in result.reason
+    assert result.iterations == 44
+    assert [row["iteration"] for row in result.history] == [0, 20, 40]
+
+
+def test_the_callback_sees_each_evaluation_and_can_stop_the_run(digits):
+    seen = []
+
+    def stop_at_60(row):
+        seen.append(row["iteration"])
+        return row["iteration"] >= 60
+
+    result = train(digits, loss_name="fixed_adacos", model_config=MLP, config=FAST.replace(eval_every=20),
+                   callback=stop_at_60, progress=False)
+    assert result.status == "stopped" and result.iterations == 60
+    assert seen == [0, 20, 40, 60]
+
+
+def test_same_seed_same_run_other_seed_other_run_on_cpu(digits):
+    config = FAST.replace(epochs=2, eval_every=10)
+    runs = [train(digits, loss_name="dynamic_adacos", model_config=MLP, config=config.replace(seed=seed),
+                  progress=False) for seed in (0, 0, 1)]
+    strip = [[{k: v for k, v in row.items() if k != "seconds"} for row in run.history] for run in runs]
+    assert strip[0] == strip[1]
+    assert strip[0] != strip[2]
+
+
+def test_checkpoint_restores_backbone_and_dynamic_scale(digits, tmp_path):
+    config = FAST.replace(epochs=2)
+    result = train(digits, loss_name="dynamic_adacos", model_config=MLP, config=config, progress=False)
+    save_checkpoint(result, tmp_path / "run.pt", loss="dynamic_adacos")
+    model, loss = build_modules(MLP, "dynamic_adacos", {}, digits["train"].num_classes, (1, 8, 8))
+    assert float(loss.s) != float(result.loss.s)
+    assert load_checkpoint(tmp_path / "run.pt", model, loss) == {"loss": "dynamic_adacos"}
+    assert float(loss.s) == float(result.loss.s)
+    device = torch.device("cpu")
+    assert evaluate(model, loss, digits, "test", config, device) == evaluate(result.model, result.loss, digits,
+                                                                             "test", config, device)
