@@ -1,0 +1,129 @@
+"""The search layer: resuming, what counts toward the budget, failed trials, study identity, samplers."""
+
+import math
+
+import optuna
+import pytest
+
+import study.search as search
+from study.config import StudyParams
+from study.data import load_dataset, split_dataset
+from study.training import RunResult
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def params_with(**sections) -> StudyParams:
+    base = {"data": {"dataset": "digits"}, "model": {"name": "mlp", "embedding_size": 16},
+            "train": {"epochs": 1, "batch_size": 128, "eval_every": 5, "device": "cpu", "lr": 0.01},
+            "search": {"n_trials": 3}}
+    for name, values in sections.items():
+        base[name] = {**base.get(name, {}), **values}
+    return StudyParams.from_dict(base)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return split_dataset(load_dataset("digits"), "closed", (0.6, 0.2, 0.2), seed=0)
+
+
+def test_a_resumed_search_keeps_its_trials_and_runs_only_the_missing_ones(digits, tmp_path):
+    params = params_with()
+    first = search.open_study("arcface", params, tmp_path, len(digits["train"]), seed=0)
+    search.run_search(first, "arcface", params, digits)
+    first_points = [t.params for t in first.trials]
+    assert len(first_points) == 3
+
+    bigger = params_with(search={"n_trials": 5})
+    assert search.study_name("arcface", bigger) == first.study_name
+    resumed = search.open_study("arcface", bigger, tmp_path, len(digits["train"]), seed=0)
+    search.run_search(resumed, "arcface", bigger, digits)
+    assert [t.params for t in resumed.trials][:3] == first_points
+    assert search.count_trials(resumed, search.FINISHED) == 5
+    # The resumed sampler does not draw the first points again.
+    assert not any(t.params in first_points for t in resumed.trials[3:])
+
+    table = search.trials_table("arcface", resumed, "accuracy")
+    assert list(table["state"]) == ["COMPLETE"] * 5
+    assert (table["seconds"] > 0).all() and (table["iterations"] == 8).all() and set(table["device"]) == {"cpu"}
+    assert table["s"].between(1, 128).all() and table["m"].between(0, 1).all()
+    history = search.history_table("arcface", resumed)
+    assert sorted(history["trial"].unique()) == [0, 1, 2, 3, 4]
+    best = search.best_trial("arcface", resumed, "accuracy")
+    assert best["value"] == table["value"].max()
+
+
+def test_changing_what_a_trial_means_starts_a_new_study():
+    base = params_with()
+    assert search.study_name("arcface", params_with(train={"lr": 0.02})) != search.study_name("arcface", base)
+    assert search.study_name("arcface", params_with(search={"s_range": [2.0, 64.0]})) != search.study_name("arcface", base)
+    assert search.study_name("cosface", base) != search.study_name("arcface", base)
+    assert search.study_name("arcface", params_with(search={"n_trials": 50, "storage": "sqlite:///x.db"})) == \
+        search.study_name("arcface", base)
+
+
+def fake_train(statuses):
+    """A stand-in for training that returns the given statuses in turn, so the test controls failures."""
+    calls = iter(statuses)
+
+    def train(sets, *, loss_name, hyperparameters, callback=None, **_):
+        status = next(calls)
+        history = [{"iteration": 0, "accuracy": 0.1}, {"iteration": 10, "accuracy": hyperparameters["m"]}]
+        if callback:
+            for row in history:
+                callback(row)
+        reason = "non-finite loss (nan) at iteration 7" if status == "diverged" else ""
+        return RunResult(status=status, reason=reason, history=history, iterations=10, seconds=0.5, device="cpu")
+
+    return train
+
+
+def test_diverged_trials_are_failed_with_their_reason_and_do_not_count(digits, tmp_path, monkeypatch):
+    monkeypatch.setattr(search, "train", fake_train(["completed", "diverged", "completed", "diverged", "completed"]))
+    params = params_with()
+    study = search.open_study("arcface", params, tmp_path, len(digits["train"]), seed=0)
+    search.run_search(study, "arcface", params, digits)
+    table = search.trials_table("arcface", study, "accuracy")
+    assert list(table["state"]) == ["COMPLETE", "FAIL", "COMPLETE", "FAIL", "COMPLETE"]
+    failed = table[table["state"] == "FAIL"]
+    assert (failed["status"] == "diverged").all() and failed["reason"].str.contains("iteration 7").all()
+    assert failed["value"].isna().all()
+
+
+def test_too_many_failures_stop_with_a_clear_error_and_keep_the_trials(digits, tmp_path, monkeypatch):
+    monkeypatch.setattr(search, "train", fake_train(["diverged"] * 10))
+    params = params_with(search={"max_failed_trials": 2})
+    study = search.open_study("arcface", params, tmp_path, len(digits["train"]), seed=0)
+    with pytest.raises(RuntimeError, match="max_failed_trials"):
+        search.run_search(study, "arcface", params, digits)
+    assert search.count_trials(study, (optuna.trial.TrialState.FAIL,)) == 3
+    with pytest.raises(RuntimeError, match="no trial .* completed"):
+        search.best_trial("arcface", study, "accuracy")
+
+
+def test_pruned_trials_count_toward_the_budget(digits, tmp_path, monkeypatch):
+    monkeypatch.setattr(search, "train", fake_train(["stopped", "completed", "stopped"]))
+    params = params_with()
+    study = search.open_study("arcface", params, tmp_path, len(digits["train"]), seed=0)
+    search.run_search(study, "arcface", params, digits)
+    assert [t.state.name for t in study.trials] == ["PRUNED", "COMPLETE", "PRUNED"]
+
+
+def test_grid_sampler_covers_its_grid_and_stops(digits, tmp_path, monkeypatch):
+    monkeypatch.setattr(search, "train", fake_train(["completed"] * 10))
+    params = params_with(search={"sampler": "grid", "grid_points": 2, "n_trials": 10})
+    study = search.open_study("arcface", params, tmp_path, len(digits["train"]), seed=0)
+    search.run_search(study, "arcface", params, digits)
+    points = sorted((round(t.params["s"], 6), t.params["m"]) for t in study.trials)
+    assert points == [(1.0, 0.0), (1.0, 1.0), (128.0, 0.0), (128.0, 1.0)]
+
+
+@pytest.mark.parametrize("sampler", ["random", "qmc", "tpe"])
+def test_samplers_stay_inside_the_search_space(digits, tmp_path, monkeypatch, sampler):
+    monkeypatch.setattr(search, "train", fake_train(["completed"] * 6))
+    params = params_with(search={"sampler": sampler, "n_trials": 6, "s_range": [2.0, 8.0],
+                                 "m_range": {"arcface": [0.1, 0.2]}})
+    study = search.open_study("arcface", params, tmp_path, len(digits["train"]), seed=0)
+    search.run_search(study, "arcface", params, digits)
+    assert all(2.0 <= t.params["s"] <= 8.0 and 0.1 <= t.params["m"] <= 0.2 for t in study.trials)
+    assert all(not math.isnan(t.value) for t in study.trials)
