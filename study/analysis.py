@@ -244,12 +244,17 @@ class StudyAnalysis:
     confidence: float
     methods: list[str]  # display order: the baselines, then each searched loss's tuned method, then any other
     searched_losses: list[str]
-    search_summary: pd.DataFrame  # loss, trials, complete, pruned, failed, running, seconds, seconds_per_completed_trial, best_trial, best_value, best_s, best_m
-    expected_best: pd.DataFrame  # loss, n, expected_best, low, high, seconds
+    # loss, trials (finished), complete, pruned, failed, running, seconds, seconds_per_completed_trial,
+    # best_trial, best_value, best_s, best_m
+    search_summary: pd.DataFrame
+    # loss, n, expected_best, low, high, seconds (n × the device-seconds per completed trial, the pruned
+    # and failed trials' cost shared out over the completed ones: what n completed trials really cost)
+    expected_best: pd.DataFrame
     reference_bands: pd.DataFrame  # method, mean, low, high, seeds, seconds
     break_even: pd.DataFrame  # loss, target, trials, seconds, reached, max_trials
     final: pd.DataFrame  # method, metric, mean, std, n, higher_is_better
     costs: pd.DataFrame  # method, loss, runs, diverged, tuning_trials, tuning_seconds, run_seconds
+    run_scores: pd.DataFrame  # method, seed, status, val_score, test_<metric>...: one row per final run
     differences: pd.DataFrame  # method, metric, difference, low, high, p_value, significant, higher_is_better
     best_final_val: float  # the best method's mean final val score: what the convergence targets are fractions of
     best_final_method: str | None
@@ -270,7 +275,7 @@ def higher_is_better(metric: str) -> bool:
 
 
 def fixed_scale_of(num_classes: int | None) -> float | None:
-    """AdaCos's s_f = √2·ln(C−1), or None where C is unknown or below 3 (kept here so the analysis needs no torch)."""
+    """AdaCos's s_f = √2·ln(C−1), or None where C is unknown or below 3 (as study.losses, without torch)."""
     if num_classes is None or num_classes < 3:
         return None
     return math.sqrt(2.0) * math.log(num_classes - 1)
@@ -489,6 +494,12 @@ def _landscape(trials: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def _run_scores(runs: pd.DataFrame) -> pd.DataFrame:
+    """Each final run's status, val score and test metrics (NaN where it diverged), for per-seed plots."""
+    columns = ["method", "seed", "status", "val_score"] + [c for c in runs.columns if c.startswith(TEST_PREFIX)]
+    return runs.reindex(columns=columns).reset_index(drop=True)
+
+
 def _primary_loss(searched_losses: list[str]) -> str | None:
     """ArcFace when it was searched (the study's question is about it), else the first searched loss."""
     if "arcface" in searched_losses:
@@ -508,7 +519,7 @@ def _difference_facts(differences: pd.DataFrame, method: str, metric: str, prefi
 
 
 def _verdict_facts(objective: str, searched_losses, final, costs, differences, break_even_table, summary,
-                   convergence, targets, reference_bands) -> dict:
+                   convergence, targets, reference_bands, default_hyperparameters: dict) -> dict:
     """The numbers the verdict states, in one flat dict (NaN / None where a method or number is absent)."""
     metric = f"{TEST_PREFIX}{objective}"
     loss = _primary_loss(searched_losses)
@@ -539,6 +550,8 @@ def _verdict_facts(objective: str, searched_losses, final, costs, differences, b
         "tuned_test_mean": test_mean(tuned),
         **_difference_facts(differences, tuned, metric, "tuned"),
         "default_method": "arcface_default", "default_present": bool((costs["method"] == "arcface_default").any()),
+        "default_s": default_hyperparameters.get("s", math.nan),
+        "default_m": default_hyperparameters.get("m", math.nan),
         "default_test_mean": test_mean("arcface_default"),
         "default_runs": int(cost("arcface_default", "runs", 0)),
         "default_diverged": int(cost("arcface_default", "diverged", 0)),
@@ -562,7 +575,10 @@ def _verdict_facts(objective: str, searched_losses, final, costs, differences, b
     })
     for key in ("break_even_trials", "break_even_seconds"):  # plain numbers or None, never numpy scalars or NaN
         value = facts[key]
-        facts[key] = None if value is None or pd.isna(value) else (int(value) if key.endswith("trials") else float(value))
+        if value is None or pd.isna(value):
+            facts[key] = None
+        else:
+            facts[key] = int(value) if key.endswith("trials") else float(value)
     return facts
 
 
@@ -586,12 +602,16 @@ def analyse_study(trials: pd.DataFrame, runs: pd.DataFrame, history: pd.DataFram
     expected, even = _tuning_budget(trials, summary, float(target.iloc[0]) if len(target) else math.nan, config)
     final, costs, differences = _final_tables(runs, methods, summary, config)
     best, best_method, targets, per_run, per_method = _convergence_tables(runs, history, objective, methods, config)
+    default_runs = runs[runs["method"] == "arcface_default"].reindex(columns=["s", "m"])
+    default_hyperparameters = {key: float(value) for key, value in default_runs.iloc[0].items()} if len(
+        default_runs) else {}
     facts = _verdict_facts(objective, searched_losses, final, costs, differences, even, summary, per_method,
-                           targets, bands)
+                           targets, bands, default_hyperparameters)
     return StudyAnalysis(
         objective=objective, confidence=config.confidence, methods=methods, searched_losses=searched_losses,
         search_summary=summary, expected_best=expected, reference_bands=bands, break_even=even, final=final,
-        costs=costs, differences=differences, best_final_val=best, best_final_method=best_method, targets=targets,
+        costs=costs, differences=differences, run_scores=_run_scores(runs), best_final_val=best,
+        best_final_method=best_method, targets=targets,
         convergence_runs=per_run, convergence=per_method, curves=_curves(history, objective, methods, config),
         angles=_angles(history, methods), landscape=_landscape(trials), num_classes=num_classes,
         s_f=fixed_scale_of(num_classes), verdict_facts=facts,

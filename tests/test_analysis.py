@@ -8,16 +8,20 @@ import pytest
 from scipy import stats
 
 from study.analysis import (
+    analyse_study,
     break_even,
     convergence_targets,
     crossing_iteration,
     difference_ci,
     expected_best_after_n_trials,
     expected_best_band,
+    fixed_scale_of,
+    higher_is_better,
     iterations_to_target,
     mean_ci,
     summarise_runs,
 )
+from study.config import AnalysisConfig
 
 
 def brute_force_expected_max(scores, n_draws):
@@ -404,3 +408,249 @@ def test_summarise_runs_custom_group_and_missing_column():
     assert list(summary["mean"]) == [2.0, 2.0]
     with pytest.raises(KeyError):
         summarise_runs(runs, ["missing"], group="loss")
+
+
+# =======================================================================================
+# The whole study: analyse_study on hand-made frames whose answers are known
+# =======================================================================================
+
+STUDY_CONFIG = AnalysisConfig.from_dict({"n_bootstrap": 200, "convergence_targets": [0.95, 0.99]})
+STEPS = [0, 10, 20, 30, 40]
+# Val curves per (method, seed); the final val score of a run is its curve's last point.
+CURVES = {
+    ("fixed_adacos", 0): [0.1, 0.5, 0.96, 0.99, 0.99],  # 95% target (0.95) at 20, 99% (0.99) at 30
+    ("fixed_adacos", 1): [0.1, 0.95, 0.97, 0.98, 0.98],  # at 10; never 0.99
+    ("fixed_adacos", 2): [0.1, 0.6, 0.9, 0.96, 0.995],  # at 30; 0.99 at 40
+    ("arcface_tuned", 0): [0.2, 0.7, 0.9, 0.99, 1.0],
+    ("arcface_tuned", 1): [0.2, 0.7, 0.94, 0.99, 1.0],
+    ("arcface_tuned", 2): [0.2, 0.6, 0.9, 0.97, 1.0],
+    ("softmax", 0): [0.1, 0.3, 0.6, 0.8, 0.949],  # never reaches 0.95 …
+    ("softmax", 1): [0.1, 0.3, 0.6, 0.9, 0.96],  # … except this seed, at 40
+    ("softmax", 2): [0.1, 0.3, 0.6, 0.8, 0.9],
+    ("arcface_default", 0): [0.1, 0.4, 0.7, 0.9, 0.93],
+    ("arcface_default", 1): [0.1, 0.4, 0.7, np.nan, np.nan],  # diverged
+}
+
+
+def study_frames(trial_values=(0.90, 0.95, 0.97), tests=None):
+    """Trials of one ArcFace search, evaluated runs and their val curves, built from the tables above."""
+    trials = pd.DataFrame(
+        {"loss": "arcface", "trial": range(len(trial_values) + 3),
+         "state": ["COMPLETE"] * len(trial_values) + ["FAIL", "PRUNED", "RUNNING"],
+         "s": [4.0 * (i + 1) for i in range(len(trial_values) + 3)],
+         "m": [0.1 * (i + 1) for i in range(len(trial_values) + 3)],
+         "value": [*trial_values, np.nan, np.nan, np.nan],
+         "seconds": [10.0 * (i + 1) for i in range(len(trial_values))] + [5.0, 15.0, np.nan]})
+    tests = tests or {}
+    runs, history = [], []
+    for (method, seed), curve in CURVES.items():
+        diverged = bool(np.isnan(curve[-1]))
+        test = tests.get((method, seed), np.nan if diverged else curve[-1] - 0.01)
+        runs.append({"method": method, "loss": method.split("_")[0], "seed": seed, "val_score": curve[-1],
+                     "status": "diverged" if diverged else "completed", "seconds": 100.0 + seed,
+                     "s": 64.0 if method == "arcface_default" else np.nan,
+                     "m": 0.5 if method == "arcface_default" else np.nan,
+                     "test_accuracy": test, "test_eer": np.nan if diverged else 0.1 + 0.01 * seed})
+        for step, score in zip(STEPS, curve):
+            history.append({"method": method, "seed": seed, "iteration": step, "accuracy": score,
+                            "theta_med_deg": 80.0 - step - seed, "cos_nontarget_mean": 0.01 * seed,
+                            "s": 3.0 + seed if method == "fixed_adacos" else np.nan})
+    return trials, pd.DataFrame(runs), pd.DataFrame(history)
+
+
+def closed_form_expected_best(values, n):
+    ordered = sorted(values)
+    count = len(ordered)
+    return sum(v * ((i / count) ** n - ((i - 1) / count) ** n) for i, v in enumerate(ordered, start=1))
+
+
+def test_study_break_even_matches_the_closed_form():
+    trials, runs, history = study_frames()
+    runs.loc[runs["method"] == "fixed_adacos", "val_score"] = [0.94, 0.95, 0.96]
+    analysis = analyse_study(trials, runs, history, "accuracy", STUDY_CONFIG, num_classes=10)
+    target = 0.95  # Fixed AdaCos's mean final val score
+    first = next(n for n in range(1, 4) if closed_form_expected_best([0.90, 0.95, 0.97], n) >= target - 1e-12)
+    assert first == 2  # n = 1: the mean 0.94; n = 2: (0.90 + 3·0.95 + 5·0.97) / 9 = 0.9556
+    # The search spent 10 + 20 + 30 s on its completed trials and 5 + 15 s on a failed and a pruned one;
+    # the RUNNING trial left no cost. Each completed trial costs its share of all of it.
+    per_trial = (60.0 + 20.0) / 3
+    row = analysis.break_even.iloc[0]
+    curve = analysis.expected_best
+    for n in range(1, 4):
+        assert curve.loc[curve["n"] == n, "expected_best"].item() == pytest.approx(
+            closed_form_expected_best([0.90, 0.95, 0.97], n))
+        assert curve.loc[curve["n"] == n, "expected_best"].item() == pytest.approx(
+            brute_force_expected_max([0.90, 0.95, 0.97], n))
+    np.testing.assert_allclose(curve["seconds"], per_trial * np.arange(1, 4))
+    assert (curve["low"] <= curve["expected_best"] + 1e-12).all()
+    assert (curve["expected_best"] <= curve["high"] + 1e-12).all()
+    assert row["reached"] and row["trials"] == first and row["max_trials"] == 3
+    assert row["seconds"] == pytest.approx(first * per_trial)
+    assert row["target"] == pytest.approx(target)
+    assert analysis.verdict_facts["reference_val_mean"] == pytest.approx(target)
+
+
+def test_study_break_even_at_a_known_n():
+    # Fixed AdaCos's mean val is 0.98833; with trials [0.95, 0.98, 0.999] the closed form first reaches it at n = 3.
+    values = [0.95, 0.98, 0.999]
+    target = np.mean([0.99, 0.98, 0.995])
+    expected = [closed_form_expected_best(values, n) for n in (1, 2, 3)]
+    assert expected[1] < target <= expected[2]
+    trials, runs, history = study_frames(values)
+    row = analyse_study(trials, runs, history, "accuracy", STUDY_CONFIG).break_even.iloc[0]
+    assert row["reached"] and row["trials"] == 3
+    assert row["seconds"] == pytest.approx(3 * 80.0 / 3)
+
+
+def test_study_break_even_not_reached():
+    trials, runs, history = study_frames((0.90, 0.95, 0.97))
+    analysis = analyse_study(trials, runs, history, "accuracy", STUDY_CONFIG)
+    row = analysis.break_even.iloc[0]
+    assert not row["reached"] and row["trials"] is None and row["max_trials"] == 3
+    assert analysis.verdict_facts["break_even_reached"] is False
+
+
+def test_study_search_summary_and_tuning_cost():
+    trials, runs, history = study_frames()
+    analysis = analyse_study(trials, runs, history, "accuracy", STUDY_CONFIG)
+    search = analysis.search_summary.iloc[0]
+    counts = (search["trials"], search["complete"], search["pruned"], search["failed"], search["running"])
+    assert counts == (5, 3, 1, 1, 1)
+    assert search["best_value"] == 0.97 and search["best_s"] == 12.0
+    costs = analysis.costs.set_index("method")
+    assert costs.loc["arcface_tuned", "tuning_trials"] == 5
+    assert costs.loc["arcface_tuned", "tuning_seconds"] == pytest.approx(80.0)
+    assert costs.loc["fixed_adacos", "tuning_trials"] == 0 and costs.loc["fixed_adacos", "tuning_seconds"] == 0
+    assert costs.loc["arcface_default", "diverged"] == 1
+    assert costs.loc["fixed_adacos", "run_seconds"] == pytest.approx(101.0)
+    landscape = analysis.landscape
+    assert set(landscape["state"]) == {"COMPLETE", "FAIL", "PRUNED"}  # the interrupted trial is left out
+    assert landscape.loc[landscape["best"], "value"].tolist() == [0.97]
+
+
+def test_study_reference_bands_are_t_intervals():
+    trials, runs, history = study_frames()
+    bands = analyse_study(trials, runs, history, "accuracy", STUDY_CONFIG).reference_bands.set_index("method")
+    assert list(bands.index) == ["fixed_adacos", "softmax", "arcface_default"]  # baselines present, in order
+    values = np.array([0.99, 0.98, 0.995])
+    low, high = stats.t.interval(0.95, len(values) - 1, loc=values.mean(), scale=stats.sem(values))
+    assert bands.loc["fixed_adacos", "mean"] == pytest.approx(values.mean())
+    assert bands.loc["fixed_adacos", "low"] == pytest.approx(low)
+    assert bands.loc["fixed_adacos", "high"] == pytest.approx(high)
+    assert bands.loc["arcface_default", "seeds"] == 1  # the diverged seed is left out
+    assert np.isnan(bands.loc["arcface_default", "low"])
+    assert bands.loc["fixed_adacos", "seconds"] == pytest.approx(101.0)
+
+
+def test_study_differences_match_scipy_welch():
+    tuned = {("arcface_tuned", 0): 0.991, ("arcface_tuned", 1): 0.989, ("arcface_tuned", 2): 0.993}
+    trials, runs, history = study_frames(tests=tuned)
+    analysis = analyse_study(trials, runs, history, "accuracy", STUDY_CONFIG)
+    row = analysis.differences.set_index(["method", "metric"]).loc[("arcface_tuned", "test_accuracy")]
+    a = np.array(list(tuned.values()))
+    b = np.array([0.99, 0.98, 0.995]) - 0.01
+    reference = stats.ttest_ind(a, b, equal_var=False)
+    interval = reference.confidence_interval(0.95)
+    assert row["difference"] == pytest.approx(a.mean() - b.mean())
+    assert row["low"] == pytest.approx(interval.low) and row["high"] == pytest.approx(interval.high)
+    assert row["p_value"] == pytest.approx(reference.pvalue)
+    assert row["significant"] == (interval.low > 0 or interval.high < 0)
+    facts = analysis.verdict_facts
+    assert facts["tuned_difference"] == pytest.approx(a.mean() - b.mean())
+    assert facts["tuned_significant"] == row["significant"]
+
+
+def test_study_final_metrics_and_direction():
+    trials, runs, history = study_frames()
+    analysis = analyse_study(trials, runs, history, "accuracy", STUDY_CONFIG)
+    final = analysis.final.set_index(["method", "metric"])
+    assert final.loc[("arcface_default", "test_accuracy"), "n"] == 1  # the diverged run has no metrics
+    assert final.loc[("softmax", "test_accuracy"), "mean"] == pytest.approx(np.mean([0.949, 0.96, 0.9]) - 0.01)
+    assert final.loc[("softmax", "test_accuracy"), "std"] == pytest.approx(np.std([0.949, 0.96, 0.9], ddof=1))
+    assert not final.loc[("softmax", "test_eer"), "higher_is_better"]
+    assert final.loc[("softmax", "test_accuracy"), "higher_is_better"]
+    assert not higher_is_better("eer") and higher_is_better("test_map_at_r")
+    assert list(dict.fromkeys(analysis.final["method"])) == ["fixed_adacos", "softmax", "arcface_default",
+                                                             "arcface_tuned"]
+    assert "fixed_adacos" not in set(analysis.differences["method"])
+
+
+def test_study_convergence_on_hand_made_curves():
+    trials, runs, history = study_frames()
+    analysis = analyse_study(trials, runs, history, "accuracy", STUDY_CONFIG)
+    # Method means of the final val score: Fixed AdaCos 0.98833, tuned ArcFace 1.0 (the best), softmax 0.93633.
+    assert analysis.best_final_method == "arcface_tuned" and analysis.best_final_val == pytest.approx(1.0)
+    assert analysis.targets == {0.95: pytest.approx(0.95), 0.99: pytest.approx(0.99)}
+    table = analysis.convergence.set_index(["method", "fraction"])
+    assert table.loc[("fixed_adacos", 0.95), "median_iteration"] == 20  # median of 20, 10, 30
+    assert table.loc[("fixed_adacos", 0.99), "median_iteration"] == 40  # 30, never, 40: never counts as slowest
+    assert table.loc[("fixed_adacos", 0.99), "seeds_reached"] == 2
+    assert table.loc[("arcface_tuned", 0.95), "median_iteration"] == 30
+    # Softmax reaches 95% with one seed of three: the median is "not reached".
+    assert np.isnan(table.loc[("softmax", 0.95), "median_iteration"])
+    assert table.loc[("softmax", 0.95), "seeds_reached"] == 1 and table.loc[("softmax", 0.95), "seeds"] == 3
+    runs_table = analysis.convergence_runs.set_index(["method", "seed", "fraction"])
+    assert runs_table.loc[("softmax", 1, 0.95), "iteration"] == 40
+    assert np.isnan(runs_table.loc[("softmax", 0, 0.95), "iteration"])  # 0.949 is not 0.95
+    facts = analysis.verdict_facts
+    assert facts["reference_iterations"] == 20 and facts["tuned_iterations"] == 30
+    assert facts["convergence_fraction"] == 0.95
+
+
+def test_study_convergence_best_is_the_best_mean_not_the_best_seed():
+    trials, runs, history = study_frames()
+    # One lucky seed (0.999) in a method whose mean is low must not set the targets.
+    runs.loc[(runs["method"] == "softmax") & (runs["seed"] == 0), "val_score"] = 0.999
+    runs.loc[runs["method"] == "arcface_tuned", "val_score"] = 0.97
+    analysis = analyse_study(trials, runs, history, "accuracy", STUDY_CONFIG)
+    means = runs.groupby("method")["val_score"].mean()
+    assert analysis.best_final_method == means.idxmax() == "fixed_adacos"
+    assert analysis.best_final_val == pytest.approx(means.max())
+
+
+def test_study_curves_and_angles_over_seeds():
+    trials, runs, history = study_frames()
+    analysis = analyse_study(trials, runs, history, "accuracy", STUDY_CONFIG)
+    curves = analysis.curves.set_index(["method", "iteration"])
+    values = np.array([0.96, 0.97, 0.9])
+    low, high = stats.t.interval(0.95, 2, loc=values.mean(), scale=stats.sem(values))
+    row = curves.loc[("fixed_adacos", 20)]
+    assert row["mean"] == pytest.approx(values.mean()) and row["n"] == 3
+    assert (row["low"], row["high"]) == (pytest.approx(low), pytest.approx(high))
+    # After the divergence only one ArcFace-default seed is left: its value, no interval.
+    row = curves.loc[("arcface_default", 30)]
+    assert row["mean"] == pytest.approx(0.9) and row["n"] == 1 and np.isnan(row["low"])
+    angles = analysis.angles.set_index(["method", "iteration"])
+    assert angles.loc[("fixed_adacos", 10), "theta_med_deg"] == pytest.approx(np.mean([70.0, 69.0, 68.0]))
+    assert angles.loc[("fixed_adacos", 10), "s"] == pytest.approx(4.0)
+    assert angles.loc[("softmax", 10), "cos_nontarget_mean"] == pytest.approx(0.01)
+    assert np.isnan(angles.loc[("softmax", 10), "s"])
+
+
+def test_fixed_scale_matches_the_loss_and_the_published_values():
+    from study.losses import fixed_adacos_scale
+
+    for classes, published in ((10, 3.107), (16, 3.829), (100, 6.499), (10_575, 13.10)):
+        assert fixed_scale_of(classes) == pytest.approx(published, abs=1e-2)
+        assert fixed_scale_of(classes) == pytest.approx(fixed_adacos_scale(classes))
+    assert fixed_scale_of(2) is None and fixed_scale_of(None) is None
+    trials, runs, history = study_frames()
+    assert analyse_study(trials, runs, history, "accuracy", STUDY_CONFIG, num_classes=100).s_f == pytest.approx(
+        fixed_adacos_scale(100))
+
+
+def test_study_without_a_search_or_tuned_runs():
+    trials, runs, history = study_frames()
+    runs = runs[runs["method"] != "arcface_tuned"]
+    history = history[history["method"] != "arcface_tuned"]
+    analysis = analyse_study(trials.iloc[0:0], runs, history, "accuracy", STUDY_CONFIG)
+    assert analysis.expected_best.empty and analysis.break_even.empty and analysis.landscape.empty
+    assert analysis.searched_losses == []
+    assert analysis.verdict_facts["tuned_present"] is False
+    assert analysis.best_final_method == "fixed_adacos"
+
+
+def test_study_names_missing_columns():
+    trials, runs, history = study_frames()
+    with pytest.raises(KeyError, match="map_at_r"):
+        analyse_study(trials, runs, history, "map_at_r", STUDY_CONFIG)

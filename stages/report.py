@@ -1,0 +1,53 @@
+"""DVC stage `report`: the analysis of the search and the evaluated runs, rendered to reports/."""
+
+import hashlib
+import json
+import platform
+import subprocess
+from importlib import metadata
+
+import pandas as pd
+
+from study.analysis import analyse_study
+from study.config import load_params
+from study.report import write_report
+from study.results import EVALUATION_DIR, PREPARED_DIR, REPORT_DIR, SEARCH_DIR, read_csv, read_json
+
+PACKAGES = ("torch", "torchvision", "timm", "optuna", "scikit-learn", "numpy", "pandas", "seaborn", "dvc")
+
+
+def environment(params, devices) -> dict:
+    """What the reproducibility footer records: code revision, params hash, versions and devices."""
+    try:
+        revision = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
+                                  check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        revision = "not a git checkout"
+    params_hash = hashlib.sha256(json.dumps(params.to_dict(), sort_keys=True, default=list).encode()).hexdigest()
+    versions = {}
+    for package in PACKAGES:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    return {"git_revision": revision, "params_sha256": params_hash[:16], "python": platform.python_version(),
+            "packages": ", ".join(f"{k} {v}" for k, v in versions.items()),
+            "devices": ", ".join(sorted(set(devices))), "machine": f"{platform.machine()} {platform.system()}"}
+
+
+def main() -> None:
+    params = load_params()
+    manifest = read_json(PREPARED_DIR / "manifest.json", "prepare")
+    trials = pd.concat([read_csv(SEARCH_DIR / loss / "trials.csv", f"search@{loss}") for loss in params.search.losses],
+                       ignore_index=True)
+    runs = read_csv(EVALUATION_DIR / "runs.csv", "evaluate")
+    history = read_csv(EVALUATION_DIR / "history.csv", "evaluate")
+    analysis = analyse_study(trials, runs, history, params.train.objective, params.analysis,
+                             manifest["splits"]["train"]["num_classes"])
+    devices = list(runs["device"].dropna().astype(str)) + list(trials["device"].dropna().astype(str))
+    written = write_report(analysis, params, manifest, environment(params, devices), REPORT_DIR)
+    print(f"report written: {', '.join(str(path) for path in written.values())}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,913 @@
+"""The study's report: figures, tables, report.md, a self-contained report.html and metrics.json.
+
+Everything is drawn from a `StudyAnalysis` (study/analysis.py); nothing is computed twice.
+The report is built once as a list of sections (paragraphs, tables, figures) and rendered
+to Markdown and to HTML from that one list. Figures use matplotlib's object-oriented API
+(`Figure`, no pyplot), so no display and no global backend are involved.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
+
+from study.analysis import REFERENCE_METHOD, TEST_PREFIX, StudyAnalysis
+from study.config import StudyParams
+from study.results import tuned_method, write_csv, write_json
+
+LOSS_NAMES = {"arcface": "ArcFace", "cosface": "CosFace", "normface": "NormFace", "softmax": "Softmax",
+              "fixed_adacos": "Fixed AdaCos", "dynamic_adacos": "Dynamic AdaCos"}
+METHOD_NAMES = {"fixed_adacos": "Fixed AdaCos", "dynamic_adacos": "Dynamic AdaCos", "softmax": "Softmax",
+                "arcface_default": "ArcFace default"}
+METRIC_NAMES = {"accuracy": "accuracy", "knn_accuracy": "1-NN accuracy", "precision_at_1": "precision@1",
+                "r_precision": "R-precision", "map_at_r": "MAP@R", "roc_auc": "ROC AUC", "eer": "EER",
+                "tar_at_far_1e-2": "TAR@FAR=1e-2", "tar_at_far_1e-3": "TAR@FAR=1e-3",
+                "verification_accuracy": "verification accuracy"}
+FIGURE_SIZE = (8.0, 5.6)
+
+
+# --- names and numbers as the reader sees them -------------------------------------------
+
+
+def loss_name(loss: str) -> str:
+    """A loss as written in prose: 'arcface' → 'ArcFace'."""
+    return LOSS_NAMES.get(loss, loss)
+
+
+def method_name(method: str) -> str:
+    """A method as written in prose: 'arcface_tuned' → 'ArcFace tuned'."""
+    if method in METHOD_NAMES:
+        return METHOD_NAMES[method]
+    if method.endswith("_tuned"):
+        return f"{loss_name(method.removesuffix('_tuned'))} tuned"
+    return method
+
+
+def metric_name(metric: str) -> str:
+    """A metric as written in prose, with or without the test_ prefix: 'test_map_at_r' → 'MAP@R'."""
+    bare = metric.removeprefix(TEST_PREFIX)
+    return METRIC_NAMES.get(bare, bare)
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, (float, np.floating)) and not math.isfinite(value))
+
+
+def _score(value) -> str:
+    return "n/a" if _missing(value) else f"{value:.4f}"
+
+
+def _signed(value) -> str:
+    return "n/a" if _missing(value) else f"{value:+.4f}"
+
+
+def _interval(low, high) -> str:
+    return "[n/a]" if _missing(low) or _missing(high) else f"[{low:+.4f}, {high:+.4f}]"
+
+
+def _seconds(value) -> str:
+    if _missing(value):
+        return "n/a"
+    if value == 0:
+        return "0 s"
+    return f"{value:,.0f} s" if abs(value) >= 100 else f"{value:.1f} s"
+
+
+def _count(value) -> str:
+    return "n/a" if _missing(value) else f"{int(value)}"
+
+
+def _iterations(value) -> str:
+    return "not reached" if _missing(value) else f"{value:g}"
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+# --- the verdict: sentences chosen by the numbers ----------------------------------------
+
+
+def _significance(facts: dict, prefix: str) -> str:
+    if _missing(facts[f"{prefix}_low"]):
+        return "too few seeds to judge significance"
+    if facts[f"{prefix}_significant"]:
+        return f"significant (Welch, p = {facts[f'{prefix}_p_value']:.3g})"
+    return f"not significant (Welch, p = {facts[f'{prefix}_p_value']:.3g})"
+
+
+def verdict(analysis: StudyAnalysis) -> str:
+    """The verdict paragraph, every clause chosen and filled in from the analysis's numbers."""
+    facts = analysis.verdict_facts
+    metric = metric_name(facts["metric"])
+    tuned = method_name(facts["tuned_method"]) if facts["tuned_method"] else None
+    searched = loss_name(facts["tuned_loss"]) if facts["tuned_loss"] else None
+    sentences = []
+
+    if facts["tuned_present"] and not _missing(facts["tuned_difference"]):
+        sentences.append(
+            f"On test {metric}, {tuned} scores {_score(facts['tuned_test_mean'])} against Fixed AdaCos's "
+            f"{_score(facts['reference_test_mean'])}: a difference of {_signed(facts['tuned_difference'])} "
+            f"({analysis.confidence:.0%} CI {_interval(facts['tuned_low'], facts['tuned_high'])}), "
+            f"{_significance(facts, 'tuned')}.")
+    elif facts["tuned_present"]:
+        sentences.append(f"No {tuned} run finished with a test score (every one diverged or none was evaluated), "
+                         "so tuning cannot be compared with Fixed AdaCos on test.")
+    else:
+        sentences.append(f"No tuned {searched or 'searched loss'} runs were evaluated on test, so tuning cannot be "
+                         "compared with Fixed AdaCos there.")
+
+    if searched and facts["search_completed_trials"]:
+        target = _score(facts["reference_val_mean"])
+        if facts["break_even_reached"]:
+            sentences.append(
+                f"Matching Fixed AdaCos's mean val {metric_name(facts['objective'])} ({target}) takes "
+                f"{searched} {_plural(facts['break_even_trials'], 'tuning trial')} in expectation "
+                f"(break-even: about {_seconds(facts['break_even_seconds'])} of device time), before its final "
+                "training run.")
+        else:
+            sentences.append(
+                f"The break-even is not within {facts['search_completed_trials']} trials: the expected best of "
+                f"{searched}'s search never reaches Fixed AdaCos's mean val {metric_name(facts['objective'])} "
+                f"({target}), and the search spent {_seconds(facts['search_seconds'])} over "
+                f"{_plural(facts['search_trials'], 'trial')}.")
+
+    if facts["default_present"]:
+        clause = (f"ArcFace at the usual defaults (s = {facts['default_s']:g}, m = {facts['default_m']:g} rad) "
+                  f"scores {_score(facts['default_test_mean'])}")
+        if not _missing(facts["default_difference"]):
+            clause += (f", {_signed(facts['default_difference'])} against Fixed AdaCos "
+                       f"(CI {_interval(facts['default_low'], facts['default_high'])}, "
+                       f"{_significance(facts, 'default')})")
+        if facts["default_diverged"]:
+            clause += f"; {facts['default_diverged']} of its {facts['default_runs']} runs diverged"
+        sentences.append(clause + ".")
+
+    if not _missing(facts["convergence_fraction"]):
+        fraction = f"{facts['convergence_fraction']:.0%}"
+        reference, other = facts["reference_iterations"], facts["tuned_iterations"]
+        if facts["tuned_present"]:
+            sentence = (f"To reach {fraction} of the best final val score, Fixed AdaCos needs a median of "
+                        f"{_iterations(reference)} iterations and {tuned} {_iterations(other)}")
+            if _missing(reference) and _missing(other):
+                sentence += ": neither converges to that level in the median run"
+            elif _missing(other) or (not _missing(reference) and reference < other):
+                sentence += ": Fixed AdaCos converges faster"
+            elif _missing(reference) or other < reference:
+                sentence += f": {tuned} converges faster"
+            else:
+                sentence += ": they converge equally fast"
+            sentences.append(sentence + ".")
+        else:
+            sentences.append(f"Fixed AdaCos reaches {fraction} of the best final val score after a median of "
+                             f"{_iterations(reference)} iterations.")
+
+    sentences.append(_recommendation(facts, tuned, searched))
+    return " ".join(sentences)
+
+
+def _recommendation(facts: dict, tuned: str | None, searched: str | None) -> str:
+    """The advice that follows from significance and cost, by fixed rules stated in the sentence itself."""
+    search_cost = (f"{_plural(facts['search_trials'], 'trial')}, {_seconds(facts['search_seconds'])}"
+                   if facts["search_trials"] else "no search")
+    if facts["tuned_present"] and facts["tuned_significant"] and facts["tuned_difference"] > 0:
+        budget = (f"about {_plural(facts['break_even_trials'], 'trial')} "
+                  f"({_seconds(facts['break_even_seconds'])}) just to match Fixed AdaCos"
+                  if facts["break_even_reached"] else
+                  f"at least the whole search ({search_cost}), since the expected best did not match AdaCos sooner")
+        advice = (f"Recommendation: tune {searched}. Tuned {searched} is significantly better than Fixed AdaCos, "
+                  f"so the tuning pays; budget {budget}, and the full search ({search_cost}) for the gain measured "
+                  "here.")
+    elif facts["tuned_present"] and facts["tuned_significant"]:
+        advice = ("Recommendation: use Fixed AdaCos. It is significantly better than tuned "
+                  f"{searched} and needs no tuning at all (the search cost {search_cost}).")
+    elif facts["tuned_present"] and _missing(facts["tuned_difference"]):
+        advice = (f"Recommendation: use Fixed AdaCos. Tuned {searched} produced no test score to compare, and "
+                  "AdaCos costs no tuning.")
+    elif facts["tuned_present"] and _missing(facts["tuned_low"]):
+        advice = ("Recommendation: use Fixed AdaCos for now. With too few seeds no difference can be called "
+                  "significant, and AdaCos costs no tuning; rerun with more seeds to decide.")
+    elif facts["tuned_present"]:
+        advice = (f"Recommendation: use Fixed AdaCos. Tuned {searched} is not significantly different on test, "
+                  f"so the search ({search_cost}) bought no measurable gain; AdaCos costs no tuning.")
+    elif facts["break_even_reached"]:
+        advice = (f"Recommendation: use Fixed AdaCos. The search matches it on val after "
+                  f"{_plural(facts['break_even_trials'], 'trial')}, but with no tuned runs on test there is no "
+                  "evidence that tuning pays, and AdaCos costs no tuning.")
+    else:
+        advice = "Recommendation: use Fixed AdaCos. Tuning never matched it on val, and it costs no tuning."
+    if facts["default_present"] and facts["default_significant"] and facts["default_difference"] < 0:
+        advice += " Do not use ArcFace untuned: at its defaults it is significantly worse than Fixed AdaCos."
+    return advice
+
+
+# --- the document: sections rendered to Markdown and HTML --------------------------------
+
+
+@dataclass
+class Table:
+    """A table of already formatted cells, with an optional caption."""
+
+    frame: pd.DataFrame
+    caption: str = ""
+
+
+@dataclass
+class FigureRef:
+    """A figure file (relative to the report folder) and what it shows."""
+
+    path: str
+    caption: str
+
+
+@dataclass
+class Bullets:
+    """A bulleted list of short lines."""
+
+    items: list[str]
+
+
+@dataclass
+class Section:
+    """A heading and its blocks: paragraphs (str), Table, FigureRef or Bullets."""
+
+    heading: str
+    blocks: list = field(default_factory=list)
+
+
+def _markdown_cell(value) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(title: str, sections: list[Section]) -> str:
+    """The sections as a Markdown document; figures are linked by their relative paths."""
+    lines = [f"# {title}", ""]
+    for section in sections:
+        lines += [f"## {section.heading}", ""]
+        for block in section.blocks:
+            if isinstance(block, Table):
+                if block.caption:
+                    lines += [f"*{block.caption}*", ""]
+                header = [_markdown_cell(column) for column in block.frame.columns]
+                lines.append("| " + " | ".join(header) + " |")
+                lines.append("|" + "|".join("---" for _ in header) + "|")
+                for row in block.frame.itertuples(index=False):
+                    lines.append("| " + " | ".join(_markdown_cell(value) for value in row) + " |")
+            elif isinstance(block, FigureRef):
+                lines += [f"![{block.caption}]({block.path})", "", f"*{block.caption}*"]
+            elif isinstance(block, Bullets):
+                lines += [f"- {item}" for item in block.items]
+            else:
+                lines.append(str(block))
+            lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _inline_html(text: str) -> str:
+    """Escaped text with the two inline marks the report uses: **bold** and `code`."""
+    escaped = html.escape(str(text))
+    escaped = re.sub(r"\*\*(.+?)\*\*", r"<strong>\1</strong>", escaped)
+    return re.sub(r"`(.+?)`", r"<code>\1</code>", escaped)
+
+
+_CSS = """
+body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; max-width: 62rem; margin: 2rem auto;
+       padding: 0 1rem; line-height: 1.5; color: #222; }
+h1 { border-bottom: 2px solid #ddd; padding-bottom: .3rem; }
+h2 { margin-top: 2.2rem; border-bottom: 1px solid #eee; }
+table { border-collapse: collapse; margin: .6rem 0 1.2rem; font-size: .9rem; }
+th, td { border: 1px solid #ccc; padding: .25rem .55rem; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; }
+caption { caption-side: top; text-align: left; font-style: italic; padding-bottom: .3rem; }
+figure { margin: 1rem 0; }
+figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+figcaption { font-style: italic; font-size: .9rem; color: #555; }
+code { background: #f5f5f5; padding: 0 .2rem; }
+"""
+
+
+def render_html(title: str, sections: list[Section], base_dir: Path) -> str:
+    """The sections as one self-contained HTML page: figures inlined as base64 PNG, styles inline, no links out."""
+    parts = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+             f"<title>{html.escape(title)}</title>", f"<style>{_CSS}</style>", "</head>", "<body>",
+             f"<h1>{html.escape(title)}</h1>"]
+    for section in sections:
+        parts.append(f"<h2>{html.escape(section.heading)}</h2>")
+        for block in section.blocks:
+            if isinstance(block, Table):
+                parts.append("<table>")
+                if block.caption:
+                    parts.append(f"<caption>{_inline_html(block.caption)}</caption>")
+                parts.append("<tr>" + "".join(f"<th>{_inline_html(c)}</th>" for c in block.frame.columns) + "</tr>")
+                for row in block.frame.itertuples(index=False):
+                    parts.append("<tr>" + "".join(f"<td>{_inline_html(value)}</td>" for value in row) + "</tr>")
+                parts.append("</table>")
+            elif isinstance(block, FigureRef):
+                data = base64.b64encode((base_dir / block.path).read_bytes()).decode("ascii")
+                caption = html.escape(block.caption)
+                parts.append(f'<figure><img src="data:image/png;base64,{data}" alt="{caption}">'
+                             f"<figcaption>{_inline_html(block.caption)}</figcaption></figure>")
+            elif isinstance(block, Bullets):
+                parts.append("<ul>" + "".join(f"<li>{_inline_html(item)}</li>" for item in block.items) + "</ul>")
+            else:
+                parts.append(f"<p>{_inline_html(block)}</p>")
+    parts += ["</body>", "</html>"]
+    return "\n".join(parts) + "\n"
+
+
+# --- figures -----------------------------------------------------------------------------
+
+
+def method_palette(analysis: StudyAnalysis, palette: str) -> dict[str, tuple]:
+    """One colour per method, the same in every figure; a searched loss's curves take its tuned method's colour."""
+    methods = list(dict.fromkeys([*analysis.methods, *(tuned_method(loss) for loss in analysis.searched_losses)]))
+    colours = sns.color_palette(palette, n_colors=max(len(methods), 1))
+    return {method: tuple(colour) for method, colour in zip(methods, colours)}
+
+
+def _new_figure(ncols: int = 1, size=FIGURE_SIZE, **subplot_options):
+    figure = Figure(figsize=size, layout="constrained")
+    axes = figure.subplots(1, ncols, squeeze=False, **subplot_options)[0]
+    for ax in axes:
+        ax.grid(True, color="#e5e5e5", linewidth=0.8)
+        ax.set_axisbelow(True)
+    return figure, axes
+
+
+def _legend_below(figure: Figure, ax, ncols: int = 2) -> None:
+    """The legend of `ax` under the whole figure, where it cannot cover data."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        figure.legend(handles, labels, loc="outside lower center", ncols=min(ncols, len(handles)),
+                      fontsize="small", frameon=False)
+
+
+def _plain_log_ticks(axis) -> None:
+    """Log-scale ticks at 1, 2, 5 × 10^k written as plain numbers (20, 50, 100), not 2×10^1."""
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _focus_y(ax, values, pad_fraction: float = 0.15) -> None:
+    """Y limits around `values` (the curves' means), so a wide few-seed band cannot flatten them; bands are clipped."""
+    finite = np.asarray([v for v in values if not _missing(v)], dtype=float)
+    if finite.size:
+        low, high = finite.min(), finite.max()
+        pad = max((high - low) * pad_fraction, 0.005)
+        ax.set_ylim(low - pad, high + pad)
+
+
+def _save(figure: Figure, path: Path, dpi: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=dpi, bbox_inches="tight")
+    return path
+
+
+def _draw_reference_bands(ax, analysis: StudyAnalysis, palette: dict, confidence_label: str) -> None:
+    for row in analysis.reference_bands.itertuples():
+        colour = palette.get(row.method, "grey")
+        interval = f"mean ± {confidence_label} CI, {_plural(row.seeds, 'seed')}" if not _missing(row.low) else "1 seed"
+        ax.axhline(row.mean, color=colour, linestyle="--", linewidth=1.4,
+                   label=f"{method_name(row.method)} ({interval})")
+        if not _missing(row.low):
+            ax.axhspan(row.low, row.high, color=colour, alpha=0.12, linewidth=0)
+
+
+def figure_expected_best(analysis: StudyAnalysis, palette: dict, x: str, path: Path, dpi: int) -> Path:
+    """Expected best val score against tuning trials (x='n') or device-seconds (x='seconds'), with references."""
+    confidence = f"{analysis.confidence:.0%}"
+    figure, (ax,) = _new_figure()
+    objective = metric_name(analysis.objective)
+    for loss, curve in analysis.expected_best.groupby("loss", sort=False):
+        colour = palette.get(tuned_method(loss), "black")
+        ax.plot(curve[x], curve["expected_best"], color=colour, marker="o", markersize=3, linewidth=1.8,
+                label=f"{loss_name(loss)}: expected best of n trials ({confidence} bootstrap band)")
+        ax.fill_between(curve[x], curve["low"], curve["high"], color=colour, alpha=0.2, linewidth=0)
+        even = analysis.break_even[analysis.break_even["loss"] == loss]
+        if len(even) and bool(even["reached"].iloc[0]):
+            n = int(even["trials"].iloc[0])
+            point = curve[curve["n"] == n].iloc[0]
+            text = f"break-even: {_plural(n, 'trial')}" + (f", {_seconds(point['seconds'])}" if x == "seconds" else "")
+            ax.plot(point[x], point["expected_best"], marker="*", markersize=15, color=colour,
+                    markeredgecolor="black", linestyle="none", label=f"{loss_name(loss)} {text}")
+            if x == "seconds":
+                ax.axvline(point[x], color=colour, linestyle=":", linewidth=1.2)
+    _draw_reference_bands(ax, analysis, palette, confidence)
+    _focus_y(ax, [*analysis.expected_best["low"], *analysis.expected_best["high"],
+                  *analysis.reference_bands["mean"]])
+    if x == "seconds":
+        for row in analysis.reference_bands.itertuples():
+            if not _missing(row.seconds) and row.seconds > 0:
+                ax.plot(row.seconds, row.mean, marker="D", markersize=6, color=palette.get(row.method, "grey"),
+                        markeredgecolor="black", linestyle="none")
+        ax.plot([], [], marker="D", color="white", markeredgecolor="black", linestyle="none",
+                label="cost of one run of a reference method")
+        if (analysis.expected_best["seconds"] > 0).any():
+            ax.set_xscale("log")
+            _plain_log_ticks(ax.xaxis)
+        ax.set_xlabel("tuning cost, device-seconds (s, log scale)")
+        ax.set_title(f"Expected best val {objective} against tuning device-seconds")
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("tuning trials n")
+        ax.set_title(f"Expected best val {objective} after n tuning trials")
+    ax.set_ylabel(f"expected best val {objective}")
+    _legend_below(figure, ax)
+    return _save(figure, path, dpi)
+
+
+def figure_convergence(analysis: StudyAnalysis, palette: dict, path: Path, dpi: int) -> Path:
+    """Val objective against iteration, mean over seeds with its band, and the convergence targets."""
+    figure, (ax,) = _new_figure()
+    objective = metric_name(analysis.objective)
+    for method, curve in analysis.curves.groupby("method", sort=False):
+        colour = palette.get(method, "grey")
+        ax.plot(curve["iteration"], curve["mean"], color=colour, linewidth=1.8, label=method_name(method))
+        ax.fill_between(curve["iteration"], curve["low"], curve["high"], color=colour, alpha=0.18, linewidth=0)
+    for index, (fraction, target) in enumerate(sorted(analysis.targets.items())):
+        ax.axhline(target, color="#555555", linestyle=":", linewidth=1.2)
+        # The lowest target's label goes under its line, the others above theirs, so close targets stay legible.
+        ax.annotate(f"{fraction:.0%} of best final ({target:.4f})", xy=(1.0, target),
+                    xycoords=("axes fraction", "data"), xytext=(-4, -3 if index == 0 else 3),
+                    textcoords="offset points", ha="right", va="top" if index == 0 else "bottom",
+                    fontsize="small", color="#333333")
+    _focus_y(ax, [*analysis.curves["mean"], *analysis.targets.values()], pad_fraction=0.05)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel(f"val {objective} (mean over seeds)")
+    ax.set_title(f"Val {objective} during training ({analysis.confidence:.0%} band over seeds)")
+    _legend_below(figure, ax)
+    return _save(figure, path, dpi)
+
+
+def figure_angles(analysis: StudyAnalysis, palette: dict, path: Path, dpi: int) -> Path:
+    """Median target angle and mean non-target cosine against iteration, one line per method."""
+    figure, axes = _new_figure(ncols=2, size=(11.0, 4.4), sharex=True)
+    panels = [("theta_med_deg", "median target angle θ (degrees)", "Median angle to the own class"),
+              ("cos_nontarget_mean", "mean non-target cosine", "Mean cosine to other classes")]
+    for ax, (column, label, title) in zip(axes, panels):
+        for method, curve in analysis.angles.groupby("method", sort=False):
+            curve = curve[np.isfinite(curve[column].astype(float))]
+            if len(curve):
+                ax.plot(curve["iteration"], curve[column], color=palette.get(method, "grey"), linewidth=1.8,
+                        label=method_name(method))
+        ax.set_xlabel("iteration")
+        ax.set_ylabel(label)
+        ax.set_title(title)
+    _legend_below(figure, axes[0], ncols=6)
+    return _save(figure, path, dpi)
+
+
+def figure_dynamic_scale(analysis: StudyAnalysis, palette: dict, path: Path, dpi: int) -> Path | None:
+    """Dynamic AdaCos's scale s against iteration with the fixed s_f for reference; None without such runs."""
+    curve = analysis.angles[analysis.angles["method"] == "dynamic_adacos"]
+    curve = curve[np.isfinite(curve["s"].astype(float))]
+    if curve.empty:
+        return None
+    figure, (ax,) = _new_figure(size=(8.0, 4.2))
+    ax.plot(curve["iteration"], curve["s"], color=palette.get("dynamic_adacos", "black"), linewidth=1.8,
+            marker="o", markersize=3, label="Dynamic AdaCos s (mean over seeds)")
+    if analysis.s_f is not None:
+        ax.axhline(analysis.s_f, color=palette.get("fixed_adacos", "grey"), linestyle="--", linewidth=1.4,
+                   label=f"s_f = √2·ln(C−1) = {analysis.s_f:.3f} (Fixed AdaCos, C = {analysis.num_classes})")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("scale s")
+    ax.set_title("Dynamic AdaCos's scale during training")
+    _legend_below(figure, ax)
+    return _save(figure, path, dpi)
+
+
+def figure_landscape(analysis: StudyAnalysis, params: StudyParams, path: Path, dpi: int) -> Path | None:
+    """Each searched loss's trials in the (s, m) plane, coloured by val score, with the best point and s_f."""
+    losses = [loss for loss in analysis.searched_losses if (analysis.landscape["loss"] == loss).any()]
+    if not losses:
+        return None
+    figure, axes = _new_figure(ncols=len(losses), size=(5.2 * len(losses) + 1.6, 4.4), sharey=False)
+    complete = analysis.landscape[analysis.landscape["state"] == "COMPLETE"]
+    values = complete["value"].astype(float)
+    norm_limits = (values.min(), values.max()) if values.notna().any() else (0.0, 1.0)
+    scatter = None
+    for ax, loss in zip(axes, losses):
+        trials = analysis.landscape[analysis.landscape["loss"] == loss]
+        margins = trials["m"].astype(float).fillna(0.0)  # NormFace has no margin: its trials lie on m = 0
+        done = trials["state"] == "COMPLETE"
+        scatter = ax.scatter(trials.loc[done, "s"], margins[done], c=trials.loc[done, "value"], cmap="viridis",
+                             vmin=norm_limits[0], vmax=norm_limits[1], s=45, edgecolors="white", linewidths=0.5,
+                             label="completed trial")
+        failed, pruned = trials["state"] == "FAIL", trials["state"] == "PRUNED"
+        if failed.any():
+            ax.scatter(trials.loc[failed, "s"], margins[failed], marker="x", s=35, color="#888888",
+                       label="failed (diverged) trial")
+        if pruned.any():
+            ax.scatter(trials.loc[pruned, "s"], margins[pruned], marker="o", s=35, facecolors="none",
+                       edgecolors="#888888", label="pruned trial")
+        best = trials[trials["best"]]
+        if len(best):
+            where = f"s = {best['s'].iloc[0]:.3g}" + (
+                "" if loss == "normface" else f", m = {margins[best.index[0]]:.3g}")
+            ax.scatter(best["s"], margins[best.index], marker="*", s=260, color="red", edgecolors="black",
+                       linewidths=0.8, label=f"best trial ({where})", zorder=3)
+        if loss == "arcface":
+            ax.scatter([params.runs.arcface_default_s], [params.runs.arcface_default_m], marker="P", s=110,
+                       color="black", label=f"ArcFace default (s = {params.runs.arcface_default_s:g}, "
+                                            f"m = {params.runs.arcface_default_m:g})", zorder=3)
+        if analysis.s_f is not None:
+            ax.axvline(analysis.s_f, color="#444444", linestyle="--", linewidth=1.2,
+                       label=f"AdaCos s_f = {analysis.s_f:.3f}")
+        ax.set_xscale("log")
+        _plain_log_ticks(ax.xaxis)
+        ax.set_xlabel("scale s (log scale)")
+        ax.set_ylabel("margin m (radians)" + (", none for NormFace" if loss == "normface" else ""))
+        ax.set_title(f"{loss_name(loss)} trials")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize="small", frameon=False, ncol=2)
+    if scatter is not None:
+        figure.colorbar(scatter, ax=list(axes), label=f"val {metric_name(analysis.objective)}")
+    return _save(figure, path, dpi)
+
+
+def figure_final_test(analysis: StudyAnalysis, palette: dict, path: Path, dpi: int) -> Path | None:
+    """The test objective of every seed per method, with the mean ± std over seeds."""
+    metric = f"{TEST_PREFIX}{analysis.objective}"
+    runs_per_seed = analysis.run_scores
+    if metric not in runs_per_seed.columns:
+        return None
+    figure, (ax,) = _new_figure(size=(max(6.0, 1.4 * len(analysis.methods) + 2.0), 4.6))
+    tick_labels = []
+    for position, method in enumerate(analysis.methods):
+        values = runs_per_seed.loc[runs_per_seed["method"] == method, metric].to_numpy(dtype=float)
+        finite = values[np.isfinite(values)]
+        offsets = np.linspace(-0.12, 0.12, finite.size) if finite.size > 1 else np.zeros(finite.size)
+        ax.scatter(position - 0.1 + offsets, finite, color=palette.get(method, "grey"), s=28, alpha=0.85,
+                   edgecolors="black", linewidths=0.4)
+        if finite.size:
+            spread = finite.std(ddof=1) if finite.size > 1 else 0.0
+            ax.errorbar(position + 0.18, finite.mean(), yerr=spread, fmt="o", color="black", capsize=5,
+                        markersize=6, label="mean ± std over seeds" if position == 0 else None)
+        label = method_name(method)
+        if values.size > finite.size:
+            label += f"\n({values.size - finite.size} of {values.size} diverged)"
+        tick_labels.append(label)
+    ax.scatter([], [], color="#999999", s=28, edgecolors="black", linewidths=0.4, label="one seed (method's colour)")
+    ax.set_xticks(range(len(analysis.methods)), tick_labels, rotation=20, ha="right")
+    ax.set_xlabel("method")
+    ax.set_ylabel(f"test {metric_name(metric)}")
+    ax.set_title(f"Test {metric_name(metric)} per method")
+    _legend_below(figure, ax)
+    return _save(figure, path, dpi)
+
+
+# --- tables and metrics ------------------------------------------------------------------
+
+
+def _final_test_table(analysis: StudyAnalysis) -> pd.DataFrame:
+    return analysis.final.merge(analysis.costs[["method", "tuning_trials", "tuning_seconds", "run_seconds"]],
+                                on="method", how="left")
+
+
+def _curves_wide(analysis: StudyAnalysis) -> pd.DataFrame:
+    """Mean val objective per iteration, one column per method (the layout `dvc plots` draws)."""
+    wide = analysis.curves.pivot(index="iteration", columns="method", values="mean")
+    return wide.reindex(columns=[m for m in analysis.methods if m in wide.columns]).reset_index()
+
+
+def metrics_summary(analysis: StudyAnalysis) -> dict:
+    """Per method its test metrics (mean, std) and costs, and the break-even of each searched loss, as plain numbers."""
+    def number(value):
+        return None if _missing(value) or pd.isna(value) else float(value)
+
+    summary = {}
+    for method in analysis.methods:
+        rows = analysis.final[analysis.final["method"] == method]
+        entry = {row.metric: {"mean": number(row.mean), "std": number(row.std), "n": int(row.n)}
+                 for row in rows.itertuples()}
+        cost = analysis.costs[analysis.costs["method"] == method]
+        if len(cost):
+            cost = cost.iloc[0]
+            entry.update({"tuning_trials": number(cost["tuning_trials"]),
+                          "tuning_seconds": number(cost["tuning_seconds"]),
+                          "run_seconds": number(cost["run_seconds"]), "diverged_runs": int(cost["diverged"])})
+        summary[method] = entry
+    summary["break_even"] = {
+        row.loss: {"trials": None if pd.isna(row.trials) else int(row.trials), "seconds": number(row.seconds),
+                   "reached": bool(row.reached), "max_trials": int(row.max_trials), "target": number(row.target)}
+        for row in analysis.break_even.itertuples()
+    }
+    return summary
+
+
+# --- the sections ------------------------------------------------------------------------
+
+
+def _setup_section(analysis: StudyAnalysis, params: StudyParams, manifest: dict) -> Section:
+    train, search = params.train, params.search
+    splits = manifest.get("splits", {})
+    split_table = pd.DataFrame([{"split": name, "samples": entry.get("num_samples", "n/a"),
+                                 "classes": entry.get("num_classes", "n/a")} for name, entry in splits.items()])
+    budget = (f"budget {search.n_trials} trials per loss, {search.sampler} sampler, pruner {search.pruner}, "
+              f"s log-uniform in [{search.s_range[0]:g}, {search.s_range[1]:g}]")
+    ranges = ", ".join(f"m for {loss_name(loss)} in [{low:g}, {high:g}] rad"
+                       for loss, (low, high) in search.m_range.items() if loss in search.losses)
+    bullets = [
+        f"Data: `{manifest.get('source', params.data.dataset)}`, {manifest.get('protocol', params.data.protocol)} "
+        f"protocol, split seed {manifest.get('seed', params.data.seed)}, fractions "
+        f"{', '.join(f'{f:g}' for f in manifest.get('fractions', params.data.fractions))} (train, val, test).",
+        f"Model: `{params.model.name}`, {params.model.embedding_size}-d embedding"
+        + (", pretrained" if params.model.pretrained else "") + ".",
+        f"Training (identical for every loss): {train.optimizer}, lr {train.lr:g}, weight decay "
+        f"{train.weight_decay:g}, {train.schedule} schedule, {train.epochs} epochs"
+        + (f" capped at {train.max_iterations} iterations" if train.max_iterations else "")
+        + f", batch {train.batch_size}, val evaluated every {train.eval_every} iterations.",
+        f"Objective: val {metric_name(analysis.objective)} (`{analysis.objective}`); final runs at seeds "
+        f"{', '.join(map(str, params.runs.seeds))}.",
+        f"Search: {', '.join(loss_name(loss) for loss in search.losses)}; {budget}"
+        + (f"; {ranges}" if ranges else "") + ".",
+    ]
+    if analysis.num_classes is not None:
+        bullets.append(f"Training classes C = {analysis.num_classes}, so AdaCos's fixed scale s_f = √2·ln(C−1) = "
+                       + (f"{analysis.s_f:.3f}." if analysis.s_f is not None else "undefined (C < 3)."))
+    blocks = [Bullets(bullets)]
+    if len(split_table):
+        blocks.append(Table(split_table, "Splits (from the prepare stage's manifest)"))
+    if len(analysis.search_summary):
+        table = pd.DataFrame({
+            "loss": analysis.search_summary["loss"].map(loss_name),
+            "trials": analysis.search_summary["trials"],
+            "completed": analysis.search_summary["complete"],
+            "pruned": analysis.search_summary["pruned"],
+            "failed": analysis.search_summary["failed"],
+            "device-seconds": analysis.search_summary["seconds"].map(_seconds),
+            "per completed trial": analysis.search_summary["seconds_per_completed_trial"].map(_seconds),
+            f"best val {metric_name(analysis.objective)}": analysis.search_summary["best_value"].map(_score),
+            "best s": analysis.search_summary["best_s"].map(lambda v: "n/a" if _missing(v) else f"{v:.3g}"),
+            "best m (rad)": analysis.search_summary["best_m"].map(lambda v: "n/a" if _missing(v) else f"{v:.3g}"),
+        })
+        blocks.append(Table(table, "The searches as run"))
+    return Section("Setup", blocks)
+
+
+def _tuning_section(analysis: StudyAnalysis, figures: dict) -> Section:
+    objective = metric_name(analysis.objective)
+    blocks = [
+        f"The expected best val {objective} after n tuning trials (Dodge et al., 2019) is the mean of the best of n "
+        "trials drawn from the completed ones; the band is a bootstrap over those trials. Each hyperparameter-free "
+        f"method and ArcFace at its defaults is a horizontal band: its mean final val {objective} over seeds with "
+        f"its {analysis.confidence:.0%} t interval. Device-seconds per trial are the search's total seconds, pruned "
+        "and failed trials included, divided by its completed trials: what it really cost to get one.",
+    ]
+    blocks += [figures[name] for name in ("expected_best_trials", "expected_best_seconds") if name in figures]
+    rows = []
+    for row in analysis.break_even.itertuples():
+        reached = bool(row.reached)
+        rows.append({"searched loss": loss_name(row.loss),
+                     f"target: Fixed AdaCos mean val {objective}": _score(row.target),
+                     "break-even trials": _count(row.trials) if reached else f"not within {row.max_trials} trials",
+                     "break-even device-seconds": _seconds(row.seconds) if reached else "n/a",
+                     "completed trials N": row.max_trials})
+    if rows:
+        blocks.append(Table(pd.DataFrame(rows),
+                            "Break-even: the fewest trials whose expected best reaches Fixed AdaCos"))
+    else:
+        blocks.append("No loss was searched, so there is no tuning curve.")
+    return Section("Tuning cost versus accuracy", blocks)
+
+
+def _difference_cell(row) -> str:
+    if _missing(row["difference"]):
+        return "n/a (no finished runs)"
+    cell = f"{_signed(row['difference'])} {_interval(row['low'], row['high'])}"
+    return cell if row["significant"] else cell + " (n.s.)"
+
+
+def _final_section(analysis: StudyAnalysis, figures: dict) -> Section:
+    objective = f"{TEST_PREFIX}{analysis.objective}"
+    final = analysis.final.set_index(["method", "metric"])
+    differences = analysis.differences.set_index(["method", "metric"])
+    costs = analysis.costs.set_index("method")
+    ci = f"{analysis.confidence:.0%} CI"
+
+    def mean_std(method, metric):
+        if (method, metric) not in final.index:
+            return "n/a"
+        row = final.loc[(method, metric)]
+        return "n/a" if row["n"] == 0 else f"{_score(row['mean'])} ± {_score(row['std'])}"
+
+    headline = []
+    for method in analysis.methods:
+        cost = costs.loc[method] if method in costs.index else None
+        n = int(final.loc[(method, objective), "n"]) if (method, objective) in final.index else 0
+        seeds = f"{n}" + (f" ({int(cost['diverged'])} diverged)" if cost is not None and cost["diverged"] else "")
+        if method == REFERENCE_METHOD:
+            difference = "reference"
+        elif (method, objective) in differences.index:
+            difference = _difference_cell(differences.loc[(method, objective)])
+        else:
+            difference = "n/a"
+        headline.append({"method": method_name(method), f"test {metric_name(objective)} (mean ± std)":
+                         mean_std(method, objective), "seeds": seeds,
+                         f"difference to Fixed AdaCos [{ci}]": difference,
+                         "tuning trials": _count(cost["tuning_trials"]) if cost is not None else "n/a",
+                         "tuning device-seconds": _seconds(cost["tuning_seconds"]) if cost is not None else "n/a",
+                         "one run": _seconds(cost["run_seconds"]) if cost is not None else "n/a"})
+    metrics = list(dict.fromkeys(analysis.final["metric"]))
+    every_metric = pd.DataFrame([{"method": method_name(method),
+                                  **{metric_name(metric): mean_std(method, metric) for metric in metrics}}
+                                 for method in analysis.methods])
+    every_difference = pd.DataFrame([{
+        "method": method_name(row.method), "metric": metric_name(row.metric),
+        "difference": _signed(row.difference), ci: _interval(row.low, row.high),
+        "p (Welch)": "n/a" if _missing(row.p_value) else f"{row.p_value:.3g}",
+        "significant": "yes" if row.significant else "no (n.s.)",
+        "direction": "higher is better" if row.higher_is_better else "lower is better",
+    } for row in analysis.differences.itertuples()])
+    blocks = [
+        f"Every run of the final comparison evaluated once on test. Mean ± std over seeds (diverged runs left out "
+        f"and counted); the difference to Fixed AdaCos is Welch's {ci}, marked (n.s.) where it includes zero. "
+        "Tuning cost is the whole search behind a tuned method, failed and pruned trials included.",
+        Table(pd.DataFrame(headline), f"Test {metric_name(objective)}, tuning cost and the difference to Fixed AdaCos"),
+    ]
+    if "final_test" in figures:
+        blocks.append(figures["final_test"])
+    if len(metrics) > 1:
+        blocks.append(Table(every_metric, "Every test metric (mean ± std over seeds)"))
+    if len(every_difference):
+        blocks.append(Table(every_difference, "Every test metric: method − Fixed AdaCos (for EER, lower is better, "
+                                              "so a negative difference favours the method)"))
+    return Section("Final comparison on test", blocks)
+
+
+def _convergence_section(analysis: StudyAnalysis, figures: dict) -> Section:
+    objective = metric_name(analysis.objective)
+    if not analysis.targets:
+        return Section("Convergence", ["No run finished with a finite val score, so there are no targets."])
+    best = (f"{_score(analysis.best_final_val)}, the mean final val {objective} of "
+            f"{method_name(analysis.best_final_method)}")
+    rows = []
+    for method in analysis.methods:
+        row = {"method": method_name(method)}
+        for fraction, target in analysis.targets.items():
+            found = analysis.convergence[(analysis.convergence["method"] == method)
+                                         & (analysis.convergence["fraction"] == fraction)]
+            column = f"iterations to {fraction:.0%} ({target:.4f})"
+            if found.empty:
+                row[column] = "no runs"
+            else:
+                found = found.iloc[0]
+                row[column] = (f"{_iterations(found['median_iteration'])} "
+                               f"({found['seeds_reached']}/{found['seeds']} seeds reached)")
+        rows.append(row)
+    blocks = [
+        f"Targets are fractions of the best final val {objective} among all methods ({best}; each method's final "
+        "score is its mean over seeds, so one lucky seed does not set the bar). Per run, the first evaluated iteration "
+        "at or above the target; per method, the median over seeds, where a seed that never reached the target counts "
+        "as slower than every seed that did, so the median is \"not reached\" when half the seeds or more missed it.",
+        Table(pd.DataFrame(rows), "Iterations to reach each target (median over seeds)"),
+    ]
+    if "convergence" in figures:
+        blocks.append(figures["convergence"])
+    return Section("Convergence", blocks)
+
+
+def _angles_section(analysis: StudyAnalysis, figures: dict) -> Section:
+    blocks = ["The median angle between each embedding and its own class weight, and the mean cosine to the other "
+              "classes, over training (mean over seeds; measured on the training batch of the step before each "
+              "evaluation). AdaCos's argument is that a well-chosen scale keeps the target angle falling steadily "
+              "while the non-target cosines stay near zero."]
+    blocks += [figures[name] for name in ("angles", "dynamic_scale") if name in figures]
+    if "dynamic_scale" not in figures:
+        blocks.append("No Dynamic AdaCos runs recorded their scale, so its scale curve is not shown.")
+    return Section("Angle dynamics", blocks)
+
+
+def _landscape_section(analysis: StudyAnalysis, figures: dict) -> Section:
+    if "landscape" not in figures:
+        return Section("The (s, m) landscape", ["No loss was searched."])
+    s_f = f" AdaCos's s_f = {analysis.s_f:.3f} is the dashed vertical line." if analysis.s_f is not None else ""
+    return Section("The (s, m) landscape", [
+        f"Every finished trial of each search, coloured by its val {metric_name(analysis.objective)}; failed "
+        f"(diverged) and pruned trials in grey, the best trial as a red star.{s_f}",
+        figures["landscape"],
+    ])
+
+
+def _footer_section(environment: dict) -> Section:
+    def describe(value) -> str:
+        if isinstance(value, dict):
+            return ", ".join(f"{key} {item}" for key, item in value.items())
+        if isinstance(value, (list, tuple)):
+            return ", ".join(map(str, value))
+        return str(value)
+
+    items = [f"{key.replace('_', ' ')}: `{describe(value)}`" for key, value in environment.items()]
+    return Section("Reproducibility", [Bullets(items or ["no environment recorded"])])
+
+
+def _sections(analysis: StudyAnalysis, params: StudyParams, manifest: dict, environment: dict,
+              figures: dict) -> list[Section]:
+    objective = metric_name(analysis.objective)
+    answers = (
+        "ArcFace has two hyperparameters, the scale s and the margin m, that practitioners tune over many runs; "
+        "AdaCos claims to need none (a fixed scale from the class count, or one that adapts every step). This report "
+        f"measures, on this data, how many tuning trials and device-seconds ArcFace needs before its expected best val "
+        f"{objective} matches Fixed AdaCos, how much better tuned ArcFace ends up on the held-out test split (with "
+        f"{analysis.confidence:.0%} confidence intervals over seeds), how ArcFace at its usual defaults fares, and how "
+        "many iterations each method needs to converge. The search only ever sees val; test is used once per final run."
+    )
+    return [
+        Section("What this answers", [answers]),
+        _setup_section(analysis, params, manifest),
+        _tuning_section(analysis, figures),
+        _final_section(analysis, figures),
+        _convergence_section(analysis, figures),
+        _angles_section(analysis, figures),
+        _landscape_section(analysis, figures),
+        Section("Verdict", [verdict(analysis)]),
+        _footer_section(environment),
+    ]
+
+
+# --- the whole report --------------------------------------------------------------------
+
+
+def write_report(analysis: StudyAnalysis, params: StudyParams, manifest: dict, environment: dict,
+                 out_dir: Path) -> dict[str, Path]:
+    """Write figures/, tables/, report.md, report.html (when params.report.html) and metrics.json; return their paths.
+
+    `environment` is printed in the reproducibility footer as given (git revision, params hash, package
+    versions, device...). The returned dict maps each file's path relative to out_dir to its full path.
+    """
+    out_dir = Path(out_dir)
+    figures_dir, tables_dir = out_dir / "figures", out_dir / "tables"
+    dpi = params.report.dpi
+    palette = method_palette(analysis, params.report.palette)
+    written: dict[str, Path] = {}
+
+    figure_paths = {
+        "expected_best_trials": figure_expected_best(analysis, palette, "n", figures_dir / "expected_best_trials.png",
+                                                     dpi) if len(analysis.expected_best) else None,
+        "expected_best_seconds": figure_expected_best(analysis, palette, "seconds",
+                                                      figures_dir / "expected_best_seconds.png", dpi)
+        if len(analysis.expected_best) else None,
+        "convergence": figure_convergence(analysis, palette, figures_dir / "convergence.png", dpi),
+        "angles": figure_angles(analysis, palette, figures_dir / "angles.png", dpi),
+        "dynamic_scale": figure_dynamic_scale(analysis, palette, figures_dir / "dynamic_scale.png", dpi),
+        "landscape": figure_landscape(analysis, params, figures_dir / "landscape.png", dpi),
+        "final_test": figure_final_test(analysis, palette, figures_dir / "final_test.png", dpi),
+    }
+    captions = {
+        "expected_best_trials": "Expected best val score against the number of tuning trials; horizontal bands: "
+                                "the untuned methods (mean ± CI over seeds). The star marks the break-even.",
+        "expected_best_seconds": "The same against tuning device-seconds (log scale); diamonds mark the cost of one "
+                                 "run of each untuned method, the dotted vertical line the break-even.",
+        "convergence": "Val score against iteration, mean over seeds with its band; dotted lines: the targets.",
+        "angles": "Median target angle θ and mean non-target cosine against iteration, mean over seeds.",
+        "dynamic_scale": "Dynamic AdaCos's scale s against iteration, with Fixed AdaCos's s_f for reference.",
+        "landscape": "The searched (s, m) plane: colour is the val score, the star the best trial, the dashed line "
+                     "AdaCos's s_f.",
+        "final_test": "Test score of every seed (points) and mean ± std over seeds (black) per method.",
+    }
+    figures = {}
+    for name, path in figure_paths.items():
+        if path is not None:
+            written[f"figures/{path.name}"] = path
+            figures[name] = FigureRef(f"figures/{path.name}", captions[name])
+
+    tables = {
+        "expected_best.csv": analysis.expected_best,
+        "break_even.csv": analysis.break_even,
+        "final_test.csv": _final_test_table(analysis),
+        "differences.csv": analysis.differences,
+        "convergence.csv": analysis.convergence,
+        "convergence_runs.csv": analysis.convergence_runs,
+        "curves.csv": analysis.curves,
+        "curves_wide.csv": _curves_wide(analysis),
+        "angles.csv": analysis.angles,
+        "landscape.csv": analysis.landscape,
+        "reference_bands.csv": analysis.reference_bands,
+        "search.csv": analysis.search_summary,
+    }
+    for name, frame in tables.items():
+        write_csv(frame, tables_dir / name)
+        written[f"tables/{name}"] = tables_dir / name
+
+    sections = _sections(analysis, params, manifest, environment, figures)
+    markdown_path = out_dir / "report.md"
+    markdown_path.write_text(render_markdown(params.report.title, sections), encoding="utf-8")
+    written["report.md"] = markdown_path
+    if params.report.html:
+        html_path = out_dir / "report.html"
+        html_path.write_text(render_html(params.report.title, sections, out_dir), encoding="utf-8")
+        written["report.html"] = html_path
+    metrics_path = out_dir / "metrics.json"
+    write_json(metrics_summary(analysis), metrics_path)
+    written["metrics.json"] = metrics_path
+    return written

@@ -1,0 +1,263 @@
+"""Tests for study.report: a small synthetic study analysed and written to a temporary folder.
+
+The numbers the report must show are recomputed here with numpy and scipy, independently of
+study.analysis, and looked for in report.md, report.html and metrics.json.
+"""
+
+import base64
+import json
+import math
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+from scipy import stats
+
+from study.analysis import analyse_study
+from study.config import StudyParams
+from study.report import verdict, write_report
+
+OBJECTIVE = "accuracy"
+SEEDS = (0, 1, 2)
+ITERATIONS = (0, 20, 40, 60, 80)
+NUM_CLASSES = 10
+METRICS = ("accuracy", "knn_accuracy", "precision_at_1", "r_precision", "map_at_r", "roc_auc", "eer",
+           "tar_at_far_1e-2", "tar_at_far_1e-3", "verification_accuracy")
+# Final val / test accuracy of each method at seeds 0, 1, 2 (NaN: that run diverged).
+FINAL_SCORES = {
+    "fixed_adacos": [0.960, 0.965, 0.970],
+    "dynamic_adacos": [0.955, 0.962, 0.966],
+    "softmax": [0.900, 0.905, 0.910],  # never reaches 95% of the best: a "not reached" target
+    "arcface_default": [0.930, 0.935, math.nan],  # seed 2 diverged
+    "arcface_tuned": [0.962, 0.968, 0.966],
+}
+RATES = {"fixed_adacos": 0.08, "dynamic_adacos": 0.06, "softmax": 0.05, "arcface_default": 0.03, "arcface_tuned": 0.04}
+ARCFACE_VALUES = [0.90, 0.93, 0.95, 0.96, 0.97, 0.94, 0.955, 0.92]
+ARCFACE_SECONDS = [20.0, 22.0, 18.0, 21.0, 19.0, 20.0, 23.0, 17.0]
+
+
+def make_study(arcface_tuned_test=None):
+    """Synthetic trials, evaluated runs and their val curves of a realistic small study."""
+    rng = np.random.default_rng(0)
+    trial_rows = []
+    for trial, (value, seconds) in enumerate(zip(ARCFACE_VALUES, ARCFACE_SECONDS)):
+        trial_rows.append({"loss": "arcface", "trial": trial, "state": "COMPLETE", "s": float(2 + 4 * trial),
+                           "m": 0.1 * trial, "value": value, "seconds": seconds, "status": "completed"})
+    trial_rows.append({"loss": "arcface", "trial": 8, "state": "FAIL", "s": 120.0, "m": 0.95, "value": math.nan,
+                       "seconds": 4.0, "status": "diverged"})
+    trial_rows.append({"loss": "arcface", "trial": 9, "state": "PRUNED", "s": 1.5, "m": 0.2, "value": math.nan,
+                       "seconds": 6.0, "status": "stopped"})
+    trials = pd.DataFrame(trial_rows).assign(objective=OBJECTIVE, device="cpu", iterations=80, reason="")
+
+    run_rows, history_rows = [], []
+    for method, finals in FINAL_SCORES.items():
+        tests = finals if method != "arcface_tuned" or arcface_tuned_test is None else arcface_tuned_test
+        for seed, final, test in zip(SEEDS, finals, tests):
+            diverged = math.isnan(final)
+            row = {"method": method, "loss": method.replace("_tuned", "").replace("_default", ""),
+                   "s": {"arcface_default": 64.0, "arcface_tuned": 10.0}.get(method, math.nan),
+                   "m": {"arcface_default": 0.5, "arcface_tuned": 0.4}.get(method, math.nan), "seed": seed,
+                   "status": "diverged" if diverged else "completed", "reason": "non-finite loss" if diverged else "",
+                   "seconds": 30.0 + seed, "device": "cpu", "iterations": 40 if diverged else 80,
+                   "objective": OBJECTIVE, "val_score": final, "checkpoint": ""}
+            for metric in METRICS:
+                row[f"test_{metric}"] = math.nan if diverged else (
+                    test if metric == "accuracy" else float(rng.uniform(0.5, 0.9)))
+            run_rows.append(row)
+            for iteration in ITERATIONS:
+                level = 0.95 if diverged else final
+                score = level * (1 - math.exp(-RATES[method] * iteration)) + 0.1 * math.exp(-RATES[method] * iteration)
+                if diverged and iteration > 40:
+                    continue
+                history_rows.append({
+                    "method": method, "seed": seed, "iteration": iteration, "epoch": iteration // 20,
+                    "train_loss": 2.0 * math.exp(-0.03 * iteration),
+                    "s": (3.1 + 0.02 * iteration + 0.1 * seed) if method == "dynamic_adacos" else math.nan,
+                    "theta_med_deg": math.nan if iteration == 0 else 80 - 0.5 * iteration + seed,
+                    "cos_target_mean": math.nan if iteration == 0 else 0.1 + 0.008 * iteration,
+                    "cos_nontarget_mean": math.nan if iteration == 0 else 0.02 - 0.0001 * iteration,
+                    OBJECTIVE: math.nan if diverged and iteration == 40 else score,
+                    "precision_at_1": score, "map_at_r": score - 0.1, "seconds": iteration / 3})
+    return trials, pd.DataFrame(run_rows), pd.DataFrame(history_rows)
+
+
+PARAMS = StudyParams.from_dict({"analysis": {"n_bootstrap": 200}, "runs": {"seeds": list(SEEDS)}})
+MANIFEST = {"source": "digits", "protocol": "closed", "seed": 0, "fractions": [0.6, 0.2, 0.2],
+            "splits": {name: {"file": f"{name}.pt", "num_samples": count, "num_classes": NUM_CLASSES}
+                       for name, count in (("train", 1078), ("val", 359), ("test", 360))}}
+ENVIRONMENT = {"git_revision": "0123abc", "params_hash": "feedbeef", "device": "cpu (test)",
+               "packages": {"numpy": np.__version__, "pandas": pd.__version__}}
+
+
+def analyse(trials, runs, history):
+    return analyse_study(trials, runs, history, OBJECTIVE, PARAMS.analysis, num_classes=NUM_CLASSES)
+
+
+@pytest.fixture(scope="module")
+def study():
+    return make_study()
+
+
+@pytest.fixture(scope="module")
+def written(study, tmp_path_factory):
+    out_dir = tmp_path_factory.mktemp("report")
+    analysis = analyse(*study)
+    return analysis, write_report(analysis, PARAMS, MANIFEST, ENVIRONMENT, out_dir), out_dir
+
+
+FIGURES = ("expected_best_trials", "expected_best_seconds", "convergence", "angles", "dynamic_scale", "landscape",
+           "final_test")
+
+
+def test_every_figure_is_a_valid_png(written):
+    _, paths, out_dir = written
+    for name in FIGURES:
+        path = out_dir / "figures" / f"{name}.png"
+        assert paths[f"figures/{name}.png"] == path
+        with Image.open(path) as image:
+            image.verify()
+        with Image.open(path) as image:
+            assert image.format == "PNG" and image.size[0] > 400 and image.size[1] > 200
+
+
+def test_every_table_is_written_with_its_columns(written):
+    _, paths, out_dir = written
+    for name in ("expected_best", "break_even", "final_test", "differences", "convergence", "curves", "angles",
+                 "landscape", "curves_wide"):
+        assert paths[f"tables/{name}.csv"].is_file()
+    expected = pd.read_csv(out_dir / "tables" / "expected_best.csv")
+    assert list(expected.columns) == ["loss", "n", "expected_best", "low", "high", "seconds"]
+    assert list(expected["n"]) == list(range(1, len(ARCFACE_VALUES) + 1))
+    curves = pd.read_csv(out_dir / "tables" / "curves.csv")
+    assert {"method", "iteration", "mean", "low", "high"} <= set(curves.columns)
+    # The wide layout dvc.yaml's plots read: one column per method.
+    wide = pd.read_csv(out_dir / "tables" / "curves_wide.csv")
+    assert list(wide.columns) == ["iteration", *FINAL_SCORES]
+
+
+def expected_best_by_enumeration(values, n):
+    """E[max of n draws with replacement] straight from the order-statistic probabilities, in plain Python."""
+    ordered = sorted(values)
+    count = len(ordered)
+    return sum(v * ((i / count) ** n - ((i - 1) / count) ** n) for i, v in enumerate(ordered, start=1))
+
+
+def independent_break_even():
+    target = float(np.mean(FINAL_SCORES["fixed_adacos"]))
+    for n in range(1, len(ARCFACE_VALUES) + 1):
+        if expected_best_by_enumeration(ARCFACE_VALUES, n) >= target - 1e-12:
+            seconds_per_completed = (sum(ARCFACE_SECONDS) + 4.0 + 6.0) / len(ARCFACE_VALUES)
+            return n, n * seconds_per_completed
+    return None, None
+
+
+def welch(a, b):
+    result = stats.ttest_ind(a, b, equal_var=False)
+    interval = result.confidence_interval(0.95)
+    return float(np.mean(a) - np.mean(b)), float(interval.low), float(interval.high), float(result.pvalue)
+
+
+def test_report_markdown_has_every_section_and_the_verdict_numbers(written):
+    analysis, paths, _ = written
+    text = paths["report.md"].read_text(encoding="utf-8")
+    assert text.startswith(f"# {PARAMS.report.title}\n")
+    for heading in ("What this answers", "Setup", "Tuning cost versus accuracy", "Final comparison on test",
+                    "Convergence", "Angle dynamics", "The (s, m) landscape", "Verdict", "Reproducibility"):
+        assert f"\n## {heading}\n" in text
+    for name in FIGURES:
+        assert f"(figures/{name}.png)" in text
+    verdict_text = text.split("## Verdict\n", 1)[1].split("\n## ", 1)[0]
+    trials, seconds = independent_break_even()
+    assert trials is not None and f"{trials} tuning trials" in verdict_text
+    assert seconds > 100 and f"{seconds:,.0f} s" in verdict_text  # whole seconds from 100 s on
+    difference, low, high, _ = welch(FINAL_SCORES["arcface_tuned"], FINAL_SCORES["fixed_adacos"])
+    assert f"{difference:+.4f}" in verdict_text
+    assert f"[{low:+.4f}, {high:+.4f}]" in verdict_text
+    assert "not significant" in verdict_text and "Recommendation: use Fixed AdaCos" in verdict_text
+    # ArcFace at its defaults, with its diverged seed, and the convergence comparison.
+    assert "s = 64, m = 0.5" in verdict_text and "1 of its 3 runs diverged" in verdict_text
+    assert "Fixed AdaCos converges faster" in verdict_text
+    # The softmax target that is never reached is shown as such, not as a number.
+    assert "not reached (0/3 seeds reached)" in text
+    assert "0123abc" in text and "feedbeef" in text
+    assert verdict_text.strip() == verdict(analysis)
+
+
+def test_final_table_marks_non_significant_differences(written):
+    _, paths, _ = written
+    text = paths["report.md"].read_text(encoding="utf-8")
+    row = next(line for line in text.splitlines() if line.startswith("| ArcFace tuned |"))
+    difference, low, high, _ = welch(FINAL_SCORES["arcface_tuned"], FINAL_SCORES["fixed_adacos"])
+    assert f"{difference:+.4f} [{low:+.4f}, {high:+.4f}] (n.s.)" in row
+    assert "| 10 |" in row  # the whole search: 8 completed + 1 failed + 1 pruned trial
+    default_row = next(line for line in text.splitlines() if line.startswith("| ArcFace default |"))
+    assert "2 (1 diverged)" in default_row
+
+
+def test_html_is_self_contained(written):
+    _, paths, _ = written
+    page = paths["report.html"].read_text(encoding="utf-8")
+    images = re.findall(r'<img src="([^"]+)"', page)
+    assert len(images) == len(FIGURES)
+    for source in images:
+        assert source.startswith("data:image/png;base64,")
+        assert base64.b64decode(source.split(",", 1)[1])[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not re.search(r'(src|href)="(?!data:)', page)
+    text = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", page)  # base64 may spell anything
+    assert "<link" not in text and "<script" not in text and "http" not in text and "url(" not in text
+    for heading in ("Tuning cost versus accuracy", "Final comparison on test", "Verdict"):
+        assert f"<h2>{heading}</h2>" in page
+    assert "<table>" in page
+
+
+def test_metrics_json_is_strict_and_holds_the_means(written):
+    _, paths, _ = written
+    metrics = json.loads(paths["metrics.json"].read_text(encoding="utf-8"),
+                         parse_constant=lambda name: pytest.fail(f"metrics.json contains {name}"))
+    for method, finals in FINAL_SCORES.items():
+        values = np.array(finals)[np.isfinite(finals)]
+        assert metrics[method]["test_accuracy"]["mean"] == pytest.approx(values.mean())
+        assert metrics[method]["test_accuracy"]["std"] == pytest.approx(values.std(ddof=1))
+        assert metrics[method]["run_seconds"] == pytest.approx(np.mean([30.0 + seed for seed in SEEDS]))
+    assert metrics["arcface_tuned"]["tuning_trials"] == 10
+    assert metrics["arcface_tuned"]["tuning_seconds"] == pytest.approx(sum(ARCFACE_SECONDS) + 10.0)
+    assert metrics["fixed_adacos"]["tuning_trials"] == 0
+    trials, seconds = independent_break_even()
+    assert metrics["break_even"]["arcface"] == {"trials": trials, "seconds": pytest.approx(seconds), "reached": True,
+                                                "max_trials": len(ARCFACE_VALUES),
+                                                "target": pytest.approx(np.mean(FINAL_SCORES["fixed_adacos"]))}
+
+
+def test_verdict_flips_when_tuned_arcface_is_significantly_better():
+    better = [0.990, 0.991, 0.992]
+    analysis = analyse(*make_study(arcface_tuned_test=better))
+    text = verdict(analysis)
+    difference, low, high, p_value = welch(better, FINAL_SCORES["fixed_adacos"])
+    assert low > 0 and p_value < 0.05
+    assert f"{difference:+.4f}" in text and f"[{low:+.4f}, {high:+.4f}]" in text
+    assert "significant (Welch" in text and "not significant" not in text.split("Recommendation")[0].split(".")[0]
+    assert "Recommendation: tune ArcFace" in text
+    trials, _ = independent_break_even()
+    assert f"about {trials} trials" in text
+
+
+def test_verdict_when_break_even_is_not_reached_and_adacos_is_better():
+    trials, runs, history = make_study(arcface_tuned_test=[0.90, 0.905, 0.91])
+    trials.loc[trials["state"] == "COMPLETE", "value"] = 0.5  # the search never comes near AdaCos
+    text = verdict(analyse(trials, runs, history))
+    assert f"not within {len(ARCFACE_VALUES)} trials" in text
+    assert "Recommendation: use Fixed AdaCos. It is significantly better" in text
+
+
+def test_report_without_dynamic_adacos_or_search(tmp_path):
+    trials, runs, history = make_study()
+    runs = runs[runs["method"] != "dynamic_adacos"]
+    history = history[history["method"] != "dynamic_adacos"]
+    analysis = analyse(trials.iloc[0:0], runs, history)
+    paths = write_report(analysis, PARAMS, MANIFEST, ENVIRONMENT, tmp_path)
+    assert "figures/dynamic_scale.png" not in paths and "figures/landscape.png" not in paths
+    text = paths["report.md"].read_text(encoding="utf-8")
+    assert "No loss was searched" in text and "## Verdict" in text
+    json.loads(paths["metrics.json"].read_text(encoding="utf-8"))
