@@ -1,5 +1,7 @@
 """DVC stage `prepare`: load the dataset named in params, split it by the protocol, write it with a manifest."""
 
+import sys
+
 from study.config import load_params
 from study.data import load_dataset, save_splits, split_dataset
 from study.results import PREPARED_DIR
@@ -7,10 +9,19 @@ from study.results import PREPARED_DIR
 
 def main() -> None:
     data = load_params().data
-    image_set = load_dataset(data.dataset, cache_dir=data.cache_dir)
+    source, fallback_reason = data.dataset, None
+    try:
+        image_set = load_dataset(data.dataset, cache_dir=data.cache_dir)
+    except (RuntimeError, FileNotFoundError) as error:
+        if data.fallback is None:
+            raise
+        source, fallback_reason = data.fallback, str(error)
+        print(f"{data.dataset} is unavailable, using data.fallback={data.fallback}: {error}", file=sys.stderr)
+        image_set = load_dataset(data.fallback, cache_dir=data.cache_dir)
     splits = split_dataset(image_set, data.protocol, data.fractions, seed=data.seed)
-    save_splits(splits, PREPARED_DIR, source=data.dataset, protocol=data.protocol, seed=data.seed,
-                fractions=data.fractions)
+    # The manifest records which source was asked for and which was used, so the report can say it.
+    save_splits(splits, PREPARED_DIR, source=source, protocol=data.protocol, seed=data.seed,
+                fractions=data.fractions, requested_source=data.dataset, fallback_reason=fallback_reason)
     for name, split in splits.items():
         print(f"{name}: {len(split)} images, {split.num_classes} classes")
 

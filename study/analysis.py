@@ -14,8 +14,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from study.config import BASELINE_METHODS, AnalysisConfig
-from study.results import tuned_method
+from study.config import HYPERPARAMETER_FREE_LOSSES, AnalysisConfig
+from study.losses import fixed_adacos_scale
+from study.results import is_tuned, tuned_method
 
 # Curves are built by floating-point sums, so a curve that reaches its target exactly can
 # land one rounding step below it; "reached" forgives that much and no more.
@@ -275,10 +276,10 @@ def higher_is_better(metric: str) -> bool:
 
 
 def fixed_scale_of(num_classes: int | None) -> float | None:
-    """AdaCos's s_f = √2·ln(C−1), or None where C is unknown or below 3 (as study.losses, without torch)."""
+    """AdaCos's s_f for C training classes, or None where C is unknown or below 3."""
     if num_classes is None or num_classes < 3:
         return None
-    return math.sqrt(2.0) * math.log(num_classes - 1)
+    return fixed_adacos_scale(num_classes)
 
 
 def _finite(values) -> np.ndarray:
@@ -300,9 +301,16 @@ def _require_columns(frame: pd.DataFrame, columns, name: str) -> None:
 
 def _method_order(runs: pd.DataFrame, history: pd.DataFrame, searched_losses: list[str]) -> list[str]:
     present = list(dict.fromkeys([*runs["method"], *history["method"]]))
-    ordered = [m for m in BASELINE_METHODS if m in present]
+    ordered = _untuned_methods(present)
     ordered += [tuned_method(loss) for loss in searched_losses if tuned_method(loss) in present]
     return ordered + [m for m in present if m not in ordered]
+
+
+def _untuned_methods(methods) -> list[str]:
+    """The methods that cost no search: hyperparameter-free losses first, then fixed runs as they appear."""
+    methods = list(dict.fromkeys(methods))
+    return ([m for m in HYPERPARAMETER_FREE_LOSSES if m in methods]
+            + [m for m in methods if m not in HYPERPARAMETER_FREE_LOSSES and not is_tuned(m)])
 
 
 def _search_summary(trials: pd.DataFrame) -> pd.DataFrame:
@@ -360,7 +368,7 @@ def _tuning_budget(trials: pd.DataFrame, summary: pd.DataFrame, target: float,
 def _reference_bands(runs: pd.DataFrame, config: AnalysisConfig) -> pd.DataFrame:
     """Mean final val score with its CI over seeds, and the cost of one run, for each untuned baseline."""
     rows = []
-    for method in BASELINE_METHODS:
+    for method in _untuned_methods(runs["method"]):
         group = runs[runs["method"] == method]
         scores = _finite(group["val_score"])
         if scores.size == 0:

@@ -105,12 +105,32 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--save", default=None, help="write a checkpoint of the trained model here")
     train.set_defaults(handler=_train_command)
 
+    preset = commands.add_parser("preset", help="write params.yaml from a preset (a published setup, a dataset)")
+    preset.add_argument("name", nargs="?", help="the preset; `default` restores the embedded default study")
+    preset.add_argument("--set", dest="assignments", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="change a key on top of the preset, e.g. --set data.dataset=folder:/data/faces")
+    preset.add_argument("--output", default="params.yaml", help="where to write (default: params.yaml)")
+    preset.add_argument("--list", action="store_true", help="list the presets")
+    preset.set_defaults(handler=_preset_command)
+
     worker = commands.add_parser("worker", help="join a shared Optuna search from another process or machine")
     worker.add_argument("--loss", required=True, help="the searched loss whose study to join (e.g. arcface)")
     worker.add_argument("--params", default="params.yaml", help="the study's params file (default: params.yaml)")
     worker.add_argument("--trials", type=int, default=None, help="stop after this many trials (default: until the budget is met)")
     worker.set_defaults(handler=_worker_command)
     return parser
+
+
+def _preset_command(args: argparse.Namespace) -> int:
+    from study.presets import build_preset, preset_names, write_params
+
+    if args.list or not args.name:
+        print("\n".join(["default"] + preset_names()))
+        return 0
+    write_params(build_preset(args.name, args.assignments), args.output, " ".join([args.name, *(
+        f"--set {a}" for a in args.assignments)]))
+    print(f"{args.output} written from preset {args.name}; run `dvc repro` to run the study", file=sys.stderr)
+    return 0
 
 
 def _worker_command(args: argparse.Namespace) -> int:

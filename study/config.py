@@ -78,6 +78,10 @@ class Section:
             raise ConfigError(
                 f"unknown key {prefix}{unknown[0]}; the keys of {where or 'params'} are: {', '.join(names)}"
             )
+        missing = [f.name for f in dataclasses.fields(cls) if f.name not in values
+                   and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+        if missing:
+            raise ConfigError(f"{where or 'params'} lacks the required key {prefix}{missing[0]}")
         kwargs = {k: _coerce(v, hints[k], f"{prefix}{k}") for k, v in values.items()}
         section = cls(**kwargs)
         section.check(prefix)
@@ -106,6 +110,8 @@ class DataConfig(Section):
     seed: int = 0
     image_size: Optional[int] = None
     cache_dir: Optional[str] = None
+    # Used instead of `dataset` when that cannot be had (e.g. offline); the manifest and report say so.
+    fallback: Optional[str] = None
 
     def check(self, prefix: str) -> None:
         _require(len(self.fractions) == 3 and all(f > 0 for f in self.fractions),
@@ -130,15 +136,15 @@ class ModelConfig(Section):
 class TrainConfig(Section):
     """Optimiser, schedule, budget and device: identical for every loss of a study."""
 
-    epochs: int = 5
-    batch_size: int = 128
+    epochs: int = 8
+    batch_size: int = 64
     optimizer: Literal["adam", "adamw", "sgd"] = "adam"
-    lr: float = 1e-3
+    lr: float = 3e-3
     weight_decay: float = 0.0
     momentum: float = 0.9
     schedule: Literal["constant", "cosine"] = "cosine"
     max_iterations: Optional[int] = None
-    eval_every: int = 50
+    eval_every: int = 25
     eval_batch_size: int = 1024
     device: str = "auto"
     amp: bool = False
@@ -172,8 +178,8 @@ class SearchConfig(Section):
     """The Optuna search over (s, m) for each tunable loss."""
 
     losses: tuple[str, ...] = ("arcface",)
-    n_trials: int = 20
-    max_failed_trials: int = 20
+    n_trials: int = 24
+    max_failed_trials: int = 24
     sampler: Literal["tpe", "random", "grid", "qmc"] = "tpe"
     pruner: Literal["none", "median", "hyperband"] = "none"
     seed: int = 0
@@ -203,35 +209,59 @@ class SearchConfig(Section):
         _require(self.grid_points >= 2, f"{prefix}grid_points", "must be ≥ 2")
 
 
-BASELINE_METHODS = HYPERPARAMETER_FREE_LOSSES + ("arcface_default",)
+@dataclass(frozen=True)
+class FixedRun(Section):
+    """A loss run at given hyperparameters, e.g. ArcFace at the paper's s=64, m=0.5: what users get untuned."""
+
+    loss: str
+    s: Optional[float] = None
+    m: Optional[float] = None  # radians
+    m_degrees: Optional[float] = None  # for published setups quoted in degrees; converted, never guessed
+
+    def check(self, prefix: str) -> None:
+        from study.losses import LOSSES, build_loss
+
+        _require(self.loss in LOSSES, f"{prefix}loss", f"{self.loss!r} is unknown; choose from {', '.join(LOSSES)}")
+        _require(self.m is None or self.m_degrees is None, f"{prefix}m", "give m (radians) or m_degrees, not both")
+        try:  # the loss's own validation, on a toy size, so a bad value stops here and not mid-study
+            build_loss(self.loss, 3, 2, **self.hyperparameters())
+        except ValueError as error:
+            raise ConfigError(f"{prefix[:-1]}: {error}") from None
+
+    def hyperparameters(self) -> dict[str, float]:
+        """The loss's keyword arguments, the margin in radians."""
+        values = {"s": self.s, "m": math.radians(self.m_degrees) if self.m_degrees is not None else self.m}
+        return {k: v for k, v in values.items() if v is not None}
 
 
 @dataclass(frozen=True)
 class RunsConfig(Section):
-    """The final runs at several seeds: the baselines below, and each searched loss at its best trial's (s, m)."""
+    """The final runs at several seeds: the methods below, and each searched loss at its best trial's (s, m)."""
 
-    seeds: tuple[int, ...] = (0, 1, 2)
-    # Hyperparameter-free losses, and `arcface_default`: ArcFace at the paper's values, what users get untuned.
-    methods: tuple[str, ...] = BASELINE_METHODS
-    arcface_default_s: float = 64.0
-    arcface_default_m: float = 0.5
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    # Hyperparameter-free losses and names of `fixed` runs; `fixed_adacos` is the reference of every comparison.
+    methods: tuple[str, ...] = HYPERPARAMETER_FREE_LOSSES + ("arcface_default",)
+    fixed: dict[str, FixedRun] = field(default_factory=lambda: {"arcface_default": FixedRun("arcface", 64.0, 0.5)})
 
     def check(self, prefix: str) -> None:
         _require(len(self.seeds) >= 1 and len(set(self.seeds)) == len(self.seeds), f"{prefix}seeds",
                  "give at least one seed, each once")
+        for name in self.fixed:
+            _require(name not in HYPERPARAMETER_FREE_LOSSES and not name.endswith("_tuned"), f"{prefix}fixed.{name}",
+                     "this name is taken; name fixed runs after what they are, e.g. arcface_default")
+        known = HYPERPARAMETER_FREE_LOSSES + tuple(self.fixed)
         for method in self.methods:
-            _require(method in BASELINE_METHODS, f"{prefix}methods",
-                     f"{method!r} is not a baseline; choose from {', '.join(BASELINE_METHODS)} "
-                     "(searched losses are run at their best values automatically)")
+            _require(method in known, f"{prefix}methods",
+                     f"{method!r} is neither hyperparameter-free nor a run of {prefix}fixed; choose from "
+                     f"{', '.join(known)} (searched losses are run at their best values automatically)")
+        _require(len(set(self.methods)) == len(self.methods), f"{prefix}methods", "lists a method twice")
         _require("fixed_adacos" in self.methods, f"{prefix}methods",
                  "must include fixed_adacos, the reference every comparison is made against")
-        _require(self.arcface_default_s > 0, f"{prefix}arcface_default_s", "must be > 0")
-        _require(0 <= self.arcface_default_m < math.pi, f"{prefix}arcface_default_m", "must be in [0, π) radians")
 
     def hyperparameters(self, method: str) -> tuple[str, dict[str, float]]:
-        """The loss name and fixed hyperparameters of a baseline method."""
-        if method == "arcface_default":
-            return "arcface", {"s": self.arcface_default_s, "m": self.arcface_default_m}
+        """The loss name and hyperparameters of one of `methods`."""
+        if method in self.fixed:
+            return self.fixed[method].loss, self.fixed[method].hyperparameters()
         return method, {}
 
 

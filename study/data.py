@@ -379,12 +379,13 @@ def save_splits(
     protocol: str,
     seed: int,
     fractions: Sequence[float],
+    **details,
 ) -> dict:
-    """Write `{train,val,test}.pt` and `manifest.json` (with checksums) to `out_dir`."""
+    """Write `{train,val,test}.pt` and `manifest.json` (with checksums and any `details`) to `out_dir`."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     manifest = {"source": source, "protocol": protocol, "seed": seed,
-                "fractions": [float(f) for f in fractions], "splits": {}}
+                "fractions": [float(f) for f in fractions], **details, "splits": {}}
     for name in SPLIT_NAMES:
         image_set = splits[name]
         payload = {"labels": torch.from_numpy(image_set.labels), "class_names": image_set.class_names,

@@ -517,10 +517,12 @@ def figure_landscape(analysis: StudyAnalysis, params: StudyParams, path: Path, d
                 "" if loss == "normface" else f", m = {margins[best.index[0]]:.3g}")
             ax.scatter(best["s"], margins[best.index], marker="*", s=260, color="red", edgecolors="black",
                        linewidths=0.8, label=f"best trial ({where})", zorder=3)
-        if loss == "arcface":
-            ax.scatter([params.runs.arcface_default_s], [params.runs.arcface_default_m], marker="P", s=110,
-                       color="black", label=f"ArcFace default (s = {params.runs.arcface_default_s:g}, "
-                                            f"m = {params.runs.arcface_default_m:g})", zorder=3)
+        for name, run in params.runs.fixed.items():
+            fixed = run.hyperparameters()
+            if run.loss == loss and name in params.runs.methods and "s" in fixed:
+                ax.scatter([fixed["s"]], [fixed.get("m", 0.0)], marker="P", s=110, color="black",
+                           edgecolors="black", label=f"{method_name(name)} (s = {fixed['s']:g}, "
+                                                     f"m = {fixed.get('m', 0.0):.3g})", zorder=3)
         if analysis.s_f is not None:
             ax.axvline(analysis.s_f, color="#444444", linestyle="--", linewidth=1.2,
                        label=f"AdaCos s_f = {analysis.s_f:.3f}")
@@ -632,6 +634,9 @@ def _setup_section(analysis: StudyAnalysis, params: StudyParams, manifest: dict)
         f"Search: {', '.join(loss_name(loss) for loss in search.losses)}; {budget}"
         + (f"; {ranges}" if ranges else "") + ".",
     ]
+    if manifest.get("fallback_reason"):
+        bullets.insert(1, f"`{manifest.get('requested_source')}` was asked for but could not be had, so this study "
+                          f"ran on the fallback `{manifest.get('source')}` ({manifest['fallback_reason']}).")
     if analysis.num_classes is not None:
         bullets.append(f"Training classes C = {analysis.num_classes}, so AdaCos's fixed scale s_f = √2·ln(C−1) = "
                        + (f"{analysis.s_f:.3f}." if analysis.s_f is not None else "undefined (C < 3)."))

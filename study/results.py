@@ -32,6 +32,11 @@ def tuned_method(loss: str) -> str:
     return f"{loss}_tuned"
 
 
+def is_tuned(method: str) -> bool:
+    """Whether a method is a searched loss at its best values (and so carries a search's cost)."""
+    return method.endswith("_tuned")
+
+
 def _replace_atomically(path: Path, write) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")

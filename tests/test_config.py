@@ -1,0 +1,80 @@
+"""params.yaml validation: the shipped file is valid, and every kind of mistake names its key and the fix."""
+
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from study.config import ConfigError, StudyParams, load_params
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_shipped_params_are_the_embedded_default_and_valid():
+    params = load_params(str(REPO / "params.yaml"))
+    assert params.data.dataset == "mnist5k" and params.data.protocol == "closed"
+    assert params.model.name == "cnn" and params.train.objective == "accuracy"
+    assert "fixed_adacos" in params.runs.methods and params.search.losses == ("arcface",)
+    assert params.runs.hyperparameters("arcface_default") == ("arcface", {"s": 64.0, "m": 0.5})
+    # Every shipped key round-trips: what to_dict writes, from_dict reads back unchanged.
+    assert StudyParams.from_dict(params.to_dict()) == params
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"train": {"epoch": 3}}, "unknown key train.epoch; the keys of train are: epochs"),
+    ({"trian": {}}, "unknown section 'trian'; the sections are: data, model, train"),
+    ({"train": {"optimizer": "adm"}}, "train.optimizer: 'adm' is not allowed; choose one of 'adam', 'adamw', 'sgd'"),
+    ({"train": {"lr": 0}}, "train.lr: must be > 0"),
+    ({"train": {"epochs": 2.5}}, "train.epochs: expected an integer"),
+    ({"train": {"amp": "yes"}}, "train.amp: expected true or false"),
+    ({"train": {"lr": math.nan}}, "train.lr: expected a finite number"),
+    ({"train": {"device": "tpu"}}, "train.device: 'tpu' is not a device"),
+    ({"train": {"objective": "f1"}}, "train.objective: 'f1' is not allowed"),
+    ({"data": {"protocol": "half-open"}}, "data.protocol: 'half-open' is not allowed; choose one of 'closed', 'open'"),
+    ({"data": {"fractions": [0.5, 0.5, 0.5]}}, "data.fractions: must sum to 1"),
+    ({"data": {"fractions": [0.5, 0.5]}}, "data.fractions: give three positive fractions"),
+    ({"search": {"losses": ["fixed_adacos"]}}, "search.losses: 'fixed_adacos' cannot be searched"),
+    ({"search": {"losses": ["cosface"], "m_range": {"arcface": [0, 1]}}}, "has no range for 'cosface'"),
+    ({"search": {"s_range": [0, 64]}}, "search.s_range: give [low, high] with 0 < low < high"),
+    ({"search": {"m_range": {"arcface": [0, 4]}}}, "search.m_range.arcface: must stay below π"),
+    ({"search": {"sampler": "cmaes"}}, "search.sampler: 'cmaes' is not allowed; choose one of 'tpe', 'random', 'grid', 'qmc'"),
+    ({"search": {"n_trials": 0}}, "search.n_trials: must be ≥ 1"),
+    ({"runs": {"methods": ["softmax"]}}, "runs.methods: must include fixed_adacos"),
+    ({"runs": {"methods": ["fixed_adacos", "arcface_tuned"]}}, "is neither hyperparameter-free nor a run of runs.fixed"),
+    ({"runs": {"seeds": [1, 1]}}, "runs.seeds: give at least one seed, each once"),
+    ({"runs": {"fixed": {"wide": {"s": 3.0}}}}, "lacks the required key runs.fixed.wide.loss"),
+    ({"runs": {"fixed": {"wide": {"loss": "arcface", "s": 30.0, "m": 28.6}}}}, "radians within"),
+    ({"runs": {"fixed": {"wide": {"loss": "arcfce"}}}}, "runs.fixed.wide.loss: 'arcfce' is unknown"),
+    ({"runs": {"fixed": {"softmax": {"loss": "softmax"}}}}, "runs.fixed.softmax: this name is taken"),
+    ({"analysis": {"confidence": 1.5}}, "analysis.confidence: must be in [0.5, 1)"),
+    ({"report": {"dpi": 5}}, "report.dpi: must be in [50, 600]"),
+    ({"model": {"embedding_size": 1}}, "model.embedding_size: must be ≥ 2"),
+])
+def test_bad_values_name_the_key_and_what_is_allowed(values, message):
+    with pytest.raises(ConfigError) as error:
+        StudyParams.from_dict(values)
+    assert message in str(error.value)
+
+
+def test_margins_in_degrees_are_converted_explicitly():
+    params = StudyParams.from_dict({"runs": {
+        "methods": ["fixed_adacos", "published_arcface"],
+        "fixed": {"published_arcface": {"loss": "arcface", "s": 64, "m_degrees": 28.6}}}})
+    loss, hyperparameters = params.runs.hyperparameters("published_arcface")
+    assert loss == "arcface" and hyperparameters == {"s": 64.0, "m": pytest.approx(0.49916, abs=1e-5)}
+    with pytest.raises(ConfigError, match="give m .radians. or m_degrees, not both"):
+        StudyParams.from_dict({"runs": {"fixed": {"x": {"loss": "arcface", "m": 0.5, "m_degrees": 28.6}}}})
+
+
+def test_load_params_reports_missing_and_broken_files(tmp_path):
+    with pytest.raises(FileNotFoundError, match="not found"):
+        load_params(str(tmp_path / "params.yaml"))
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("train: {epochs: [\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_params(str(broken))
+    listed = tmp_path / "list.yaml"
+    listed.write_text(yaml.safe_dump([1, 2]))
+    with pytest.raises(ConfigError, match="mapping of sections"):
+        load_params(str(listed))
