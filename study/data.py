@@ -282,6 +282,12 @@ def _load_folder(argument: str, cache_dir: Path) -> ImageSet:
     return ImageSet(labels, [d.name for d in class_dirs], paths=paths)
 
 
+def _load_glyphs(argument: str, cache_dir: Path) -> ImageSet:
+    from study.glyphs import load_glyphs  # imported here: study.glyphs imports ImageSet from this module
+
+    return load_glyphs(argument, cache_dir)
+
+
 # The spec's part before ':' selects the loader; the part after it is the loader's argument.
 DATASETS: dict[str, Callable[[str, Path], ImageSet]] = {
     "digits": _load_digits,
@@ -289,6 +295,7 @@ DATASETS: dict[str, Callable[[str, Path], ImageSet]] = {
     "idx": _load_idx,
     "torchvision": _load_torchvision,
     "folder": _load_folder,
+    "glyphs": _load_glyphs,
 }
 
 
