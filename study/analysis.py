@@ -16,6 +16,7 @@ from scipy import stats
 
 from study.config import HYPERPARAMETER_FREE_LOSSES, AnalysisConfig
 from study.losses import fixed_adacos_scale
+from study.published import PublishedSetup
 from study.results import is_tuned, tuned_method
 
 # Curves are built by floating-point sums, so a curve that reaches its target exactly can
@@ -235,6 +236,13 @@ TEST_PREFIX = "test_"
 # Trials that ran to an end and spent their device time; RUNNING ones were interrupted and left no cost.
 FINISHED_STATES = ("COMPLETE", "PRUNED", "FAIL")
 ANGLE_COLUMNS = ("theta_med_deg", "cos_nontarget_mean", "s")
+# The pairs of the convergence claim ("AdaCos overtakes ArcFace only late"), each compared where both are present.
+ADACOS_METHODS = ("fixed_adacos", "dynamic_adacos")
+ARCFACE_METHODS = ("arcface_tuned", "arcface_default")
+CROSSING_COLUMNS = ["adacos_method", "arcface_method", "crossing_iteration", "ahead_from_start", "last_iteration",
+                    "first_iteration", "gap_at_end"]
+# A published number is "within our seed-to-seed spread" when it lies inside mean ± this many sample stds.
+REPRODUCTION_SPREAD_STDS = 2.0
 
 
 @dataclass
@@ -264,6 +272,9 @@ class StudyAnalysis:
     convergence: pd.DataFrame  # method, fraction, target, median_iteration (NaN: not reached), seeds_reached, seeds
     curves: pd.DataFrame  # method, iteration, mean, low, high, n
     angles: pd.DataFrame  # method, iteration, theta_med_deg, cos_nontarget_mean, s
+    # adacos_method, arcface_method, crossing_iteration (<NA>: no lasting overtake within the run),
+    # ahead_from_start, last_iteration, first_iteration, gap_at_end (AdaCos − ArcFace mean val at the end)
+    crossings: pd.DataFrame
     landscape: pd.DataFrame  # loss, trial, state, s, m, value, best
     num_classes: int | None
     s_f: float | None
@@ -480,6 +491,38 @@ def _curves(history: pd.DataFrame, objective: str, methods: list[str], config: A
     return pd.DataFrame(rows, columns=["method", "iteration", "mean", "low", "high", "n"])
 
 
+def crossings_table(curves: pd.DataFrame) -> pd.DataFrame:
+    """Per (AdaCos, ArcFace) pair with curves: where AdaCos's mean val curve overtakes ArcFace's for good.
+
+    `curves` is `StudyAnalysis.curves` (method, iteration, mean, ...). The two curves are compared at the
+    iterations both were evaluated at. An AdaCos mean that is NaN (every seed diverged there) counts as behind,
+    an ArcFace one as AdaCos ahead. `crossing_iteration` is the start of the final stretch where AdaCos is at
+    or above ArcFace (<NA> when AdaCos is behind at the end); `ahead_from_start` says that stretch is the whole run.
+    """
+    means = {method: curve.set_index("iteration")["mean"].astype(float)
+             for method, curve in curves.groupby("method", sort=False)}
+    rows = []
+    for adacos in ADACOS_METHODS:
+        for arcface in ARCFACE_METHODS:
+            if adacos not in means or arcface not in means:
+                continue
+            both = pd.concat({"adacos": means[adacos], "arcface": means[arcface]}, axis=1, join="inner").sort_index()
+            if both.empty:
+                continue
+            steps = both.index.to_numpy()
+            adacos_curve, arcface_curve = both["adacos"].to_numpy(), both["arcface"].to_numpy()
+            crossing = crossing_iteration(steps, adacos_curve, np.where(np.isnan(arcface_curve), -np.inf,
+                                                                        arcface_curve))
+            rows.append({"adacos_method": adacos, "arcface_method": arcface,
+                         "crossing_iteration": pd.NA if crossing is None else crossing,
+                         "ahead_from_start": crossing is not None and crossing == steps[0],
+                         "last_iteration": int(steps[-1]), "first_iteration": int(steps[0]),
+                         "gap_at_end": float(adacos_curve[-1] - arcface_curve[-1])})
+    table = pd.DataFrame(rows, columns=CROSSING_COLUMNS)
+    return table.astype({"crossing_iteration": "Int64", "ahead_from_start": bool, "last_iteration": "Int64",
+                         "first_iteration": "Int64", "gap_at_end": float})
+
+
 def _angles(history: pd.DataFrame, methods: list[str]) -> pd.DataFrame:
     """Mean over seeds of the median target angle, the mean non-target cosine and s, per method and iteration."""
     frame = history.reindex(columns=["method", "iteration", *ANGLE_COLUMNS])
@@ -613,6 +656,7 @@ def analyse_study(trials: pd.DataFrame, runs: pd.DataFrame, history: pd.DataFram
     default_runs = runs[runs["method"] == "arcface_default"].reindex(columns=["s", "m"])
     default_hyperparameters = {key: float(value) for key, value in default_runs.iloc[0].items()} if len(
         default_runs) else {}
+    curves = _curves(history, objective, methods, config)
     facts = _verdict_facts(objective, searched_losses, final, costs, differences, even, summary, per_method,
                            targets, bands, default_hyperparameters)
     return StudyAnalysis(
@@ -620,7 +664,41 @@ def analyse_study(trials: pd.DataFrame, runs: pd.DataFrame, history: pd.DataFram
         search_summary=summary, expected_best=expected, reference_bands=bands, break_even=even, final=final,
         costs=costs, differences=differences, run_scores=_run_scores(runs), best_final_val=best,
         best_final_method=best_method, targets=targets,
-        convergence_runs=per_run, convergence=per_method, curves=_curves(history, objective, methods, config),
-        angles=_angles(history, methods), landscape=_landscape(trials), num_classes=num_classes,
+        convergence_runs=per_run, convergence=per_method, curves=curves,
+        angles=_angles(history, methods), crossings=crossings_table(curves), landscape=_landscape(trials),
+        num_classes=num_classes,
         s_f=fixed_scale_of(num_classes), verdict_facts=facts,
     )
+
+
+def reproduction_table(run_scores: pd.DataFrame, setup: PublishedSetup,
+                       spread_stds: float = REPRODUCTION_SPREAD_STDS) -> pd.DataFrame:
+    """Each published result of `setup` beside ours: mean, std, range over seeds, difference and whether it is in our spread.
+
+    `run_scores` is `StudyAnalysis.run_scores` (one row per final run, test metrics as fractions). Ours is the
+    test metric that scores the method the way the publication did (1-NN on embeddings, or argmax for
+    cross-entropy), in percent like the published number, over the seeds that finished. The published number is
+    within our seed-to-seed spread when it lies in mean ± `spread_stds` sample stds (ddof=1); with fewer than two
+    finished seeds there is no spread and `within_spread` is None.
+    """
+    rows = []
+    for result in setup.results:
+        group = run_scores[run_scores["method"] == result.method]
+        values = 100.0 * _finite(group[result.metric]) if result.metric in group else np.array([])
+        mean = float(values.mean()) if values.size else math.nan
+        std = float(values.std(ddof=1)) if values.size >= 2 else math.nan
+        low, high = mean - spread_stds * std, mean + spread_stds * std
+        rows.append({
+            "setup": setup.name, "published_label": result.label, "method": result.method, "metric": result.metric,
+            "evaluation": result.evaluation_text, "published_percent": result.accuracy_percent,
+            "mean_percent": mean, "std_percent": std,
+            "min_percent": float(values.min()) if values.size else math.nan,
+            "max_percent": float(values.max()) if values.size else math.nan,
+            "seeds": int(values.size), "runs": len(group), "difference_points": mean - result.accuracy_percent,
+            "spread_low_percent": low, "spread_high_percent": high,
+            "within_spread": bool(low <= result.accuracy_percent <= high) if values.size >= 2 else None,
+        })
+    return pd.DataFrame(rows, columns=["setup", "published_label", "method", "metric", "evaluation",
+                                       "published_percent", "mean_percent", "std_percent", "min_percent",
+                                       "max_percent", "seeds", "runs", "difference_points", "spread_low_percent",
+                                       "spread_high_percent", "within_spread"])

@@ -283,12 +283,14 @@ class AnalysisConfig(Section):
 
 @dataclass(frozen=True)
 class ReportConfig(Section):
-    """How the report looks: title, figure resolution and palette."""
+    """How the report looks: title, figure resolution and palette; and which published setup it reproduces."""
 
     title: str = "Is AdaCos worth it, or should I tune ArcFace?"
     dpi: int = 120
     palette: str = "colorblind"
     html: bool = True
+    # A published setup of study/published.py: the report then compares its numbers with ours.
+    reproduce: Optional[Literal["seed003-mnist", "seed003-faces"]] = None
 
     def check(self, prefix: str) -> None:
         _require(50 <= self.dpi <= 600, f"{prefix}dpi", "must be in [50, 600]")

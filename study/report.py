@@ -21,8 +21,9 @@ import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
-from study.analysis import REFERENCE_METHOD, TEST_PREFIX, StudyAnalysis
+from study.analysis import REFERENCE_METHOD, REPRODUCTION_SPREAD_STDS, TEST_PREFIX, StudyAnalysis, reproduction_table
 from study.config import StudyParams
+from study.published import ADACOS_PAPER_CROSSOVER_ITERATIONS, PublishedSetup, published_setup
 from study.results import tuned_method, write_csv, write_json
 
 LOSS_NAMES = {"arcface": "ArcFace", "cosface": "CosFace", "normface": "NormFace", "softmax": "Softmax",
@@ -89,6 +90,15 @@ def _count(value) -> str:
 
 def _iterations(value) -> str:
     return "not reached" if _missing(value) else f"{value:g}"
+
+
+def _iteration_number(value) -> str:
+    """An iteration as written in prose, with thousands separators: 20000 → '20,000'."""
+    return "n/a" if _missing(value) or pd.isna(value) else f"{int(value):,}"
+
+
+def _percent(value) -> str:
+    return "n/a" if _missing(value) else f"{value:.2f}"
 
 
 def _plural(count: int, word: str) -> str:
@@ -450,6 +460,48 @@ def figure_convergence(analysis: StudyAnalysis, palette: dict, path: Path, dpi: 
     return _save(figure, path, dpi)
 
 
+def figure_crossings(analysis: StudyAnalysis, palette: dict, path: Path, dpi: int) -> Path | None:
+    """One panel per (AdaCos, ArcFace) pair: the two mean val curves and where AdaCos overtakes for good."""
+    pairs = list(analysis.crossings.itertuples())
+    if not pairs:
+        return None
+    ncols = min(2, len(pairs))
+    nrows = math.ceil(len(pairs) / ncols)
+    figure = Figure(figsize=(5.6 * ncols, 3.8 * nrows), layout="constrained")
+    axes = figure.subplots(nrows, ncols, squeeze=False).ravel()
+    objective = metric_name(analysis.objective)
+    for ax, pair in zip(axes, pairs):
+        ax.grid(True, color="#e5e5e5", linewidth=0.8)
+        ax.set_axisbelow(True)
+        shown = []
+        for method in (pair.adacos_method, pair.arcface_method):
+            curve = analysis.curves[analysis.curves["method"] == method]
+            colour = palette.get(method, "grey")
+            ax.plot(curve["iteration"], curve["mean"], color=colour, linewidth=1.8, label=method_name(method))
+            ax.fill_between(curve["iteration"], curve["low"], curve["high"], color=colour, alpha=0.15, linewidth=0)
+            shown += list(curve["mean"])
+        if pd.isna(pair.crossing_iteration):
+            title = "no lasting overtake"
+        elif pair.ahead_from_start:
+            title = "at or above from the start"
+        else:
+            title = f"overtakes for good at {_iteration_number(pair.crossing_iteration)}"
+            ax.axvline(int(pair.crossing_iteration), color="black", linestyle=":", linewidth=1.2,
+                       label="lasting overtake")
+        if pair.last_iteration >= ADACOS_PAPER_CROSSOVER_ITERATIONS:
+            ax.axvline(ADACOS_PAPER_CROSSOVER_ITERATIONS, color="#888888", linestyle="--", linewidth=1.0,
+                       label=f"paper: ~{ADACOS_PAPER_CROSSOVER_ITERATIONS:,}")
+        _focus_y(ax, shown, pad_fraction=0.05)
+        ax.set_title(f"{method_name(pair.adacos_method)} vs {method_name(pair.arcface_method)}: {title}",
+                     fontsize="medium")
+        ax.set_xlabel("iteration")
+        ax.set_ylabel(f"val {objective} (mean over seeds)")
+        ax.legend(loc="lower right", fontsize="small", frameon=False)
+    for ax in axes[len(pairs):]:
+        ax.set_visible(False)
+    return _save(figure, path, dpi)
+
+
 def figure_angles(analysis: StudyAnalysis, palette: dict, path: Path, dpi: int) -> Path:
     """Median target angle and mean non-target cosine against iteration, one line per method."""
     figure, axes = _new_figure(ncols=2, size=(11.0, 4.4), sharex=True)
@@ -582,8 +634,9 @@ def _curves_wide(analysis: StudyAnalysis) -> pd.DataFrame:
     return wide.reindex(columns=[m for m in analysis.methods if m in wide.columns]).reset_index()
 
 
-def metrics_summary(analysis: StudyAnalysis) -> dict:
-    """Per method its test metrics (mean, std) and costs, and the break-even of each searched loss, as plain numbers."""
+def metrics_summary(analysis: StudyAnalysis, reproduction: pd.DataFrame | None = None) -> dict:
+    """Per method its test metrics (mean, std) and costs, the break-even of each searched loss, AdaCos's crossings
+    of ArcFace and (when given) the reproduction of a published setup, as plain numbers."""
     def number(value):
         return None if _missing(value) or pd.isna(value) else float(value)
 
@@ -604,6 +657,24 @@ def metrics_summary(analysis: StudyAnalysis) -> dict:
                    "reached": bool(row.reached), "max_trials": int(row.max_trials), "target": number(row.target)}
         for row in analysis.break_even.itertuples()
     }
+    summary["crossings"] = {
+        f"{row.adacos_method}_vs_{row.arcface_method}": {
+            "crossing_iteration": None if pd.isna(row.crossing_iteration) else int(row.crossing_iteration),
+            "ahead_from_start": bool(row.ahead_from_start), "last_iteration": int(row.last_iteration),
+            "gap_at_end": number(row.gap_at_end)}
+        for row in analysis.crossings.itertuples()
+    }
+    if reproduction is not None:
+        summary["reproduction"] = {
+            "setup": reproduction["setup"].iloc[0] if len(reproduction) else None,
+            "spread": f"mean ± {REPRODUCTION_SPREAD_STDS:g} std over seeds",
+            "results": {row.method: {"published_label": row.published_label, "metric": row.metric,
+                                     "published_percent": number(row.published_percent),
+                                     "mean_percent": number(row.mean_percent), "std_percent": number(row.std_percent),
+                                     "seeds": int(row.seeds), "difference_points": number(row.difference_points),
+                                     "within_spread": None if pd.isna(row.within_spread) else bool(row.within_spread)}
+                        for row in reproduction.itertuples()},
+        }
     return summary
 
 
@@ -782,6 +853,148 @@ def _convergence_section(analysis: StudyAnalysis, figures: dict) -> Section:
     return Section("Convergence", blocks)
 
 
+def _crossing_sentence(pair, objective: str) -> str:
+    """What one (AdaCos, ArcFace) pair's curves show, from its row of `analysis.crossings`."""
+    adacos, arcface = method_name(pair.adacos_method), method_name(pair.arcface_method)
+    first, last = _iteration_number(pair.first_iteration), _iteration_number(pair.last_iteration)
+    if pd.isna(pair.crossing_iteration):
+        end = ("it has no val score at the end (every seed diverged)" if _missing(pair.gap_at_end) else
+               f"at the last evaluation it is {-pair.gap_at_end:.4f} behind")
+        return (f"{adacos} does not overtake {arcface} for good within the run's {last} iterations (nor is it "
+                f"ahead from the start): {end}.")
+    gap = "" if _missing(pair.gap_at_end) else f" (ahead by {pair.gap_at_end:.4f} at the end)"
+    if pair.ahead_from_start:
+        return (f"{adacos} is at or above {arcface} at every evaluation from iteration {first} to the end of the run "
+                f"at iteration {last}{gap}: ahead from the start, it never needs to overtake.")
+    share = pair.crossing_iteration / pair.last_iteration if pair.last_iteration else math.nan
+    return (f"{adacos} overtakes {arcface} for good at iteration {_iteration_number(pair.crossing_iteration)} of "
+            f"{last} ({share:.0%} of the run) and stays at or above it to the end{gap}; before that its mean val "
+            f"{objective} fell below {arcface}'s at least once.")
+
+
+def _crossings_section(analysis: StudyAnalysis, figures: dict) -> Section:
+    objective = metric_name(analysis.objective)
+    paper = _iteration_number(ADACOS_PAPER_CROSSOVER_ITERATIONS)
+    blocks = [
+        f"The AdaCos paper's training curves suggest that AdaCos only overtakes ArcFace after about {paper} "
+        f"iterations. For each AdaCos variant against each ArcFace variant run here, the mean val {objective} over "
+        "seeds is compared at every iteration both were evaluated at; the crossing is where the final stretch "
+        "begins in which AdaCos stays at or above ArcFace to the end of the run (a lead that is lost again does not "
+        "count, and ties count as not behind)."]
+    crossings = analysis.crossings
+    if crossings.empty:
+        blocks.append("No Fixed or Dynamic AdaCos run and no tuned or default ArcFace run recorded val curves side "
+                      "by side, so there is nothing to compare.")
+        return Section("Convergence claim", blocks)
+    rows = [{"AdaCos": method_name(row.adacos_method), "ArcFace": method_name(row.arcface_method),
+             "overtakes for good at iteration": "not within the run" if pd.isna(row.crossing_iteration) else
+             _iteration_number(row.crossing_iteration) + (" (ahead from the start)" if row.ahead_from_start else ""),
+             "ahead from the start": "yes" if row.ahead_from_start else "no",
+             "evaluated iterations": f"{_iteration_number(row.first_iteration)}–{_iteration_number(row.last_iteration)}",
+             f"AdaCos − ArcFace at the end (val {objective})": _signed(row.gap_at_end)}
+            for row in crossings.itertuples()]
+    blocks.append(Table(pd.DataFrame(rows), "Where AdaCos's mean val curve overtakes ArcFace's for good"))
+    blocks.append(" ".join(_crossing_sentence(row, objective) for row in crossings.itertuples()))
+    longest = int(crossings["last_iteration"].max())
+    at_or_above = crossings[crossings["crossing_iteration"].notna()]
+    summary = (f"{len(at_or_above)} of {_plural(len(crossings), 'pair')} end with AdaCos at or above ArcFace")
+    late = at_or_above[(~at_or_above["ahead_from_start"])
+                       & (at_or_above["crossing_iteration"] >= ADACOS_PAPER_CROSSOVER_ITERATIONS)]
+    if longest < ADACOS_PAPER_CROSSOVER_ITERATIONS:
+        blocks.append(f"These runs end by iteration {_iteration_number(longest)}, before the ~{paper} of the paper's "
+                      f"figure, so they cannot show a crossing that late; {summary} within them.")
+    else:
+        blocks.append(f"These runs reach iteration {_iteration_number(longest)}, past the ~{paper} of the paper's "
+                      f"figure: {summary}, and {len(late)} of those overtake only at iteration {paper} or later.")
+    if "crossings" in figures:
+        blocks.append(figures["crossings"])
+    return Section("Convergence claim", blocks)
+
+
+def _reproduction_section(setup: PublishedSetup, reproduction: pd.DataFrame, manifest: dict) -> Section:
+    """Published numbers beside ours for the same setup, what the published code computed, and how the data differ."""
+    how = "; ".join(f"{evaluation} → our `{metric}`" for evaluation, metric in
+                    dict.fromkeys(zip(reproduction["evaluation"], reproduction["metric"])))
+    spread = f"mean ± {REPRODUCTION_SPREAD_STDS:g} std"
+    blocks = [
+        f"Seed 003 published test accuracies for {setup.description} ({setup.data}; {'; '.join(setup.protocol)}). "
+        f"Each is set beside the run of ours that computes the same loss, as the mean ± std over our seeds (diverged "
+        f"seeds left out) of the test metric that scores it the way seed 003 did ({how}), in percent. A published "
+        f"number counts as within our seed-to-seed spread when it lies inside our {spread} (sample std over seeds); "
+        "with fewer than two finished seeds there is no spread to judge by."]
+    rows = []
+    for row in reproduction.itertuples():
+        ours = ("not run" if row.runs == 0 else "no finished seed" if row.seeds == 0 else
+                f"{_percent(row.mean_percent)} ± {_percent(row.std_percent)} ({_plural(row.seeds, 'seed')})")
+        within = ("n/a (not run)" if row.runs == 0 else "n/a (fewer than 2 seeds)" if pd.isna(row.within_spread)
+                  else "yes" if row.within_spread else "no")
+        rows.append({"published as": row.published_label, "published (%)": _percent(row.published_percent),
+                     "our method": f"`{row.method}`", "scored by (ours)": f"{row.evaluation}: `{row.metric}`",
+                     "ours (%, mean ± std)": ours, "ours − published (points)":
+                     "n/a" if _missing(row.difference_points) else f"{row.difference_points:+.2f}",
+                     f"our spread ({spread})": "n/a" if _missing(row.spread_low_percent) else
+                     f"[{_percent(row.spread_low_percent)}, {_percent(row.spread_high_percent)}]",
+                     "published within it": within})
+    blocks.append(Table(pd.DataFrame(rows), f"Seed 003's published test accuracy against ours ({setup.name})"))
+
+    judged = reproduction[reproduction["within_spread"].notna()]
+    outside = judged[~judged["within_spread"].astype(bool)]
+    sentence = (f"{len(judged) - len(outside)} of {len(judged)} published numbers that can be judged lie within our "
+                f"spread" if len(judged) else "No published number can be judged against a spread of ours")
+    if len(outside):
+        sentence += "; outside it: " + ", ".join(
+            f"{row.published_label} ({_percent(row.published_percent)} published, {_percent(row.mean_percent)} ours, "
+            f"{row.difference_points:+.2f} points)" for row in outside.itertuples())
+    sentences = [sentence + "."]
+    ranked = reproduction[reproduction["seeds"] > 0]
+    if len(ranked) > 1:
+        published_order = ranked.sort_values("published_percent", ascending=False, kind="stable")
+        our_order = ranked.sort_values("mean_percent", ascending=False, kind="stable")
+        same = list(published_order["method"]) == list(our_order["method"])
+        sentences.append(f"Seed 003's order, best first: {', '.join(published_order['published_label'])}; ours: "
+                         f"{', '.join(our_order['published_label'])}"
+                         + (" (the same order)." if same else " (a different order)."))
+    blocks.append(" ".join(sentences))
+
+    computed = [f"**{result.label}** (published {result.accuracy_percent:.2f}): {result.computed}."
+                for result in setup.results if result.computed]
+    blocks += ["What seed 003's code really computed:", Bullets(computed)]
+
+    splits = manifest.get("splits", {})
+    counts = {name: entry.get("num_samples") for name, entry in splits.items()}
+    total = sum(count for count in counts.values() if isinstance(count, int))
+    classes = splits.get("train", {}).get("num_classes")
+    ours = (f"{total:,} images: " + ", ".join(f"{count:,} {name}" for name, count in counts.items()
+                                              if isinstance(count, int))
+            + (f"; {classes} classes" if classes is not None else "")) if counts else "split sizes not recorded"
+    source = manifest.get("source", "unknown")
+    data = [f"Seed 003's numbers are on {setup.data}, with {setup.split}."]
+    if manifest.get("fallback_reason"):
+        reason = str(manifest["fallback_reason"]).rstrip(". ")
+        data.append(f"This run used `{source}` ({ours}) because `{manifest.get('requested_source')}` could not be "
+                    f"had: {reason}.")
+    else:
+        data.append(f"This run used `{source}` ({ours})" + (" as requested." if manifest.get("requested_source")
+                                                             == source else "."))
+    fractions = ", ".join(f"{f:g}" for f in manifest.get("fractions", []))
+    if source in setup.same_data_sources:
+        data.append(f"These are seed 003's images, but re-split by our prepare stage (train, val, test fractions "
+                    f"{fractions or 'n/a'}) instead of {setup.split}, so the test images are not the same.")
+    else:
+        comparison = []
+        train = counts.get("train")
+        if setup.train_images and isinstance(train, int) and train:
+            comparison.append(f"our training split has {train:,} images against its {setup.train_images:,}"
+                              + (f" ({setup.train_images / train:.0f}× fewer)" if train < setup.train_images else ""))
+        if total:
+            comparison.append(f"{total:,} images and {classes if classes is not None else 'n/a'} classes in all "
+                              f"against its {setup.images:,} and {setup.classes}")
+        data.append("These are not the images seed 003 used, so the numbers are not expected to match exactly"
+                    + (": " + "; ".join(comparison) if comparison else "") + ".")
+    blocks += ["Data:", Bullets(data)]
+    return Section("Reproduction", blocks)
+
+
 def _angles_section(analysis: StudyAnalysis, figures: dict) -> Section:
     blocks = ["The median angle between each embedding and its own class weight, and the mean cosine to the other "
               "classes, over training (mean over seeds; measured on the training batch of the step before each "
@@ -817,7 +1030,7 @@ def _footer_section(environment: dict) -> Section:
 
 
 def _sections(analysis: StudyAnalysis, params: StudyParams, manifest: dict, environment: dict,
-              figures: dict) -> list[Section]:
+              figures: dict, reproduction: pd.DataFrame | None = None) -> list[Section]:
     objective = metric_name(analysis.objective)
     answers = (
         "ArcFace has two hyperparameters, the scale s and the margin m, that practitioners tune over many runs; "
@@ -833,8 +1046,11 @@ def _sections(analysis: StudyAnalysis, params: StudyParams, manifest: dict, envi
         _tuning_section(analysis, figures),
         _final_section(analysis, figures),
         _convergence_section(analysis, figures),
+        _crossings_section(analysis, figures),
         _angles_section(analysis, figures),
         _landscape_section(analysis, figures),
+        *([_reproduction_section(published_setup(params.report.reproduce), reproduction, manifest)]
+          if params.report.reproduce and reproduction is not None else []),
         Section("Verdict", [verdict(analysis)]),
         _footer_section(environment),
     ]
@@ -863,6 +1079,7 @@ def write_report(analysis: StudyAnalysis, params: StudyParams, manifest: dict, e
                                                       figures_dir / "expected_best_seconds.png", dpi)
         if len(analysis.expected_best) else None,
         "convergence": figure_convergence(analysis, palette, figures_dir / "convergence.png", dpi),
+        "crossings": figure_crossings(analysis, palette, figures_dir / "crossings.png", dpi),
         "angles": figure_angles(analysis, palette, figures_dir / "angles.png", dpi),
         "dynamic_scale": figure_dynamic_scale(analysis, palette, figures_dir / "dynamic_scale.png", dpi),
         "landscape": figure_landscape(analysis, params, figures_dir / "landscape.png", dpi),
@@ -874,6 +1091,8 @@ def write_report(analysis: StudyAnalysis, params: StudyParams, manifest: dict, e
         "expected_best_seconds": "The same against tuning device-seconds (log scale); diamonds mark the cost of one "
                                  "run of each untuned method, the dotted vertical line the break-even.",
         "convergence": "Val score against iteration, mean over seeds with its band; dotted lines: the targets.",
+        "crossings": "Each AdaCos variant against each ArcFace variant: mean val score over seeds with its band; the "
+                     "dotted line marks where AdaCos overtakes for good.",
         "angles": "Median target angle θ and mean non-target cosine against iteration, mean over seeds.",
         "dynamic_scale": "Dynamic AdaCos's scale s against iteration, with Fixed AdaCos's s_f for reference.",
         "landscape": "The searched (s, m) plane: colour is the val score, the star the best trial, the dashed line "
@@ -899,12 +1118,17 @@ def write_report(analysis: StudyAnalysis, params: StudyParams, manifest: dict, e
         "landscape.csv": analysis.landscape,
         "reference_bands.csv": analysis.reference_bands,
         "search.csv": analysis.search_summary,
+        "crossings.csv": analysis.crossings,
     }
+    reproduction = (reproduction_table(analysis.run_scores, published_setup(params.report.reproduce))
+                    if params.report.reproduce else None)
+    if reproduction is not None:
+        tables["reproduction.csv"] = reproduction
     for name, frame in tables.items():
         write_csv(frame, tables_dir / name)
         written[f"tables/{name}"] = tables_dir / name
 
-    sections = _sections(analysis, params, manifest, environment, figures)
+    sections = _sections(analysis, params, manifest, environment, figures, reproduction)
     markdown_path = out_dir / "report.md"
     markdown_path.write_text(render_markdown(params.report.title, sections), encoding="utf-8")
     written["report.md"] = markdown_path
@@ -913,6 +1137,6 @@ def write_report(analysis: StudyAnalysis, params: StudyParams, manifest: dict, e
         html_path.write_text(render_html(params.report.title, sections, out_dir), encoding="utf-8")
         written["report.html"] = html_path
     metrics_path = out_dir / "metrics.json"
-    write_json(metrics_summary(analysis), metrics_path)
+    write_json(metrics_summary(analysis, reproduction), metrics_path)
     written["metrics.json"] = metrics_path
     return written

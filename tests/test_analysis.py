@@ -19,9 +19,11 @@ from study.analysis import (
     higher_is_better,
     iterations_to_target,
     mean_ci,
+    reproduction_table,
     summarise_runs,
 )
 from study.config import AnalysisConfig
+from study.published import SEED003_FACES, SEED003_MNIST
 
 
 def brute_force_expected_max(scores, n_draws):
@@ -654,3 +656,142 @@ def test_study_names_missing_columns():
     trials, runs, history = study_frames()
     with pytest.raises(KeyError, match="map_at_r"):
         analyse_study(trials, runs, history, "map_at_r", STUDY_CONFIG)
+
+
+# --- the convergence claim: where AdaCos overtakes ArcFace for good, through analyse_study ---------
+
+CROSSING_STEPS = [0, 100, 200, 300, 400, 500]
+# Mean val curve per method; seed 0 runs 0.01 above it and seed 1 0.01 below, so the mean over seeds is the curve.
+CROSSING_MEANS = {
+    "fixed_adacos": [0.10, 0.40, 0.75, 0.70, 0.90, 0.95],
+    "dynamic_adacos": [0.30, 0.60, 0.80, 0.90, 0.95, 0.995],
+    "arcface_tuned": [0.20, 0.50, 0.70, 0.80, 0.85, 0.90],
+    "arcface_default": [0.30, 0.70, 0.90, 0.95, 0.97, 0.99],
+}
+
+
+def crossing_frames(means=CROSSING_MEANS):
+    """No search; two seeds per method whose val curves average to `means`."""
+    trials = pd.DataFrame(columns=["loss", "trial", "state", "s", "m", "value", "seconds"])
+    runs, history = [], []
+    for method, curve in means.items():
+        for seed, offset in ((0, 0.01), (1, -0.01)):
+            runs.append({"method": method, "seed": seed, "val_score": curve[-1] + offset, "seconds": 1.0,
+                         "status": "completed", "test_accuracy": curve[-1]})
+            history += [{"method": method, "seed": seed, "iteration": step, "accuracy": score + offset}
+                        for step, score in zip(CROSSING_STEPS, curve)]
+    return trials, pd.DataFrame(runs), pd.DataFrame(history)
+
+
+def lasting_overtake_by_hand(a, b):
+    """Walk back from the end while a ≥ b: the start of that final stretch (index), or None if a is behind at the end."""
+    start = None
+    for index in range(len(a) - 1, -1, -1):
+        if a[index] < b[index]:
+            break
+        start = index
+    return start
+
+
+def test_study_crossings_at_a_known_iteration_never_and_from_the_start():
+    analysis = analyse_study(*crossing_frames(), "accuracy", STUDY_CONFIG)
+    table = analysis.crossings.set_index(["adacos_method", "arcface_method"])
+    assert list(table.index) == [("fixed_adacos", "arcface_tuned"), ("fixed_adacos", "arcface_default"),
+                                 ("dynamic_adacos", "arcface_tuned"), ("dynamic_adacos", "arcface_default")]
+    # Fixed AdaCos vs tuned ArcFace: behind at 0 and 100, ahead at 200, behind again at 300, ahead from 400 on.
+    row = table.loc[("fixed_adacos", "arcface_tuned")]
+    assert row["crossing_iteration"] == 400 and not row["ahead_from_start"]
+    # Fixed AdaCos vs ArcFace default: behind everywhere, so never.
+    row = table.loc[("fixed_adacos", "arcface_default")]
+    assert pd.isna(row["crossing_iteration"]) and not row["ahead_from_start"]
+    assert row["gap_at_end"] == pytest.approx(0.95 - 0.99)
+    # Dynamic AdaCos vs tuned ArcFace: ahead at every evaluation.
+    row = table.loc[("dynamic_adacos", "arcface_tuned")]
+    assert row["crossing_iteration"] == 0 and row["ahead_from_start"]
+    # Dynamic AdaCos vs ArcFace default: behind until the very last evaluation.
+    assert table.loc[("dynamic_adacos", "arcface_default"), "crossing_iteration"] == 500
+    assert (table["last_iteration"] == 500).all() and (table["first_iteration"] == 0).all()
+    for (adacos, arcface), row in table.iterrows():
+        start = lasting_overtake_by_hand(CROSSING_MEANS[adacos], CROSSING_MEANS[arcface])
+        expected = None if start is None else CROSSING_STEPS[start]
+        assert (None if pd.isna(row["crossing_iteration"]) else row["crossing_iteration"]) == expected
+        assert row["ahead_from_start"] == (start == 0)
+        assert row["gap_at_end"] == pytest.approx(CROSSING_MEANS[adacos][-1] - CROSSING_MEANS[arcface][-1])
+
+
+def test_study_crossings_only_for_pairs_present_and_on_common_iterations():
+    means = {"fixed_adacos": CROSSING_MEANS["fixed_adacos"], "arcface_default": CROSSING_MEANS["arcface_default"]}
+    trials, runs, history = crossing_frames(means)
+    # ArcFace default's seeds both diverge at 400 (NaN) and record nothing after: compared up to 400, where
+    # a method without a score counts as behind AdaCos, so Fixed AdaCos leads for good from 400.
+    default = history["method"] == "arcface_default"
+    history.loc[default & (history["iteration"] == 400), "accuracy"] = np.nan
+    history = history[~(default & (history["iteration"] == 500))]
+    table = analyse_study(trials, runs, history, "accuracy", STUDY_CONFIG).crossings
+    assert len(table) == 1
+    row = table.iloc[0]
+    assert (row["adacos_method"], row["arcface_method"]) == ("fixed_adacos", "arcface_default")
+    assert row["crossing_iteration"] == 400 and row["last_iteration"] == 400 and np.isnan(row["gap_at_end"])
+
+
+def test_study_without_adacos_or_arcface_has_no_crossings():
+    trials, runs, history = crossing_frames({"fixed_adacos": CROSSING_MEANS["fixed_adacos"],
+                                             "softmax": CROSSING_MEANS["arcface_tuned"]})
+    crossings = analyse_study(trials, runs, history, "accuracy", STUDY_CONFIG).crossings
+    assert crossings.empty and list(crossings.columns)[:5] == [
+        "adacos_method", "arcface_method", "crossing_iteration", "ahead_from_start", "last_iteration"]
+
+
+# --- reproduction of a published setup ----------------------------------------------------------
+
+
+def reproduction_runs(scores):
+    """One row per run: method, seed, status and the two test metrics, as fractions (NaN: diverged)."""
+    rows = []
+    for method, (knn, argmax) in scores.items():
+        for seed, (knn_value, argmax_value) in enumerate(zip(knn, argmax)):
+            rows.append({"method": method, "seed": seed, "status": "diverged" if np.isnan(knn_value) else "completed",
+                         "val_score": knn_value, "test_knn_accuracy": knn_value, "test_accuracy": argmax_value})
+    return pd.DataFrame(rows)
+
+
+REPRODUCTION_SCORES = {  # method: (test_knn_accuracy per seed, test_accuracy per seed)
+    "seed003_arcface": ([0.970, 0.975, 0.980], [0.5, 0.5, 0.5]),  # 97.5 ± 0.5: 97.36 inside
+    "seed003_simple_arcface": ([0.90, 0.91, 0.92], [0.5, 0.5, 0.5]),  # 91 ± 1: 95.78 far outside
+    "fixed_adacos": ([0.980, np.nan, 0.982], [0.5, np.nan, 0.5]),  # one seed diverged: 98.1 ± 0.14, 98.09 inside
+    "softmax": ([0.2, 0.2, 0.2], [0.99, 0.99, 0.99]),  # scored by argmax: 99 ± 0, 98.17 outside
+}
+
+
+def test_reproduction_table_against_numpy():
+    table = reproduction_table(reproduction_runs(REPRODUCTION_SCORES), SEED003_MNIST).set_index("method")
+    assert list(table.index) == ["seed003_arcface", "seed003_simple_arcface", "fixed_adacos", "softmax"]
+    for result in SEED003_MNIST.results:
+        knn, argmax = REPRODUCTION_SCORES[result.method]
+        values = 100 * np.array(argmax if result.method == "softmax" else knn, dtype=float)
+        values = values[np.isfinite(values)]
+        mean, std = values.mean(), values.std(ddof=1)
+        row = table.loc[result.method]
+        assert row["metric"] == ("test_accuracy" if result.method == "softmax" else "test_knn_accuracy")
+        assert row["published_percent"] == result.accuracy_percent
+        assert row["mean_percent"] == pytest.approx(mean) and row["std_percent"] == pytest.approx(std)
+        assert (row["min_percent"], row["max_percent"]) == (pytest.approx(values.min()), pytest.approx(values.max()))
+        assert row["seeds"] == values.size and row["runs"] == 3
+        assert row["difference_points"] == pytest.approx(mean - result.accuracy_percent)
+        assert row["spread_low_percent"] == pytest.approx(mean - 2 * std)
+        assert row["within_spread"] == bool(abs(result.accuracy_percent - mean) <= 2 * std)
+    assert table["within_spread"].tolist() == [True, False, True, False]
+    assert table.loc["fixed_adacos", "seeds"] == 2
+
+
+def test_reproduction_table_without_runs_or_spread():
+    scores = {"fixed_adacos": ([0.9], [0.9]), "softmax": ([0.8, 0.8], [0.85, 0.87])}
+    table = reproduction_table(reproduction_runs(scores), SEED003_FACES).set_index("method")
+    assert list(table.index) == ["seed003_arcface", "fixed_adacos", "softmax"]
+    assert table.loc["seed003_arcface", "runs"] == 0 and np.isnan(table.loc["seed003_arcface", "mean_percent"])
+    assert table.loc["seed003_arcface", "within_spread"] is None
+    assert table.loc["fixed_adacos", "mean_percent"] == pytest.approx(90.0)
+    assert table.loc["fixed_adacos", "within_spread"] is None  # one seed: no spread to judge by
+    assert table.loc["softmax", "mean_percent"] == pytest.approx(86.0)
+    assert table.loc["softmax", "within_spread"] == bool(abs(89.44 - 86.0) <= 2 * np.std([85.0, 87.0], ddof=1))
+

@@ -107,8 +107,8 @@ def written(study, tmp_path_factory):
     return analysis, write_report(analysis, PARAMS, MANIFEST, ENVIRONMENT, out_dir), out_dir
 
 
-FIGURES = ("expected_best_trials", "expected_best_seconds", "convergence", "angles", "dynamic_scale", "landscape",
-           "final_test")
+FIGURES = ("expected_best_trials", "expected_best_seconds", "convergence", "crossings", "angles", "dynamic_scale",
+           "landscape", "final_test")
 
 
 def test_every_figure_is_a_valid_png(written):
@@ -125,8 +125,9 @@ def test_every_figure_is_a_valid_png(written):
 def test_every_table_is_written_with_its_columns(written):
     _, paths, out_dir = written
     for name in ("expected_best", "break_even", "final_test", "differences", "convergence", "curves", "angles",
-                 "landscape", "curves_wide"):
+                 "landscape", "curves_wide", "crossings"):
         assert paths[f"tables/{name}.csv"].is_file()
+    assert "tables/reproduction.csv" not in paths  # report.reproduce is not set
     expected = pd.read_csv(out_dir / "tables" / "expected_best.csv")
     assert list(expected.columns) == ["loss", "n", "expected_best", "low", "high", "seconds"]
     assert list(expected["n"]) == list(range(1, len(ARCFACE_VALUES) + 1))
@@ -164,8 +165,10 @@ def test_report_markdown_has_every_section_and_the_verdict_numbers(written):
     text = paths["report.md"].read_text(encoding="utf-8")
     assert text.startswith(f"# {PARAMS.report.title}\n")
     for heading in ("What this answers", "Setup", "Tuning cost versus accuracy", "Final comparison on test",
-                    "Convergence", "Angle dynamics", "The (s, m) landscape", "Verdict", "Reproducibility"):
+                    "Convergence", "Convergence claim", "Angle dynamics", "The (s, m) landscape", "Verdict",
+                    "Reproducibility"):
         assert f"\n## {heading}\n" in text
+    assert "\n## Reproduction\n" not in text  # only when report.reproduce names a published setup
     for name in FIGURES:
         assert f"(figures/{name}.png)" in text
     verdict_text = text.split("## Verdict\n", 1)[1].split("\n## ", 1)[0]
@@ -224,6 +227,9 @@ def test_metrics_json_is_strict_and_holds_the_means(written):
     assert metrics["arcface_tuned"]["tuning_trials"] == 10
     assert metrics["arcface_tuned"]["tuning_seconds"] == pytest.approx(sum(ARCFACE_SECONDS) + 10.0)
     assert metrics["fixed_adacos"]["tuning_trials"] == 0
+    assert "reproduction" not in metrics
+    assert set(metrics["crossings"]) == {f"{a}_vs_{b}" for a in ("fixed_adacos", "dynamic_adacos")
+                                         for b in ("arcface_tuned", "arcface_default")}
     trials, seconds = independent_break_even()
     assert metrics["break_even"]["arcface"] == {"trials": trials, "seconds": pytest.approx(seconds), "reached": True,
                                                 "max_trials": len(ARCFACE_VALUES),
@@ -261,3 +267,130 @@ def test_report_without_dynamic_adacos_or_search(tmp_path):
     text = paths["report.md"].read_text(encoding="utf-8")
     assert "No loss was searched" in text and "## Verdict" in text
     json.loads(paths["metrics.json"].read_text(encoding="utf-8"))
+
+
+# --- the convergence claim -----------------------------------------------------------------------
+
+
+def mean_val_curves(history):
+    """Mean val objective over the seeds with a finite score, per method and iteration, in plain Python."""
+    sums = {}
+    for row in history.itertuples():
+        value = getattr(row, OBJECTIVE)
+        if not math.isnan(value):
+            total, count = sums.get((row.method, row.iteration), (0.0, 0))
+            sums[(row.method, row.iteration)] = (total + value, count + 1)
+    return {key: total / count for key, (total, count) in sums.items()}
+
+
+def independent_crossing(curves, adacos, arcface):
+    """(lasting overtake iteration or None, ahead from the start, last common iteration), walking back from the end."""
+    common = sorted({i for m, i in curves if m == adacos} & {i for m, i in curves if m == arcface})
+    start = None
+    for iteration in reversed(common):
+        if curves[(adacos, iteration)] < curves[(arcface, iteration)]:
+            break
+        start = iteration
+    return start, start == common[0], common[-1]
+
+
+def test_crossings_table_metrics_and_sentences(study, written):
+    analysis, paths, out_dir = written
+    curves = mean_val_curves(study[2])
+    table = pd.read_csv(out_dir / "tables" / "crossings.csv", keep_default_na=True)
+    assert list(table.columns)[:5] == ["adacos_method", "arcface_method", "crossing_iteration", "ahead_from_start",
+                                       "last_iteration"]
+    metrics = json.loads(paths["metrics.json"].read_text(encoding="utf-8"))
+    text = paths["report.md"].read_text(encoding="utf-8").split("## Convergence claim\n", 1)[1].split("\n## ", 1)[0]
+    assert "20,000" in text and "(figures/crossings.png)" in text
+    for row in table.itertuples():
+        start, from_start, last = independent_crossing(curves, row.adacos_method, row.arcface_method)
+        assert (None if pd.isna(row.crossing_iteration) else int(row.crossing_iteration)) == start
+        assert bool(row.ahead_from_start) == from_start and row.last_iteration == last
+        entry = metrics["crossings"][f"{row.adacos_method}_vs_{row.arcface_method}"]
+        assert entry["crossing_iteration"] == start and entry["ahead_from_start"] == from_start
+        assert entry["last_iteration"] == last
+    assert "before the ~20,000 of the paper's figure" in text and f"end by iteration {max(ITERATIONS)}" in text
+
+
+def test_crossing_sentences_for_a_late_overtake_and_none():
+    trials, runs, history = make_study()
+    # Fixed AdaCos's curve starts low and overtakes tuned ArcFace at the last evaluation only; Dynamic AdaCos's
+    # final evaluations fall below every ArcFace curve.
+    fixed = history["method"] == "fixed_adacos"
+    history.loc[fixed & (history["iteration"] < max(ITERATIONS)), OBJECTIVE] = 0.05
+    dynamic = history["method"] == "dynamic_adacos"
+    history.loc[dynamic & (history["iteration"] == max(ITERATIONS)), OBJECTIVE] = 0.2
+    analysis = analyse(trials, runs, history)
+    from study.report import _crossings_section, render_markdown  # the section alone: no figures to draw
+
+    text = render_markdown("t", [_crossings_section(analysis, {})])
+    curves = mean_val_curves(history)
+    assert independent_crossing(curves, "fixed_adacos", "arcface_tuned")[0] == max(ITERATIONS)
+    assert f"Fixed AdaCos overtakes ArcFace tuned for good at iteration {max(ITERATIONS)} of {max(ITERATIONS)}" in text
+    gap = curves[("arcface_tuned", max(ITERATIONS))] - 0.2
+    assert (f"Dynamic AdaCos does not overtake ArcFace tuned for good within the run's {max(ITERATIONS)} iterations"
+            f" (nor is it ahead from the start): at the last evaluation it is {gap:.4f} behind.") in text
+
+
+# --- reproduction of a published setup -----------------------------------------------------------
+
+FALLBACK_MANIFEST = {**MANIFEST, "source": "mnist5k", "requested_source": "torchvision:MNIST",
+                     "fallback_reason": "could not download torchvision dataset MNIST (no network)"}
+
+
+def test_reproduction_section_when_report_reproduce_is_set(study, tmp_path):
+    trials, runs, history = study
+    # Seed 003's two named runs, scored by 1-NN on embeddings at each seed.
+    named = {"seed003_arcface": [0.970, 0.975, 0.980], "seed003_simple_arcface": [0.90, 0.91, 0.92]}
+    extra = [runs[runs["method"] == "fixed_adacos"].assign(method=method, test_knn_accuracy=values)
+             for method, values in named.items()]
+    runs = pd.concat([runs, *extra], ignore_index=True)
+    params = StudyParams.from_dict({"analysis": {"n_bootstrap": 200}, "runs": {"seeds": list(SEEDS)},
+                                    "report": {"reproduce": "seed003-mnist", "dpi": 50}})
+    paths = write_report(analyse(trials, runs, history), params, FALLBACK_MANIFEST, ENVIRONMENT, tmp_path)
+    text = paths["report.md"].read_text(encoding="utf-8")
+    section = text.split("\n## Reproduction\n", 1)[1].split("\n## ", 1)[0]
+    assert text.index("## Reproduction") < text.index("## Verdict")
+    # The fallback is named, with why, and the published data beside it.
+    assert "This run used `mnist5k`" in section and "`torchvision:MNIST` could not be had" in section
+    assert "no network" in section and "60,000" in section
+    assert "mean ± 2 std" in section and "`test_knn_accuracy`" in section and "`test_accuracy`" in section
+    assert "CenterInvariant" in section and "CosFace with m = 28.6 and s = 64" in section
+
+    table = pd.read_csv(paths["tables/reproduction.csv"]).set_index("method")
+    metrics = json.loads(paths["metrics.json"].read_text(encoding="utf-8"))["reproduction"]
+    assert metrics["setup"] == "seed003-mnist"
+    published = {"seed003_arcface": 97.36, "seed003_simple_arcface": 95.78, "fixed_adacos": 98.09, "softmax": 98.17}
+    for method, value in published.items():
+        metric = "test_accuracy" if method == "softmax" else "test_knn_accuracy"
+        ours = 100 * runs.loc[runs["method"] == method, metric].to_numpy(dtype=float)
+        mean, std = ours.mean(), ours.std(ddof=1)
+        within = bool(abs(value - mean) <= 2 * std)
+        assert table.loc[method, "metric"] == metric
+        assert table.loc[method, "mean_percent"] == pytest.approx(mean)
+        assert table.loc[method, "std_percent"] == pytest.approx(std)
+        assert bool(table.loc[method, "within_spread"]) == within
+        assert metrics["results"][method]["within_spread"] == within
+        assert metrics["results"][method]["difference_points"] == pytest.approx(mean - value)
+        row = next(line for line in section.splitlines() if f"| `{method}` |" in line)
+        assert f"| {value:.2f} |" in row and f"{mean:.2f} ± {std:.2f} (3 seeds)" in row
+        assert f"| {mean - value:+.2f} |" in row and row.rstrip(" |").endswith("yes" if within else "no")
+    # Softmax (cross-entropy, by argmax) reaches 90.50 ± 0.50 here: 98.17 lies outside that spread.
+    assert not table.loc["softmax", "within_spread"]
+
+
+def test_reproduction_data_note_without_a_fallback(study):
+    from study.analysis import reproduction_table
+    from study.published import SEED003_MNIST
+    from study.report import _reproduction_section, render_markdown  # the section alone: no figures to draw
+
+    manifest = {**MANIFEST, "source": "torchvision:MNIST", "requested_source": "torchvision:MNIST",
+                "fallback_reason": None}
+    analysis = analyse(*study)
+    text = render_markdown("t", [_reproduction_section(SEED003_MNIST, reproduction_table(analysis.run_scores,
+                                                                                          SEED003_MNIST), manifest)])
+    assert "This run used `torchvision:MNIST`" in text and "as requested" in text
+    assert "could not be had" not in text and "re-split by our prepare stage" in text
+    assert "| `seed003_arcface` |" in text and "not run" in text  # the study has no such run
+
