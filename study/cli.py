@@ -118,6 +118,20 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--params", default="params.yaml", help="the study's params file (default: params.yaml)")
     worker.add_argument("--trials", type=int, default=None, help="stop after this many trials (default: until the budget is met)")
     worker.set_defaults(handler=_worker_command)
+
+    sweep = commands.add_parser("sweep", help="run the whole study at several training class counts C and show "
+                                              "how the verdict moves with C")
+    sweep.add_argument("--classes", type=int, nargs="+", required=True, metavar="C",
+                       help="training class counts, e.g. --classes 10 30 100")
+    sweep.add_argument("--preset", default="glyphs-sweep", help="the preset every C starts from (default: glyphs-sweep)")
+    sweep.add_argument("--set", dest="assignments", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                       help="change a key on top of the preset, e.g. --set train.epochs=3")
+    sweep.add_argument("--dataset-template", default=None, metavar="SPEC",
+                       help="data.dataset with {total} for the class count that gives C training classes under the "
+                            "protocol, e.g. 'glyphs:{total}:40' (default: the preset's glyphs spec with {total})")
+    sweep.add_argument("--out", default="sweeps", help="one folder per C is made here (default: sweeps)")
+    sweep.add_argument("--report-dir", default="reports/sweep", help="where the aggregate goes (default: reports/sweep)")
+    sweep.set_defaults(handler=_sweep_command)
     return parser
 
 
@@ -137,6 +151,14 @@ def _worker_command(args: argparse.Namespace) -> int:
     from study.search import run_worker
 
     return run_worker(args.loss, params_path=args.params, max_trials=args.trials)
+
+
+def _sweep_command(args: argparse.Namespace) -> int:
+    from study.sweep import run_sweep
+
+    written = run_sweep(args.classes, args.preset, args.assignments, args.dataset_template, args.out, args.report_dir)
+    print("\n".join(str(path) for path in written.values()))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
