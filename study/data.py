@@ -305,8 +305,8 @@ def load_dataset(spec: str, cache_dir: str | None = None) -> ImageSet:
     if name not in DATASETS:
         raise ValueError(
             f"unknown dataset '{spec}'; known: {', '.join(DATASETS)} "
-            f"(idx, torchvision and folder take an argument: 'idx:<folder>', "
-            f"'torchvision:<Name>', 'folder:<path>')"
+            f"(idx, torchvision, folder and glyphs take an argument: 'idx:<folder>', "
+            f"'torchvision:<Name>', 'folder:<path>', 'glyphs:<num_classes>')"
         )
     return DATASETS[name](argument, Path(cache_dir or DEFAULT_CACHE_DIR))
 
