@@ -551,7 +551,7 @@ def _run_scores(runs: pd.DataFrame) -> pd.DataFrame:
     return runs.reindex(columns=columns).reset_index(drop=True)
 
 
-def _primary_loss(searched_losses: list[str]) -> str | None:
+def primary_loss(searched_losses: list[str]) -> str | None:
     """ArcFace when it was searched (the study's question is about it), else the first searched loss."""
     if "arcface" in searched_losses:
         return "arcface"
@@ -573,7 +573,7 @@ def _verdict_facts(objective: str, searched_losses, final, costs, differences, b
                    convergence, targets, reference_bands, default_hyperparameters: dict) -> dict:
     """The numbers the verdict states, in one flat dict (NaN / None where a method or number is absent)."""
     metric = f"{TEST_PREFIX}{objective}"
-    loss = _primary_loss(searched_losses)
+    loss = primary_loss(searched_losses)
     tuned = tuned_method(loss) if loss else None
 
     def test_mean(method):

@@ -26,7 +26,7 @@ from PIL import Image
 SPLIT_NAMES = ("train", "val", "test")
 PROTOCOLS = ("closed", "open")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
-DEFAULT_CACHE_DIR = "~/.cache/study/torchvision"
+DEFAULT_CACHE_DIR = "~/.cache/study"  # torchvision downloads go in torchvision/, generated glyphs in glyphs/
 
 
 @dataclass(frozen=True, eq=False)
@@ -235,7 +235,7 @@ def _load_torchvision(argument: str, cache_dir: Path) -> ImageSet:
         part_kwargs = [{"split": "train"}, {"split": "test"}]
     else:
         part_kwargs = [{}]
-    root = cache_dir.expanduser()
+    root = cache_dir.expanduser() / "torchvision"
     try:
         parts = [dataset_class(root=str(root), download=True, **kwargs) for kwargs in part_kwargs]
     except (OSError, RuntimeError) as exc:  # URLError is an OSError; torchvision wraps some in RuntimeError

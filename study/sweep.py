@@ -27,7 +27,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from study.analysis import REFERENCE_METHOD, TEST_PREFIX, fixed_scale_of
+from study.analysis import REFERENCE_METHOD, TEST_PREFIX, fixed_scale_of, primary_loss
 from study.config import ConfigError, StudyParams, load_params
 from study.data import _split_counts
 from study.presets import build_preset, write_params
@@ -267,13 +267,6 @@ def run_sweep(classes: Sequence[int], preset: str = "glyphs-sweep", assignments:
 # --- the aggregate -------------------------------------------------------------------------
 
 
-def _primary_loss(searched: Sequence[str]) -> str:
-    """ArcFace when it was searched (the question is about it), else the first searched loss."""
-    if not searched:
-        raise ValueError("the study searched no loss, so there is no tuned method to compare with Fixed AdaCos")
-    return "arcface" if "arcface" in searched else searched[0]
-
-
 def _number(value) -> float:
     return math.nan if value is None else float(value)
 
@@ -282,7 +275,10 @@ def class_count_row(train_classes: int, directory: Path) -> dict:
     """One C's numbers, read from its finished study's metrics.json, differences.csv and best.json."""
     directory = Path(directory)
     metrics = read_json(directory / METRICS_FILE, "report")
-    loss = _primary_loss(list(metrics.get("break_even", {})))
+    loss = primary_loss(list(metrics.get("break_even", {})))
+    if loss is None:
+        raise ValueError(f"{directory / METRICS_FILE} records no searched loss, so there is no tuned method to "
+                         "compare with Fixed AdaCos; search at least one loss (search.losses)")
     best = read_json(directory / SEARCH_DIR / loss / "best.json", f"search@{loss}")
     objective, tuned = best["objective"], tuned_method(loss)
     metric = f"{TEST_PREFIX}{objective}"
