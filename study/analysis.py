@@ -190,12 +190,15 @@ def crossing_iteration(iterations, curve_a, curve_b) -> int | None:
     that is ahead from the start gives the first iteration.
     """
     steps, first, second = _aligned_curve(iterations, "crossing_iteration", curve_a, curve_b)
-    ahead = first >= second
-    if steps.size == 0 or not ahead[-1]:
+    return _final_stretch_start(steps, first >= second)
+
+
+def _final_stretch_start(steps: np.ndarray, holds: np.ndarray) -> int | None:
+    """The first step of the run's final stretch in which `holds` is true throughout, or None if it fails at the end."""
+    if steps.size == 0 or not holds[-1]:
         return None
-    behind = np.flatnonzero(~ahead)
-    start = 0 if behind.size == 0 else int(behind[-1]) + 1
-    return int(steps[start])
+    fails = np.flatnonzero(~holds)
+    return int(steps[0 if fails.size == 0 else int(fails[-1]) + 1])
 
 
 def summarise_runs(runs: pd.DataFrame, metric_columns: Sequence[str], group: str = "method") -> pd.DataFrame:
@@ -239,8 +242,8 @@ ANGLE_COLUMNS = ("theta_med_deg", "cos_nontarget_mean", "s")
 # The pairs of the convergence claim ("AdaCos overtakes ArcFace only late"), each compared where both are present.
 ADACOS_METHODS = ("fixed_adacos", "dynamic_adacos")
 ARCFACE_METHODS = ("arcface_tuned", "arcface_default")
-CROSSING_COLUMNS = ["adacos_method", "arcface_method", "crossing_iteration", "ahead_from_start", "last_iteration",
-                    "first_iteration", "gap_at_end"]
+CROSSING_COLUMNS = ["adacos_method", "arcface_method", "crossing_iteration", "ahead_from_start", "arcface_ahead_from",
+                    "adacos_led_before", "last_iteration", "first_iteration", "gap_at_end"]
 # A published number is "within our seed-to-seed spread" when it lies inside mean ± this many sample stds.
 REPRODUCTION_SPREAD_STDS = 2.0
 
@@ -492,12 +495,15 @@ def _curves(history: pd.DataFrame, objective: str, methods: list[str], config: A
 
 
 def crossings_table(curves: pd.DataFrame) -> pd.DataFrame:
-    """Per (AdaCos, ArcFace) pair with curves: where AdaCos's mean val curve overtakes ArcFace's for good.
+    """Per (AdaCos, ArcFace) pair with curves: where AdaCos's mean val curve overtakes ArcFace's for good, or the reverse.
 
     `curves` is `StudyAnalysis.curves` (method, iteration, mean, ...). The two curves are compared at the
     iterations both were evaluated at. An AdaCos mean that is NaN (every seed diverged there) counts as behind,
     an ArcFace one as AdaCos ahead. `crossing_iteration` is the start of the final stretch where AdaCos is at
     or above ArcFace (<NA> when AdaCos is behind at the end); `ahead_from_start` says that stretch is the whole run.
+    When AdaCos is behind at the end, `arcface_ahead_from` is where ArcFace's final, strict lead begins, and
+    `adacos_led_before` says whether AdaCos was strictly ahead at some evaluation before it: the paper's order
+    (AdaCos overtaking late) turned round.
     """
     means = {method: curve.set_index("iteration")["mean"].astype(float)
              for method, curve in curves.groupby("method", sort=False)}
@@ -511,16 +517,22 @@ def crossings_table(curves: pd.DataFrame) -> pd.DataFrame:
                 continue
             steps = both.index.to_numpy()
             adacos_curve, arcface_curve = both["adacos"].to_numpy(), both["arcface"].to_numpy()
-            crossing = crossing_iteration(steps, adacos_curve, np.where(np.isnan(arcface_curve), -np.inf,
-                                                                        arcface_curve))
+            arcface_or_lowest = np.where(np.isnan(arcface_curve), -np.inf, arcface_curve)
+            crossing = crossing_iteration(steps, adacos_curve, arcface_or_lowest)
+            arcface_ahead = _final_stretch_start(steps, ~(adacos_curve >= arcface_or_lowest))
+            led = (arcface_ahead is not None
+                   and bool((adacos_curve > arcface_or_lowest)[steps < arcface_ahead].any()))
             rows.append({"adacos_method": adacos, "arcface_method": arcface,
                          "crossing_iteration": pd.NA if crossing is None else crossing,
                          "ahead_from_start": crossing is not None and crossing == steps[0],
+                         "arcface_ahead_from": pd.NA if arcface_ahead is None else arcface_ahead,
+                         "adacos_led_before": led,
                          "last_iteration": int(steps[-1]), "first_iteration": int(steps[0]),
                          "gap_at_end": float(adacos_curve[-1] - arcface_curve[-1])})
     table = pd.DataFrame(rows, columns=CROSSING_COLUMNS)
-    return table.astype({"crossing_iteration": "Int64", "ahead_from_start": bool, "last_iteration": "Int64",
-                         "first_iteration": "Int64", "gap_at_end": float})
+    return table.astype({"crossing_iteration": "Int64", "ahead_from_start": bool, "arcface_ahead_from": "Int64",
+                         "adacos_led_before": bool, "last_iteration": "Int64", "first_iteration": "Int64",
+                         "gap_at_end": float})
 
 
 def _angles(history: pd.DataFrame, methods: list[str]) -> pd.DataFrame:

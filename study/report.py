@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
 from study.analysis import REFERENCE_METHOD, REPRODUCTION_SPREAD_STDS, TEST_PREFIX, StudyAnalysis, reproduction_table
 from study.config import StudyParams
@@ -35,6 +35,9 @@ METRIC_NAMES = {"accuracy": "accuracy", "knn_accuracy": "1-NN accuracy", "precis
                 "tar_at_far_1e-2": "TAR@FAR=1e-2", "tar_at_far_1e-3": "TAR@FAR=1e-3",
                 "verification_accuracy": "verification accuracy"}
 FIGURE_SIZE = (8.0, 5.6)
+# Score differences on a symlog axis, linear within ±SYMLOG_LINEAR: ticks at 0, ±0.005 and 1, 3 × 10^k beyond.
+SYMLOG_LINEAR = 0.01
+SYMLOG_TICKS = sorted({sign * value for sign in (-1, 1) for value in (0.005, 0.01, 0.03, 0.1, 0.3, 1.0)} | {0.0})
 
 
 # --- names and numbers as the reader sees them -------------------------------------------
@@ -461,44 +464,43 @@ def figure_convergence(analysis: StudyAnalysis, palette: dict, path: Path, dpi: 
 
 
 def figure_crossings(analysis: StudyAnalysis, palette: dict, path: Path, dpi: int) -> Path | None:
-    """One panel per (AdaCos, ArcFace) pair: the two mean val curves and where AdaCos overtakes for good."""
-    pairs = list(analysis.crossings.itertuples())
-    if not pairs:
+    """AdaCos − ArcFace mean val score against iteration, one panel per ArcFace variant, one line per AdaCos variant."""
+    crossings = analysis.crossings
+    if crossings.empty:
         return None
-    ncols = min(2, len(pairs))
-    nrows = math.ceil(len(pairs) / ncols)
-    figure = Figure(figsize=(5.6 * ncols, 3.8 * nrows), layout="constrained")
-    axes = figure.subplots(nrows, ncols, squeeze=False).ravel()
+    arcface_methods = list(dict.fromkeys(crossings["arcface_method"]))
+    figure, axes = _new_figure(ncols=len(arcface_methods), size=(5.8 * len(arcface_methods), 4.4), sharey=True)
+    means = analysis.curves.pivot(index="iteration", columns="method", values="mean")
     objective = metric_name(analysis.objective)
-    for ax, pair in zip(axes, pairs):
-        ax.grid(True, color="#e5e5e5", linewidth=0.8)
-        ax.set_axisbelow(True)
-        shown = []
-        for method in (pair.adacos_method, pair.arcface_method):
-            curve = analysis.curves[analysis.curves["method"] == method]
-            colour = palette.get(method, "grey")
-            ax.plot(curve["iteration"], curve["mean"], color=colour, linewidth=1.8, label=method_name(method))
-            ax.fill_between(curve["iteration"], curve["low"], curve["high"], color=colour, alpha=0.15, linewidth=0)
-            shown += list(curve["mean"])
-        if pd.isna(pair.crossing_iteration):
-            title = "no lasting overtake"
-        elif pair.ahead_from_start:
-            title = "at or above from the start"
-        else:
-            title = f"overtakes for good at {_iteration_number(pair.crossing_iteration)}"
-            ax.axvline(int(pair.crossing_iteration), color="black", linestyle=":", linewidth=1.2,
-                       label="lasting overtake")
-        if pair.last_iteration >= ADACOS_PAPER_CROSSOVER_ITERATIONS:
+    for ax, arcface in zip(axes, arcface_methods):
+        ax.axhline(0.0, color="black", linewidth=1.0)
+        for pair in crossings[crossings["arcface_method"] == arcface].itertuples():
+            both = means[[pair.adacos_method, arcface]].dropna(how="all")
+            gap = both[pair.adacos_method] - both[arcface]
+            colour = palette.get(pair.adacos_method, "grey")
+            ax.plot(gap.index, gap.to_numpy(), color=colour, linewidth=1.8, marker="o", markersize=2.5,
+                    label=f"{method_name(pair.adacos_method)} − {method_name(arcface)}")
+            # Where the sign settles for good: AdaCos's lasting overtake, or ArcFace's lasting lead.
+            settles = pair.crossing_iteration if pd.notna(pair.crossing_iteration) else pair.arcface_ahead_from
+            if pd.notna(settles) and settles > pair.first_iteration:
+                leader, trailer = ((pair.adacos_method, arcface) if pd.notna(pair.crossing_iteration)
+                                   else (arcface, pair.adacos_method))
+                ax.axvline(int(settles), color=colour, linestyle=":", linewidth=1.4,
+                           label=f"{method_name(leader)} ahead of {method_name(trailer)} for good from "
+                                 f"{_iteration_number(settles)}")
+        if crossings.loc[crossings["arcface_method"] == arcface, "last_iteration"].max() >= \
+                ADACOS_PAPER_CROSSOVER_ITERATIONS:
             ax.axvline(ADACOS_PAPER_CROSSOVER_ITERATIONS, color="#888888", linestyle="--", linewidth=1.0,
-                       label=f"paper: ~{ADACOS_PAPER_CROSSOVER_ITERATIONS:,}")
-        _focus_y(ax, shown, pad_fraction=0.05)
-        ax.set_title(f"{method_name(pair.adacos_method)} vs {method_name(pair.arcface_method)}: {title}",
-                     fontsize="medium")
+                       label=f"the paper's crossing, ~{ADACOS_PAPER_CROSSOVER_ITERATIONS:,}")
+        # Linear within ±0.01, logarithmic beyond: the early gaps (tenths) and the late ones (thousandths) both show.
+        ax.set_yscale("symlog", linthresh=SYMLOG_LINEAR)
+        ax.yaxis.set_major_locator(FixedLocator(SYMLOG_TICKS))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: "0" if value == 0 else f"{value:+g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("iteration")
-        ax.set_ylabel(f"val {objective} (mean over seeds)")
-        ax.legend(loc="lower right", fontsize="small", frameon=False)
-    for ax in axes[len(pairs):]:
-        ax.set_visible(False)
+        ax.set_ylabel(f"AdaCos − ArcFace, val {objective}\n(mean over seeds; symlog scale)")
+        ax.set_title(f"Above 0: AdaCos ahead of {method_name(arcface)}", fontsize="medium")
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize="small", frameon=False, ncol=1)
     return _save(figure, path, dpi)
 
 
@@ -660,7 +662,9 @@ def metrics_summary(analysis: StudyAnalysis, reproduction: pd.DataFrame | None =
     summary["crossings"] = {
         f"{row.adacos_method}_vs_{row.arcface_method}": {
             "crossing_iteration": None if pd.isna(row.crossing_iteration) else int(row.crossing_iteration),
-            "ahead_from_start": bool(row.ahead_from_start), "last_iteration": int(row.last_iteration),
+            "ahead_from_start": bool(row.ahead_from_start),
+            "arcface_ahead_from": None if pd.isna(row.arcface_ahead_from) else int(row.arcface_ahead_from),
+            "adacos_led_before": bool(row.adacos_led_before), "last_iteration": int(row.last_iteration),
             "gap_at_end": number(row.gap_at_end)}
         for row in analysis.crossings.itertuples()
     }
@@ -858,10 +862,17 @@ def _crossing_sentence(pair, objective: str) -> str:
     adacos, arcface = method_name(pair.adacos_method), method_name(pair.arcface_method)
     first, last = _iteration_number(pair.first_iteration), _iteration_number(pair.last_iteration)
     if pd.isna(pair.crossing_iteration):
-        end = ("it has no val score at the end (every seed diverged)" if _missing(pair.gap_at_end) else
-               f"at the last evaluation it is {-pair.gap_at_end:.4f} behind")
-        return (f"{adacos} does not overtake {arcface} for good within the run's {last} iterations (nor is it "
-                f"ahead from the start): {end}.")
+        if _missing(pair.gap_at_end):
+            return (f"{adacos} does not overtake {arcface} for good within the run's {last} iterations: it has no "
+                    "val score at the end (every seed diverged).")
+        behind = f"behind by {-pair.gap_at_end:.4f} at the last evaluation"
+        if pair.adacos_led_before:
+            return (f"{adacos} leads {arcface} early, but {arcface} overtakes it for good at iteration "
+                    f"{_iteration_number(pair.arcface_ahead_from)} of {last} and {adacos} ends {behind}: the "
+                    "opposite order to the paper's figure, where AdaCos is the one that overtakes late.")
+        return (f"{adacos} is never ahead of {arcface} (level at most, then behind for good from iteration "
+                f"{_iteration_number(pair.arcface_ahead_from)}) and does not overtake it within the run's {last} "
+                f"iterations; it ends {behind}.")
     gap = "" if _missing(pair.gap_at_end) else f" (ahead by {pair.gap_at_end:.4f} at the end)"
     if pair.ahead_from_start:
         return (f"{adacos} is at or above {arcface} at every evaluation from iteration {first} to the end of the run "
@@ -880,7 +891,8 @@ def _crossings_section(analysis: StudyAnalysis, figures: dict) -> Section:
         f"iterations. For each AdaCos variant against each ArcFace variant run here, the mean val {objective} over "
         "seeds is compared at every iteration both were evaluated at; the crossing is where the final stretch "
         "begins in which AdaCos stays at or above ArcFace to the end of the run (a lead that is lost again does not "
-        "count, and ties count as not behind)."]
+        "count, and ties count as not behind). Where AdaCos ends behind, the reverse is reported: where ArcFace's "
+        "final lead begins, and whether AdaCos led before it."]
     crossings = analysis.crossings
     if crossings.empty:
         blocks.append("No Fixed or Dynamic AdaCos run and no tuned or default ArcFace run recorded val curves side "
@@ -890,19 +902,24 @@ def _crossings_section(analysis: StudyAnalysis, figures: dict) -> Section:
              "overtakes for good at iteration": "not within the run" if pd.isna(row.crossing_iteration) else
              _iteration_number(row.crossing_iteration) + (" (ahead from the start)" if row.ahead_from_start else ""),
              "ahead from the start": "yes" if row.ahead_from_start else "no",
+             "ArcFace ahead for good from": "—" if pd.isna(row.arcface_ahead_from) else
+             _iteration_number(row.arcface_ahead_from) + (" (AdaCos led before)" if row.adacos_led_before else ""),
              "evaluated iterations": f"{_iteration_number(row.first_iteration)}–{_iteration_number(row.last_iteration)}",
              f"AdaCos − ArcFace at the end (val {objective})": _signed(row.gap_at_end)}
             for row in crossings.itertuples()]
-    blocks.append(Table(pd.DataFrame(rows), "Where AdaCos's mean val curve overtakes ArcFace's for good"))
+    blocks.append(Table(pd.DataFrame(rows), "Where AdaCos's mean val curve overtakes ArcFace's for good, or ArcFace's "
+                                            "overtakes AdaCos's"))
     blocks.append(" ".join(_crossing_sentence(row, objective) for row in crossings.itertuples()))
     longest = int(crossings["last_iteration"].max())
     at_or_above = crossings[crossings["crossing_iteration"].notna()]
-    summary = (f"{len(at_or_above)} of {_plural(len(crossings), 'pair')} end with AdaCos at or above ArcFace")
+    reversed_order = int(crossings["adacos_led_before"].sum())
+    summary = (f"{len(at_or_above)} of {_plural(len(crossings), 'pair')} end with AdaCos at or above ArcFace"
+               + (f", and in {reversed_order} ArcFace overtakes an early AdaCos lead" if reversed_order else ""))
     late = at_or_above[(~at_or_above["ahead_from_start"])
                        & (at_or_above["crossing_iteration"] >= ADACOS_PAPER_CROSSOVER_ITERATIONS)]
     if longest < ADACOS_PAPER_CROSSOVER_ITERATIONS:
         blocks.append(f"These runs end by iteration {_iteration_number(longest)}, before the ~{paper} of the paper's "
-                      f"figure, so they cannot show a crossing that late; {summary} within them.")
+                      f"figure, so they cannot show a crossing that late. Within them, {summary}.")
     else:
         blocks.append(f"These runs reach iteration {_iteration_number(longest)}, past the ~{paper} of the paper's "
                       f"figure: {summary}, and {len(late)} of those overtake only at iteration {paper} or later.")
@@ -1091,8 +1108,8 @@ def write_report(analysis: StudyAnalysis, params: StudyParams, manifest: dict, e
         "expected_best_seconds": "The same against tuning device-seconds (log scale); diamonds mark the cost of one "
                                  "run of each untuned method, the dotted vertical line the break-even.",
         "convergence": "Val score against iteration, mean over seeds with its band; dotted lines: the targets.",
-        "crossings": "Each AdaCos variant against each ArcFace variant: mean val score over seeds with its band; the "
-                     "dotted line marks where AdaCos overtakes for good.",
+        "crossings": "AdaCos minus ArcFace, mean val score over seeds, against iteration (symlog: linear within ±0.01); "
+                     "dotted lines mark where the lead settles for good, on whichever side.",
         "angles": "Median target angle θ and mean non-target cosine against iteration, mean over seeds.",
         "dynamic_scale": "Dynamic AdaCos's scale s against iteration, with Fixed AdaCos's s_f for reference.",
         "landscape": "The searched (s, m) plane: colour is the val score, the star the best trial, the dashed line "

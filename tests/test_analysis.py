@@ -738,8 +738,48 @@ def test_study_without_adacos_or_arcface_has_no_crossings():
     trials, runs, history = crossing_frames({"fixed_adacos": CROSSING_MEANS["fixed_adacos"],
                                              "softmax": CROSSING_MEANS["arcface_tuned"]})
     crossings = analyse_study(trials, runs, history, "accuracy", STUDY_CONFIG).crossings
-    assert crossings.empty and list(crossings.columns)[:5] == [
-        "adacos_method", "arcface_method", "crossing_iteration", "ahead_from_start", "last_iteration"]
+    assert crossings.empty and list(crossings.columns)[:6] == [
+        "adacos_method", "arcface_method", "crossing_iteration", "ahead_from_start", "arcface_ahead_from",
+        "adacos_led_before"]
+
+
+def arcface_final_lead_by_hand(a, b):
+    """Walk back from the end while b > a strictly: (start index of b's final lead or None, a strictly led before)."""
+    start = None
+    for index in range(len(a) - 1, -1, -1):
+        if not b[index] > a[index]:
+            break
+        start = index
+    led = start is not None and any(a[index] > b[index] for index in range(start))
+    return start, led
+
+
+REVERSED_MEANS = {  # AdaCos learns fast and is overtaken; the tie at iteration 0 is not a lead
+    "fixed_adacos": [0.10, 0.60, 0.80, 0.85, 0.86, 0.87],
+    "arcface_tuned": [0.10, 0.40, 0.70, 0.86, 0.90, 0.92],  # ahead for good from 300, after trailing at 100, 200
+    "arcface_default": [0.10, 0.30, 0.90, 0.80, 0.88, 0.90],  # ahead at 200, behind at 300, ahead for good from 400
+    "dynamic_adacos": [0.10, 0.20, 0.30, 0.40, 0.50, 0.60],  # behind both from 100 on: it never led
+}
+
+
+def test_study_crossings_when_arcface_overtakes_adacos_for_good():
+    analysis = analyse_study(*crossing_frames(REVERSED_MEANS), "accuracy", STUDY_CONFIG)
+    table = analysis.crossings.set_index(["adacos_method", "arcface_method"])
+    expected = {("fixed_adacos", "arcface_tuned"): (300, True), ("fixed_adacos", "arcface_default"): (400, True),
+                ("dynamic_adacos", "arcface_tuned"): (100, False), ("dynamic_adacos", "arcface_default"): (100, False)}
+    for pair, (start, led) in expected.items():
+        row = table.loc[pair]
+        assert pd.isna(row["crossing_iteration"]) and not row["ahead_from_start"]
+        assert row["arcface_ahead_from"] == start and row["adacos_led_before"] == led
+        index, led_by_hand = arcface_final_lead_by_hand(REVERSED_MEANS[pair[0]], REVERSED_MEANS[pair[1]])
+        assert (CROSSING_STEPS[index], led_by_hand) == (start, led)
+    # Where AdaCos ends at or above ArcFace, ArcFace has no final lead.
+    ahead = analyse_study(*crossing_frames(), "accuracy", STUDY_CONFIG).crossings
+    finished_ahead = ahead[ahead["crossing_iteration"].notna()]
+    assert len(finished_ahead) == 3 and finished_ahead["arcface_ahead_from"].isna().all()
+    assert not finished_ahead["adacos_led_before"].any()
+    behind = ahead[ahead["crossing_iteration"].isna()].iloc[0]
+    assert behind["arcface_ahead_from"] == 0 and not behind["adacos_led_before"]
 
 
 # --- reproduction of a published setup ----------------------------------------------------------
