@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +24,11 @@ from study.training import planned_iterations, train
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 JOURNAL_FILE = "journal.log"
+
+
+def worker_name() -> str:
+    """This process as host:pid, recorded with each trial it runs: a shared study mixes many workers."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def study_name(loss: str, params: StudyParams) -> str:
@@ -112,7 +119,8 @@ def objective_for(loss: str, params: StudyParams, sets: dict[str, ImageSet]):
         result = train(sets, loss_name=loss, hyperparameters=hyperparameters, model_config=params.model,
                        config=params.train, image_size=params.data.image_size, callback=report_and_maybe_stop)
         for key, value in {"seconds": result.seconds, "device": result.device, "iterations": result.iterations,
-                           "status": result.status, "reason": result.reason, "history": result.history}.items():
+                           "status": result.status, "reason": result.reason, "worker": worker_name(),
+                           "history": result.history}.items():
             trial.set_user_attr(key, value)
         if result.status == "stopped":
             raise optuna.TrialPruned(result.reason)
@@ -163,10 +171,10 @@ def trials_table(loss: str, study: optuna.Study, objective: str) -> pd.DataFrame
             "value": trial.value if trial.state == TrialState.COMPLETE else math.nan,
             "objective": objective, "seconds": attrs.get("seconds", math.nan), "device": attrs.get("device", ""),
             "iterations": attrs.get("iterations", 0), "status": attrs.get("status", trial.state.name.lower()),
-            "reason": attrs.get("reason", ""),
+            "reason": attrs.get("reason", ""), "worker": attrs.get("worker", ""),
         })
     return pd.DataFrame(rows, columns=["loss", "trial", "state", "s", "m", "value", "objective", "seconds", "device",
-                                       "iterations", "status", "reason"])
+                                       "iterations", "status", "reason", "worker"])
 
 
 def history_table(loss: str, study: optuna.Study) -> pd.DataFrame:

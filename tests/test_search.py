@@ -127,3 +127,62 @@ def test_samplers_stay_inside_the_search_space(digits, tmp_path, monkeypatch, sa
     search.run_search(study, "arcface", params, digits)
     assert all(2.0 <= t.params["s"] <= 8.0 and 0.1 <= t.params["m"] <= 0.2 for t in study.trials)
     assert all(not math.isnan(t.value) for t in study.trials)
+
+
+# --- workers joining a study from other processes ------------------------------------------------
+
+
+def study_folder(root, digits, **search_values):
+    """A study's folder as a worker on another machine sees it: params.yaml and the prepared split."""
+    from study.data import save_splits
+    from study.presets import write_params
+
+    params = params_with(search={"n_trials": 4, **search_values})
+    write_params(params, root / "params.yaml", "test")
+    save_splits(digits, root / "data" / "prepared", source="digits", protocol="closed", seed=0,
+                fractions=(0.6, 0.2, 0.2))
+    return params
+
+
+def start_worker(root, trials=None):
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "study.cli", "worker", "--loss", "arcface", "--params", str(root / "params.yaml")]
+    return subprocess.Popen(command + (["--trials", str(trials)] if trials else []), cwd=root,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def finished(process):
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output
+    return output
+
+
+def test_two_workers_share_the_default_journal_and_meet_the_budget(digits, tmp_path):
+    params = study_folder(tmp_path, digits, n_trials=6)
+    workers = [start_worker(tmp_path), start_worker(tmp_path)]
+    for worker in workers:
+        assert "finished trials in the study" in finished(worker)
+    study = search.open_study("arcface", params, tmp_path / "results" / "search" / "arcface", len(digits["train"]),
+                              seed=None)
+    table = search.trials_table("arcface", study, "accuracy")
+    # Each worker stops once the study holds the budget; one running alongside may finish one more.
+    assert 6 <= (table["state"] == "COMPLETE").sum() <= 7 and set(table["state"]) == {"COMPLETE"}
+    assert table["worker"].nunique() == 2
+    assert {worker.pid for worker in workers} == {int(name.rsplit(":", 1)[1]) for name in table["worker"]}
+
+
+def test_a_worker_joins_a_study_in_a_database_and_finishes_its_budget(digits, tmp_path):
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    params = study_folder(tmp_path, digits, storage=url)
+    first = search.open_study("arcface", params, tmp_path / "unused", len(digits["train"]), seed=0)
+    search.run_search(first, "arcface", params, digits, max_trials=1)
+    assert not (tmp_path / "unused").exists()  # a database URL is used as given, no journal file made
+    worker = start_worker(tmp_path)
+    assert "4 finished trials in the study" in finished(worker)
+    shared = optuna.load_study(study_name=search.study_name("arcface", params), storage=url)
+    table = search.trials_table("arcface", shared, "accuracy")
+    assert list(table["state"]) == ["COMPLETE"] * 4
+    assert table["worker"].tolist() == [search.worker_name()] + [table["worker"].iloc[1]] * 3
+    assert table["worker"].iloc[1].endswith(f":{worker.pid}")
