@@ -49,11 +49,30 @@ def storage_for(search: SearchConfig, out_dir: str | Path):
     """The study's storage: a database URL as given, else a journal file (safe for processes on one machine)."""
     location = search.storage or str(Path(out_dir) / JOURNAL_FILE)
     if "://" in location:
-        return location
+        return _database_storage(location)
     from optuna.storages.journal import JournalFileBackend
 
     Path(location).parent.mkdir(parents=True, exist_ok=True)
     return optuna.storages.JournalStorage(JournalFileBackend(location))
+
+
+def _database_storage(url: str):
+    """Optuna's storage for a database URL, with the fix named when the driver or the server is missing."""
+    import sqlalchemy
+
+    try:
+        shown = sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
+    except sqlalchemy.exc.ArgumentError as error:
+        raise ValueError(f"search.storage {url!r} is not a database URL ({error}); use e.g. "
+                         "postgresql://user:password@host/database, or null for the journal file") from None
+    try:
+        return optuna.storages.get_storage(url)
+    except ImportError as error:
+        raise RuntimeError(f"search.storage {shown} needs a database driver that is not installed ({error}); for "
+                           "PostgreSQL install it with: pip install -e \".[postgres]\"") from None
+    except sqlalchemy.exc.OperationalError as error:
+        raise RuntimeError(f"cannot reach the study database {shown}: {error.orig}; check the URL and that the "
+                           "server runs and accepts connections from this machine") from None
 
 
 def search_space(loss: str, search: SearchConfig) -> dict[str, tuple[float, float, bool]]:

@@ -186,3 +186,12 @@ def test_a_worker_joins_a_study_in_a_database_and_finishes_its_budget(digits, tm
     assert list(table["state"]) == ["COMPLETE"] * 4
     assert table["worker"].tolist() == [search.worker_name()] + [table["worker"].iloc[1]] * 3
     assert table["worker"].iloc[1].endswith(f":{worker.pid}")
+
+
+def test_a_database_storage_that_cannot_be_used_says_why_without_the_password(tmp_path):
+    with pytest.raises(RuntimeError) as missing_driver:  # no MySQL driver is installed with the suite
+        search.storage_for(params_with(search={"storage": "mysql://user:secret@localhost/studies"}).search, tmp_path)
+    assert "needs a database driver" in str(missing_driver.value) and "secret" not in str(missing_driver.value)
+    unreachable = f"sqlite:///{tmp_path / 'no such folder' / 'studies.db'}"
+    with pytest.raises(RuntimeError, match="cannot reach the study database"):
+        search.storage_for(params_with(search={"storage": unreachable}).search, tmp_path)
