@@ -61,6 +61,9 @@ class PublishedSetup:
 
 _ADACOS_COMPUTED = ("its \"AdaCos\" adds m to every logit, a constant that softmax ignores, so it is Fixed AdaCos "
                     "exactly (s = s_f = √2·ln(C−1)): our `fixed_adacos`")
+_ARCFACE_COMPUTED = ("its ArcFace is pytorch-metric-learning's ArcFaceLoss (s = 64, margin 28.6° = 0.499 rad) with a "
+                     "CenterInvariant weight regulariser; our `seed003_arcface` is ArcFace at the same s and margin "
+                     "without that regulariser")
 _SOFTMAX_COMPUTED = "a plain linear layer with cross-entropy, scored by argmax: our `softmax`"
 
 SEED003_MNIST = PublishedSetup(
@@ -73,10 +76,7 @@ SEED003_MNIST = PublishedSetup(
     protocol=("a two-conv CNN (32 and 64 filters, 3×3, max-pool, dropout 0.25 / 0.5, 128-unit hidden layer, "
               "128-d embedding)", "Adam lr 0.01, batch 128, 10 epochs"),
     results=(
-        PublishedResult("ArcFace", 97.36, "seed003_arcface", "knn",
-                        "its ArcFace is pytorch-metric-learning's ArcFaceLoss (s = 64, margin 28.6° = 0.499 rad) "
-                        "with a CenterInvariant weight regulariser; our `seed003_arcface` is ArcFace at the same "
-                        "s and margin without that regulariser"),
+        PublishedResult("ArcFace", 97.36, "seed003_arcface", "knn", _ARCFACE_COMPUTED),
         PublishedResult("Simple_ArcFace", 95.78, "seed003_simple_arcface", "knn",
                         "its \"Simple_ArcFace\" subtracts 28.6 from the target cosine before scaling by 64: that is "
                         "CosFace with m = 28.6 and s = 64, not ArcFace, and the target logit 64·(cos θ − 28.6) lies "
@@ -95,10 +95,7 @@ SEED003_FACES = PublishedSetup(
     same_data_sources=(),  # the folder was never published: any folder of ours is different images
     protocol=("timm efficientnetv2_rw_s, pretrained, 224 px", "batch 16, 10 epochs"),
     results=(
-        PublishedResult("ArcFace", 85.22, "seed003_arcface", "knn",
-                        "its ArcFace is pytorch-metric-learning's ArcFaceLoss (s = 64, margin 28.6° = 0.499 rad) "
-                        "with a CenterInvariant weight regulariser; our `seed003_arcface` is ArcFace at the same "
-                        "s and margin without that regulariser"),
+        PublishedResult("ArcFace", 85.22, "seed003_arcface", "knn", _ARCFACE_COMPUTED),
         PublishedResult("Fixed AdaCos", 90.02, "fixed_adacos", "knn", _ADACOS_COMPUTED),
         PublishedResult("cross-entropy", 89.44, "softmax", "argmax", _SOFTMAX_COMPUTED),
     ),
