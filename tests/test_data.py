@@ -67,7 +67,7 @@ def test_mnist5k_has_500_images_per_class():
 def test_unknown_spec_lists_known_names():
     with pytest.raises(ValueError, match="unknown dataset 'imagenet'") as error:
         load_dataset("imagenet")
-    for name in ("digits", "mnist5k", "idx", "torchvision", "folder"):
+    for name in ("digits", "mnist5k", "idx", "torchvision", "folder", "glyphs"):
         assert name in str(error.value)
     with pytest.raises(ValueError, match="takes no argument"):
         load_dataset("digits:extra")
@@ -271,6 +271,21 @@ def test_open_split_is_deterministic_per_seed(twelve_classes):
 
     assert class_sets(7) == class_sets(7)
     assert class_sets(7) != class_sets(8)
+
+
+def test_splits_are_the_same_in_another_process_with_another_hash_seed():
+    """What the prepare stage writes on one machine, a worker on another must get from the same params."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import json; from study.data import load_dataset, split_dataset; d = load_dataset('digits'); "
+              "c = split_dataset(d, 'closed', seed=3)['test']; o = split_dataset(d, 'open', seed=3); "
+              "print(json.dumps([c.labels.tolist(), c.images.sum(dim=(1, 2, 3)).tolist(), "
+              "{k: v.class_names for k, v in o.items()}]))")
+    outputs = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": hash_seed}).stdout for hash_seed in ("1", "2")}
+    assert len(outputs) == 1 and len(outputs.pop()) > 1000
 
 
 def test_split_rejects_bad_requests(twelve_classes):

@@ -7,6 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from pytorch_metric_learning import losses as pml_losses
+
 from study.losses import LOSSES, build_loss, fixed_adacos_scale
 
 C, D, N = 10, 8, 32
@@ -63,13 +65,26 @@ def test_cosine_loss_value_and_gradient_match_the_formula(name, hyperparameters)
 def test_softmax_is_a_linear_layer_with_bias_and_cross_entropy():
     embeddings, labels = make_inputs()
     loss = build_loss("softmax", C, D).double()
-    expected = F.cross_entropy(embeddings @ loss.weight.T + loss.linear.bias, labels)
-    torch.testing.assert_close(loss(embeddings, labels), expected)
+    x1 = embeddings.clone().requires_grad_(True)
+    value = loss(x1, labels)
+    value.backward()
+    # log Σ_j exp(x·W_j + b_j) − (x·W_y + b_y), averaged, written out in float64 numpy.
+    x, w, b = embeddings.numpy(), loss.weight.detach().numpy(), loss.linear.bias.detach().numpy()
+    rows, y = np.arange(N), labels.numpy()
+    logits = x @ w.T + b
+    top = logits.max(axis=1, keepdims=True)
+    probabilities = np.exp(logits - top) / np.exp(logits - top).sum(axis=1, keepdims=True)
+    expected = np.mean(np.log(np.exp(logits - top).sum(axis=1)) + top[:, 0] - logits[rows, y])
+    # Gradient of the mean cross-entropy: (softmax − one-hot) / N, through x·Wᵀ + b.
+    delta = (probabilities - np.eye(C)[y]) / N
+    assert float(value) == pytest.approx(expected, rel=1e-12)
+    np.testing.assert_allclose(x1.grad.numpy(), delta @ w, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(loss.weight.grad.numpy(), delta.T @ x, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(loss.linear.bias.grad.numpy(), delta.sum(axis=0), rtol=1e-10, atol=1e-12)
     assert loss.weight.shape == (C, D)
 
 
 def test_arcface_equals_pytorch_metric_learning_with_margin_in_degrees():
-    pml_losses = pytest.importorskip("pytorch_metric_learning.losses")
     # Keep θ + m < π for every sample: pml has no fallback branch.
     g = torch.Generator().manual_seed(1)
     weight = torch.randn(C, D, generator=g)
@@ -77,6 +92,8 @@ def test_arcface_equals_pytorch_metric_learning_with_margin_in_degrees():
     embeddings = F.normalize(weight[labels], dim=1) + 0.3 * torch.randn(N, D, generator=g)
 
     ours = build_loss("arcface", C, D, s=64.0, m=math.radians(28.6))
+    theta = torch.acos((F.normalize(embeddings) @ F.normalize(weight).T)[torch.arange(N), labels])
+    assert (theta + math.radians(28.6) < math.pi).all()
     ours.weight.data.copy_(weight)
     theirs = pml_losses.ArcFaceLoss(num_classes=C, embedding_size=D, margin=28.6, scale=64)
     theirs.W.data.copy_(weight.T)
@@ -149,6 +166,16 @@ def test_one_dynamic_adacos_step_equals_the_formula():
     assert stats["theta_med_deg"] == pytest.approx(np.degrees(np.median(np.arccos(target))), rel=1e-6)
     assert stats["cos_target_mean"] == pytest.approx(target.mean())
     assert stats["cos_nontarget_mean"] == pytest.approx((cos.sum() - target.sum()) / (N * (C - 1)))
+    # Gradients flow through cos θ only: s is a constant of the step, never differentiated.
+    x = embeddings.clone().requires_grad_(True)
+    loss.s.fill_(s0)
+    loss.weight.grad = None
+    loss(x, labels).backward()
+    weight = loss.weight.detach().clone().requires_grad_(True)
+    x_reference = embeddings.clone().requires_grad_(True)
+    reference_loss(x_reference, weight, labels, "normface", s=expected_s).backward()
+    torch.testing.assert_close(x.grad, x_reference.grad, rtol=1e-8, atol=1e-10)
+    torch.testing.assert_close(loss.weight.grad, weight.grad, rtol=1e-8, atol=1e-10)
     # A second step starts from the updated scale.
     loss(embeddings, labels)
     assert float(loss.s) == pytest.approx(hand_computed_dynamic_scale(cos, labels.numpy(), expected_s), rel=1e-10)

@@ -205,3 +205,30 @@ def test_accuracy_is_argmax_accuracy():
 def test_bad_inputs_raise_clear_errors(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def lfw_accuracy_by_hand(scores, genuine, folds, seed):
+    """insightface's LFW protocol by brute force: per fold, the threshold best on the other folds (the highest of
+    equally good ones) applied to the held-out fold; the folds are the same seeded permutation split in ten."""
+    fold_members = np.array_split(np.random.default_rng(seed).permutation(len(scores)), folds)
+    accuracies = []
+    for held_out in fold_members:
+        rest = np.setdiff1d(np.arange(len(scores)), held_out)
+        distinct = np.unique(scores[rest])[::-1]
+        candidates = [np.inf, *((distinct[:-1] + distinct[1:]) / 2), -np.inf]
+        train_accuracy = [np.mean((scores[rest] >= t) == genuine[rest]) for t in candidates]
+        threshold = candidates[int(np.argmax(train_accuracy))]
+        accuracies.append(np.mean((scores[held_out] >= threshold) == genuine[held_out]))
+    return float(np.mean(accuracies))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_ten_fold_verification_accuracy_equals_the_protocol_by_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    genuine = rng.random(400) < 0.5
+    scores = np.where(genuine, rng.normal(0.6, 0.2, 400), rng.normal(0.2, 0.2, 400))
+    scores[:40] = np.round(scores[:40], 1)  # some exact ties
+    order = np.argsort(-scores, kind="stable")
+    got = metrics._cross_validated_accuracy(scores[order], genuine[order], 10, np.random.default_rng(seed))
+    assert got == pytest.approx(lfw_accuracy_by_hand(scores[order], genuine[order], 10, seed), abs=1e-12)
+    assert 0.7 < got < 0.95

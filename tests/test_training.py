@@ -37,6 +37,21 @@ def test_every_loss_reaches_90_percent_test_accuracy_on_digits(digits, loss_name
     assert result.history[0]["iteration"] == 0 and result.final["iteration"] == result.iterations
 
 
+def test_the_class_weights_are_trained_with_the_backbone(digits, monkeypatch):
+    """The slip of one reference implementation: W left out of the optimiser stays at its random start."""
+    real_build, initial = training.build_modules, {}
+
+    def build_and_remember(*args, **kwargs):
+        model, loss = real_build(*args, **kwargs)
+        initial["weight"] = loss.weight.detach().clone()
+        return model, loss
+
+    monkeypatch.setattr(training, "build_modules", build_and_remember)
+    result = train(digits, loss_name="fixed_adacos", model_config=MLP, config=FAST.replace(epochs=1), progress=False)
+    change = (result.loss.weight.detach() - initial["weight"]).norm() / initial["weight"].norm()
+    assert change > 0.01
+
+
 def test_all_losses_are_covered_by_the_accuracy_test():
     assert {name for name, _ in LOSS_SETTINGS} == set(LOSSES)
 
