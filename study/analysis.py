@@ -246,6 +246,9 @@ CROSSING_COLUMNS = ["adacos_method", "arcface_method", "crossing_iteration", "ah
                     "adacos_led_before", "last_iteration", "first_iteration", "gap_at_end"]
 # A published number is "within our seed-to-seed spread" when it lies inside mean ± this many sample stds.
 REPRODUCTION_SPREAD_STDS = 2.0
+# A finished run whose test embeddings cannot tell genuine from impostor pairs at all (ROC AUC 0.5, the mark of a
+# network collapsed to one output, e.g. by dead ReLUs) is counted and named, not hidden in a mean ± std.
+CHANCE_METRIC, CHANCE_LEVEL = "test_roc_auc", 0.5
 
 
 @dataclass
@@ -265,7 +268,7 @@ class StudyAnalysis:
     reference_bands: pd.DataFrame  # method, mean, low, high, seeds, seconds
     break_even: pd.DataFrame  # loss, target, trials, seconds, reached, max_trials
     final: pd.DataFrame  # method, metric, mean, std, n, higher_is_better
-    costs: pd.DataFrame  # method, loss, runs, diverged, tuning_trials, tuning_seconds, run_seconds
+    costs: pd.DataFrame  # method, loss, runs, diverged, at_chance, tuning_trials, tuning_seconds, run_seconds
     run_scores: pd.DataFrame  # method, seed, status, val_score, test_<metric>...: one row per final run
     differences: pd.DataFrame  # method, metric, difference, low, high, p_value, significant, higher_is_better
     best_final_val: float  # the best method's mean final val score: what the convergence targets are fractions of
@@ -418,10 +421,11 @@ def _final_tables(runs: pd.DataFrame, methods: list[str], summary: pd.DataFrame,
             trials, seconds = 0, 0.0
         cost_rows.append({"method": method, "loss": loss, "runs": len(group),
                           "diverged": int((group["status"] == "diverged").sum()) if "status" in group else 0,
+                          "at_chance": runs_at_chance(group),
                           "tuning_trials": trials, "tuning_seconds": seconds,
                           "run_seconds": _mean_or_nan(group["seconds"]) if "seconds" in group else math.nan})
-    costs = pd.DataFrame(cost_rows, columns=["method", "loss", "runs", "diverged", "tuning_trials", "tuning_seconds",
-                                             "run_seconds"])
+    costs = pd.DataFrame(cost_rows, columns=["method", "loss", "runs", "diverged", "at_chance", "tuning_trials",
+                                             "tuning_seconds", "run_seconds"])
 
     difference_rows = []
     reference = runs[runs["method"] == REFERENCE_METHOD]
@@ -443,6 +447,13 @@ def _final_tables(runs: pd.DataFrame, methods: list[str], summary: pd.DataFrame,
     differences = pd.DataFrame(difference_rows, columns=["method", "metric", "difference", "low", "high", "p_value",
                                                          "significant", "higher_is_better"])
     return final, costs, differences
+
+
+def runs_at_chance(runs: pd.DataFrame) -> int:
+    """How many finished runs ended at chance on test (ROC AUC ≤ 0.5: their embeddings carry no identity at all)."""
+    if CHANCE_METRIC not in runs:
+        return 0
+    return int((pd.to_numeric(runs[CHANCE_METRIC], errors="coerce") <= CHANCE_LEVEL + 1e-9).sum())
 
 
 def _convergence_tables(runs: pd.DataFrame, history: pd.DataFrame, objective: str, methods: list[str],
@@ -706,11 +717,13 @@ def reproduction_table(run_scores: pd.DataFrame, setup: PublishedSetup,
             "mean_percent": mean, "std_percent": std,
             "min_percent": float(values.min()) if values.size else math.nan,
             "max_percent": float(values.max()) if values.size else math.nan,
-            "seeds": int(values.size), "runs": len(group), "difference_points": mean - result.accuracy_percent,
+            "seeds": int(values.size), "runs": len(group), "at_chance": runs_at_chance(group),
+            "difference_points": mean - result.accuracy_percent,
             "spread_low_percent": low, "spread_high_percent": high,
             "within_spread": bool(low <= result.accuracy_percent <= high) if values.size >= 2 else None,
         })
     return pd.DataFrame(rows, columns=["setup", "published_label", "method", "metric", "evaluation",
                                        "published_percent", "mean_percent", "std_percent", "min_percent",
-                                       "max_percent", "seeds", "runs", "difference_points", "spread_low_percent",
+                                       "max_percent", "seeds", "runs", "at_chance", "difference_points",
+                                       "spread_low_percent",
                                        "spread_high_percent", "within_spread"])

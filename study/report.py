@@ -612,6 +612,9 @@ def figure_final_test(analysis: StudyAnalysis, palette: dict, path: Path, dpi: i
         label = method_name(method)
         if values.size > finite.size:
             label += f"\n({values.size - finite.size} of {values.size} diverged)"
+        chance = int(analysis.costs.loc[analysis.costs["method"] == method, "at_chance"].sum())
+        if chance:
+            label += f"\n({chance} of {values.size} at chance)"
         tick_labels.append(label)
     ax.scatter([], [], color="#999999", s=28, edgecolors="black", linewidths=0.4, label="one seed (method's colour)")
     ax.set_xticks(range(len(analysis.methods)), tick_labels, rotation=20, ha="right")
@@ -652,7 +655,8 @@ def metrics_summary(analysis: StudyAnalysis, reproduction: pd.DataFrame | None =
             cost = cost.iloc[0]
             entry.update({"tuning_trials": number(cost["tuning_trials"]),
                           "tuning_seconds": number(cost["tuning_seconds"]),
-                          "run_seconds": number(cost["run_seconds"]), "diverged_runs": int(cost["diverged"])})
+                          "run_seconds": number(cost["run_seconds"]), "diverged_runs": int(cost["diverged"]),
+                          "runs_at_chance": int(cost["at_chance"])})
         summary[method] = entry
     summary["break_even"] = {
         row.loss: {"trials": None if pd.isna(row.trials) else int(row.trials), "seconds": number(row.seconds),
@@ -785,7 +789,9 @@ def _final_section(analysis: StudyAnalysis, figures: dict) -> Section:
     for method in analysis.methods:
         cost = costs.loc[method] if method in costs.index else None
         n = int(final.loc[(method, objective), "n"]) if (method, objective) in final.index else 0
-        seeds = f"{n}" + (f" ({int(cost['diverged'])} diverged)" if cost is not None and cost["diverged"] else "")
+        notes = [f"{int(cost[key])} {word}" for key, word in (("diverged", "diverged"), ("at_chance", "at chance"))
+                 if cost is not None and cost[key]]
+        seeds = f"{n}" + (f" ({', '.join(notes)})" if notes else "")
         if method == REFERENCE_METHOD:
             difference = "reference"
         elif (method, objective) in differences.index:
@@ -815,6 +821,14 @@ def _final_section(analysis: StudyAnalysis, figures: dict) -> Section:
         "Tuning cost is the whole search behind a tuned method, failed and pruned trials included.",
         Table(pd.DataFrame(headline), f"Test {metric_name(objective)}, tuning cost and the difference to Fixed AdaCos"),
     ]
+    at_chance = analysis.costs[analysis.costs["at_chance"] > 0]
+    if len(at_chance):
+        blocks.append(
+            "Runs at chance: " + ", ".join(f"{method_name(row.method)} {row.at_chance} of {row.runs}"
+                                           for row in at_chance.itertuples())
+            + ". They finished without a NaN but ended with test ROC AUC 0.5: every test embedding scores every pair "
+              "alike, the mark of a network collapsed to one output (dead ReLUs under a too large learning rate, "
+              "for example). They stay in the means above, as what the method delivered on those seeds.")
     if "final_test" in figures:
         blocks.append(figures["final_test"])
     if len(metrics) > 1:
@@ -942,7 +956,8 @@ def _reproduction_section(setup: PublishedSetup, reproduction: pd.DataFrame, man
     rows = []
     for row in reproduction.itertuples():
         ours = ("not run" if row.runs == 0 else "no finished seed" if row.seeds == 0 else
-                f"{_percent(row.mean_percent)} ± {_percent(row.std_percent)} ({_plural(row.seeds, 'seed')})")
+                f"{_percent(row.mean_percent)} ± {_percent(row.std_percent)} ({_plural(row.seeds, 'seed')}"
+                + (f", {row.at_chance} at chance" if row.at_chance else "") + ")")
         within = ("n/a (not run)" if row.runs == 0 else "n/a (fewer than 2 seeds)" if pd.isna(row.within_spread)
                   else "yes" if row.within_spread else "no")
         rows.append({"published as": row.published_label, "published (%)": _percent(row.published_percent),
@@ -963,6 +978,12 @@ def _reproduction_section(setup: PublishedSetup, reproduction: pd.DataFrame, man
             f"{row.published_label} ({_percent(row.published_percent)} published, {_percent(row.mean_percent)} ours, "
             f"{row.difference_points:+.2f} points)" for row in outside.itertuples())
     sentences = [sentence + "."]
+    collapsed = reproduction[reproduction["at_chance"] > 0]
+    if len(collapsed):
+        sentences.append("Some of our seeds ended at chance (test ROC AUC 0.5, a collapsed network) and widen our "
+                         "spread: " + ", ".join(f"{row.published_label} {row.at_chance} of {row.runs}"
+                                                 for row in collapsed.itertuples())
+                         + "; a published number inside such a spread says little.")
     ranked = reproduction[reproduction["seeds"] > 0]
     if len(ranked) > 1:
         published_order = ranked.sort_values("published_percent", ascending=False, kind="stable")
@@ -987,7 +1008,7 @@ def _reproduction_section(setup: PublishedSetup, reproduction: pd.DataFrame, man
     source = manifest.get("source", "unknown")
     data = [f"Seed 003's numbers are on {setup.data}, with {setup.split}."]
     if manifest.get("fallback_reason"):
-        reason = str(manifest["fallback_reason"]).rstrip(". ")
+        reason = " ".join(str(manifest["fallback_reason"]).split()).rstrip(". ")  # one line, however it was wrapped
         data.append(f"This run used `{source}` ({ours}) because `{manifest.get('requested_source')}` could not be "
                     f"had: {reason}.")
     else:

@@ -835,3 +835,11 @@ def test_reproduction_table_without_runs_or_spread():
     assert table.loc["softmax", "mean_percent"] == pytest.approx(86.0)
     assert table.loc["softmax", "within_spread"] == bool(abs(89.44 - 86.0) <= 2 * np.std([85.0, 87.0], ddof=1))
 
+
+
+def test_reproduction_counts_seeds_at_chance():
+    runs = reproduction_runs({"fixed_adacos": ([0.95, 0.96], [0.9, 0.9]), "softmax": ([0.1, 0.96], [0.1, 0.97])})
+    runs["test_roc_auc"] = [0.99, 0.98, 0.5, 0.99]  # softmax's seed 0 collapsed
+    table = reproduction_table(runs, SEED003_MNIST).set_index("method")
+    assert table.loc["softmax", "at_chance"] == 1 and table.loc["fixed_adacos", "at_chance"] == 0
+    assert table.loc["seed003_arcface", "at_chance"] == 0  # not run: nothing at chance

@@ -417,3 +417,26 @@ def test_reproduction_data_note_without_a_fallback(study):
     assert "could not be had" not in text and "re-split by our prepare stage" in text
     assert "| `seed003_arcface` |" in text and "not run" in text  # the study has no such run
 
+
+
+# --- runs that ended at chance --------------------------------------------------------------------
+
+
+def test_a_collapsed_network_scores_roc_auc_one_half_and_is_reported_at_chance():
+    from study.metrics import verification_metrics
+    from study.report import _final_section, metrics_summary, render_markdown
+
+    # One output for every input: every pair ties, so genuine and impostor pairs cannot be told apart.
+    labels = np.repeat(np.arange(5), 8)
+    assert verification_metrics(np.ones((40, 6)), labels)["roc_auc"] == 0.5
+    trials, runs, history = make_study()
+    softmax = runs.index[(runs["method"] == "softmax")][:2]
+    runs.loc[softmax, "test_roc_auc"] = 0.5
+    analysis = analyse(trials, runs, history)
+    costs = analysis.costs.set_index("method")
+    assert costs.loc["softmax", "at_chance"] == 2 and costs.drop(index="softmax")["at_chance"].eq(0).all()
+    text = render_markdown("t", [_final_section(analysis, {})])
+    assert "| Softmax | " in text and "(2 at chance)" in text
+    assert f"Runs at chance: Softmax 2 of {len(SEEDS)}." in text
+    summary = metrics_summary(analysis)
+    assert summary["softmax"]["runs_at_chance"] == 2 and summary["fixed_adacos"]["runs_at_chance"] == 0
