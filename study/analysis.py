@@ -635,6 +635,13 @@ def _verdict_facts(objective: str, searched_losses, final, costs, differences, b
         "tuned_iterations": iterations(tuned),
         "default_iterations": iterations("arcface_default"),
     }
+    # The other test metrics on which tuned and Fixed AdaCos differ significantly, each by its own direction.
+    others = differences[(differences["method"] == tuned) & (differences["metric"] != metric)
+                         & differences["significant"]]
+    favours_tuned = (others["difference"] > 0) == others["higher_is_better"]
+    facts["tuned_better_metrics"] = others.loc[favours_tuned, "metric"].tolist()
+    facts["tuned_worse_metrics"] = others.loc[~favours_tuned, "metric"].tolist()
+    facts["other_metrics"] = int(((differences["method"] == tuned) & (differences["metric"] != metric)).sum())
     even = break_even_table[break_even_table["loss"] == loss]
     search = summary[summary["loss"] == loss]
     facts.update({

@@ -133,6 +133,8 @@ def verdict(analysis: StudyAnalysis) -> str:
             f"{_score(facts['reference_test_mean'])}: a difference of {_signed(facts['tuned_difference'])} "
             f"({analysis.confidence:.0%} CI {_interval(facts['tuned_low'], facts['tuned_high'])}), "
             f"{_significance(facts, 'tuned')}.")
+        if facts["other_metrics"]:
+            sentences.append(_other_metrics_sentence(facts, tuned))
     elif facts["tuned_present"]:
         sentences.append(f"No {tuned} run finished with a test score (every one diverged or none was evaluated), "
                          "so tuning cannot be compared with Fixed AdaCos on test.")
@@ -189,6 +191,26 @@ def verdict(analysis: StudyAnalysis) -> str:
     return " ".join(sentences)
 
 
+def _listing(metrics: list[str]) -> str:
+    names = [metric_name(metric) for metric in metrics]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _other_metrics_sentence(facts: dict, tuned: str) -> str:
+    """Where the test metrics besides the objective disagree with it: significant differences either way."""
+    better, worse = facts["tuned_better_metrics"], facts["tuned_worse_metrics"]
+    total = facts["other_metrics"]
+    if not better and not worse:
+        return f"On none of the other {total} test metrics does {tuned} differ significantly from Fixed AdaCos."
+    parts = []
+    if better:
+        parts.append(f"significantly better than Fixed AdaCos on {_listing(better)}")
+    if worse:
+        parts.append(f"significantly worse {'' if better else 'than Fixed AdaCos '}on {_listing(worse)}")
+    return (f"Of the other {total} test metrics, {tuned} (tuned for val {metric_name(facts['objective'])}) is "
+            + " and ".join(parts) + ".")
+
+
 def _recommendation(facts: dict, tuned: str | None, searched: str | None) -> str:
     """The advice that follows from significance and cost, by fixed rules stated in the sentence itself."""
     search_cost = (f"{_plural(facts['search_trials'], 'trial')}, {_seconds(facts['search_seconds'])}"
@@ -211,7 +233,8 @@ def _recommendation(facts: dict, tuned: str | None, searched: str | None) -> str
         advice = ("Recommendation: use Fixed AdaCos for now. With too few seeds no difference can be called "
                   "significant, and AdaCos costs no tuning; rerun with more seeds to decide.")
     elif facts["tuned_present"]:
-        advice = (f"Recommendation: use Fixed AdaCos. Tuned {searched} is not significantly different on test, "
+        advice = (f"Recommendation: use Fixed AdaCos. Tuned {searched} is not significantly different on test "
+                  f"{metric_name(facts['metric'])}, "
                   f"so the search ({search_cost}) bought no measurable gain; AdaCos costs no tuning.")
     elif facts["break_even_reached"]:
         advice = (f"Recommendation: use Fixed AdaCos. The search matches it on val after "

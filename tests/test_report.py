@@ -440,3 +440,24 @@ def test_a_collapsed_network_scores_roc_auc_one_half_and_is_reported_at_chance()
     assert f"Runs at chance: Softmax 2 of {len(SEEDS)}." in text
     summary = metrics_summary(analysis)
     assert summary["softmax"]["runs_at_chance"] == 2 and summary["fixed_adacos"]["runs_at_chance"] == 0
+
+
+def test_the_verdict_names_the_other_metrics_where_tuning_wins_or_loses():
+    trials, runs, history = make_study()
+    tuned, reference = runs["method"] == "arcface_tuned", runs["method"] == "fixed_adacos"
+    # Tuned ArcFace: clearly higher MAP@R (better), clearly higher EER (worse: lower is better), the rest level.
+    for metric in METRICS[1:]:
+        runs.loc[tuned | reference, f"test_{metric}"] = [0.70, 0.71, 0.72] * 2
+    runs.loc[tuned, "test_map_at_r"] = [0.80, 0.81, 0.82]
+    runs.loc[tuned, "test_eer"] = [0.90, 0.91, 0.92]
+    facts = analyse(trials, runs, history).verdict_facts
+    assert facts["tuned_better_metrics"] == ["test_map_at_r"] and facts["tuned_worse_metrics"] == ["test_eer"]
+    assert facts["other_metrics"] == len(METRICS) - 1
+    text = verdict(analyse(trials, runs, history))
+    assert (f"Of the other {len(METRICS) - 1} test metrics, ArcFace tuned (tuned for val accuracy) is significantly "
+            "better than Fixed AdaCos on MAP@R and significantly worse on EER.") in text
+    runs.loc[tuned, "test_map_at_r"] = [0.70, 0.71, 0.72]
+    assert "is significantly worse than Fixed AdaCos on EER." in verdict(analyse(trials, runs, history))
+    runs.loc[tuned, "test_eer"] = [0.70, 0.71, 0.72]
+    assert (f"On none of the other {len(METRICS) - 1} test metrics does ArcFace tuned differ significantly"
+            in verdict(analyse(trials, runs, history)))
