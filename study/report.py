@@ -223,6 +223,10 @@ def _recommendation(facts: dict, tuned: str | None, searched: str | None) -> str
         advice = (f"Recommendation: tune {searched}. Tuned {searched} is significantly better than Fixed AdaCos, "
                   f"so the tuning pays; budget {budget}, and the full search ({search_cost}) for the gain measured "
                   "here.")
+        if facts["tuned_worse_metrics"]:
+            advice += (f" That holds for {metric_name(facts['metric'])} only: if what you deploy is judged by "
+                       f"{_listing(facts['tuned_worse_metrics'])}, Fixed AdaCos is significantly better there, so "
+                       "search on that metric instead (train.objective) before deciding.")
     elif facts["tuned_present"] and facts["tuned_significant"]:
         advice = ("Recommendation: use Fixed AdaCos. It is significantly better than tuned "
                   f"{searched} and needs no tuning at all (the search cost {search_cost}).")

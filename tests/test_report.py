@@ -461,3 +461,15 @@ def test_the_verdict_names_the_other_metrics_where_tuning_wins_or_loses():
     runs.loc[tuned, "test_eer"] = [0.70, 0.71, 0.72]
     assert (f"On none of the other {len(METRICS) - 1} test metrics does ArcFace tuned differ significantly"
             in verdict(analyse(trials, runs, history)))
+
+
+def test_a_win_on_the_objective_with_losses_elsewhere_is_qualified():
+    trials, runs, history = make_study(arcface_tuned_test=[0.990, 0.991, 0.992])  # clearly better on accuracy
+    tuned, reference = runs["method"] == "arcface_tuned", runs["method"] == "fixed_adacos"
+    for metric in METRICS[1:]:
+        runs.loc[tuned | reference, f"test_{metric}"] = [0.70, 0.71, 0.72] * 2
+    runs.loc[tuned, "test_map_at_r"] = [0.60, 0.61, 0.62]
+    text = verdict(analyse(trials, runs, history))
+    assert "Recommendation: tune ArcFace." in text
+    assert ("That holds for accuracy only: if what you deploy is judged by MAP@R, Fixed AdaCos is significantly "
+            "better there") in text
