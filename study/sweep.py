@@ -369,6 +369,15 @@ def trend_sentences(table: pd.DataFrame) -> str:
         sentences.append(f"Break-even trials {direction} with C ({listing}).")
     else:
         sentences.append(f"Break-even: {listing} trials.")
+    scales = table[np.isfinite(table["best_s"]) & np.isfinite(table["s_f"])]
+    if len(scales) > 1:
+        # Both scales on log C, per tenfold C: does the searched s grow with C the way AdaCos's s_f does?
+        searched = _slope_per_decade(scales["C"], np.log10(scales["best_s"]))
+        pairs = ", ".join(f"{row.best_s:.3g} against s_f = {row.s_f:.3g} at C = {row.C}"
+                          for row in scales.itertuples())
+        direction = ("grows with C, as s_f does" if searched > 0 else "shrinks as C grows, while s_f grows"
+                     if searched < 0 else "stays level as C grows, while s_f grows")
+        sentences.append(f"The search's best s {direction}: {pairs}.")
     return " ".join(sentences)
 
 

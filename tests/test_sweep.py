@@ -196,6 +196,9 @@ def test_the_trend_sentence_follows_the_numbers(tmp_path):
     assert "the trend is not resolved" in trend_sentences(unresolved)
     never = trend_sentences(class_count_table(synthetic_sweep(tmp_path / "e", (0.0, 0.0, 0.0), (None, None, None))))
     assert "never reached" in never
+    # Best s 8, 16, 40 at C = 10, 30, 100 (synthetic_sweep); s_f = √2·ln(C−1): 3.11, 4.76, 6.5.
+    assert ("The search's best s grows with C, as s_f does: 8 against s_f = 3.11 at C = 10, 16 against s_f = 4.76 "
+            "at C = 30, 40 against s_f = 6.5 at C = 100.") in growing
 
 
 # --- skip-if-finished and failures ---------------------------------------------------------------
