@@ -3,7 +3,7 @@
 import sys
 
 from study.config import load_params
-from study.data import load_dataset, save_splits, split_dataset
+from study.data import keep_classes, load_dataset, save_splits, split_dataset
 from study.results import PREPARED_DIR
 
 
@@ -18,10 +18,13 @@ def main() -> None:
         source, fallback_reason = data.fallback, str(error)
         print(f"{data.dataset} is unavailable, using data.fallback={data.fallback}: {error}", file=sys.stderr)
         image_set = load_dataset(data.fallback, cache_dir=data.cache_dir)
+    if data.classes is not None:
+        image_set = keep_classes(image_set, data.classes, seed=data.seed)
     splits = split_dataset(image_set, data.protocol, data.fractions, seed=data.seed)
     # The manifest records which source was asked for and which was used, so the report can say it.
     save_splits(splits, PREPARED_DIR, source=source, protocol=data.protocol, seed=data.seed,
-                fractions=data.fractions, requested_source=data.dataset, fallback_reason=fallback_reason)
+                fractions=data.fractions, requested_source=data.dataset, fallback_reason=fallback_reason,
+                classes_kept=data.classes)
     for name, split in splits.items():
         print(f"{name}: {len(split)} images, {split.num_classes} classes")
 

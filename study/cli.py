@@ -127,8 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--set", dest="assignments", action="append", default=[], metavar="SECTION.KEY=VALUE",
                        help="change a key on top of the preset, e.g. --set train.epochs=3")
     sweep.add_argument("--dataset-template", default=None, metavar="SPEC",
-                       help="data.dataset with {total} for the class count that gives C training classes under the "
-                            "protocol, e.g. 'glyphs:{total}:40' (default: the preset's glyphs spec with {total})")
+                       help="data.dataset of every C: with {total}, generated at the class count that gives C "
+                            "training classes (e.g. 'glyphs:{total}:40'); without it, e.g. 'folder:/data/faces', "
+                            "data.classes keeps that many of its classes (default: the preset's dataset, a glyphs "
+                            "spec with {total})")
     sweep.add_argument("--out", default="sweeps", help="one folder per C is made here (default: sweeps)")
     sweep.add_argument("--report-dir", default="reports/sweep", help="where the aggregate goes (default: reports/sweep)")
     sweep.set_defaults(handler=_sweep_command)

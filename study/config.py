@@ -112,12 +112,15 @@ class DataConfig(Section):
     cache_dir: Optional[str] = None
     # Used instead of `dataset` when that cannot be had (e.g. offline); the manifest and report say so.
     fallback: Optional[str] = None
+    # Keep only this many of the source's classes (a seeded choice, nested across counts); null keeps all.
+    classes: Optional[int] = None
 
     def check(self, prefix: str) -> None:
         _require(len(self.fractions) == 3 and all(f > 0 for f in self.fractions),
                  f"{prefix}fractions", "give three positive fractions for train, val, test")
         _require(abs(sum(self.fractions) - 1) < 1e-6, f"{prefix}fractions", f"must sum to 1, got {sum(self.fractions)}")
         _require(self.image_size is None or self.image_size >= 8, f"{prefix}image_size", "must be ≥ 8 pixels or null")
+        _require(self.classes is None or self.classes >= 2, f"{prefix}classes", "must be ≥ 2 or null (all classes)")
 
 
 @dataclass(frozen=True)

@@ -321,6 +321,20 @@ def _split_counts(total: int, fractions: Sequence[float]) -> list[int]:
     return [high - low for low, high in zip(bounds, bounds[1:])]
 
 
+def keep_classes(image_set: ImageSet, count: int, seed: int = 0) -> ImageSet:
+    """`count` of the set's classes, chosen by a seeded shuffle and relabelled 0..count-1.
+
+    A smaller count keeps a subset of a larger one's classes (the same shuffle, a shorter prefix),
+    so a sweep over class counts grows one identity set instead of drawing unrelated ones.
+    """
+    present = np.unique(image_set.labels)
+    if not 2 <= count <= len(present):
+        raise ValueError(f"data.classes={count}: the source has {len(present)} classes; keep between 2 and "
+                         f"{len(present)} of them, or set data.classes: null to keep them all")
+    chosen = np.random.default_rng(seed).permutation(present)[:count]
+    return image_set.subset(np.flatnonzero(np.isin(image_set.labels, chosen)), relabel=True)
+
+
 def split_dataset(
     image_set: ImageSet,
     protocol: str,

@@ -93,14 +93,18 @@ def default_dataset_template(dataset: str) -> str:
     name, _, argument = dataset.partition(":")
     if name == "glyphs":
         return ":".join(["glyphs", TOTAL_PLACEHOLDER, *argument.split(":")[1:]])
-    return dataset  # a fixed dataset: only the class count it already has can be swept (checked after prepare)
+    return dataset  # a fixed source: each C keeps that many of its classes (data.classes)
 
 
 def class_count_params(base: StudyParams, train_classes: int, template: str) -> StudyParams:
-    """`base` with data.dataset made from `template` so that its train split has exactly `train_classes` classes."""
+    """`base` made to give exactly `train_classes` training classes: data.dataset from `template` when it has
+    {total} (a source generated at that size, such as glyphs), else data.classes keeps that many of the source's."""
     total = total_classes_for(train_classes, base.data.protocol, base.data.fractions)
     values = base.to_dict()
-    values["data"]["dataset"] = template.replace(TOTAL_PLACEHOLDER, str(total))
+    if TOTAL_PLACEHOLDER in template:
+        values["data"]["dataset"] = template.replace(TOTAL_PLACEHOLDER, str(total))
+    else:
+        values["data"].update(dataset=template, classes=total)
     return StudyParams.from_dict(values)
 
 

@@ -34,6 +34,7 @@ def test_the_shipped_params_are_the_embedded_default_and_valid():
     ({"data": {"protocol": "half-open"}}, "data.protocol: 'half-open' is not allowed; choose one of 'closed', 'open'"),
     ({"data": {"fractions": [0.5, 0.5, 0.5]}}, "data.fractions: must sum to 1"),
     ({"data": {"fractions": [0.5, 0.5]}}, "data.fractions: give three positive fractions"),
+    ({"data": {"classes": 1}}, "data.classes: must be ≥ 2 or null"),
     ({"search": {"losses": ["fixed_adacos"]}}, "search.losses: 'fixed_adacos' cannot be searched"),
     ({"search": {"losses": ["cosface"], "m_range": {"arcface": [0, 1]}}}, "has no range for 'cosface'"),
     ({"search": {"s_range": [0, 64]}}, "search.s_range: give [low, high] with 0 < low < high"),

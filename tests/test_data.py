@@ -288,6 +288,23 @@ def test_splits_are_the_same_in_another_process_with_another_hash_seed():
     assert len(outputs) == 1 and len(outputs.pop()) > 1000
 
 
+def test_keeping_classes_is_seeded_nested_and_relabelled(twelve_classes):
+    from study.data import keep_classes
+
+    kept = {count: keep_classes(twelve_classes, count, seed=4) for count in (3, 5, 12)}
+    assert [part.num_classes for part in kept.values()] == [3, 5, 12]
+    assert set(kept[3].class_names) < set(kept[5].class_names) < set(kept[12].class_names)
+    assert set(kept[12].class_names) == set(twelve_classes.class_names)
+    assert kept[5].class_names == keep_classes(twelve_classes, 5, seed=4).class_names  # same seed, same classes
+    assert any(keep_classes(twelve_classes, 5, seed=seed).class_names != kept[5].class_names for seed in range(5))
+    for part in kept.values():  # every image of a kept class, none of the others, labels 0..k-1
+        original = twelve_classes.labels[sample_ids(part).numpy()]
+        assert [part.class_names[label] for label in part.labels] == [twelve_classes.class_names[o] for o in original]
+        assert len(part) == np.isin(twelve_classes.class_names, part.class_names)[twelve_classes.labels].sum()
+    with pytest.raises(ValueError, match="data.classes=13: the source has 12 classes"):
+        keep_classes(twelve_classes, 13)
+
+
 def test_split_rejects_bad_requests(twelve_classes):
     with pytest.raises(ValueError, match="unknown protocol 'ajar'"):
         split_dataset(twelve_classes, "ajar")

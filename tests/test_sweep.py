@@ -82,6 +82,10 @@ def test_the_dataset_template_takes_the_total_class_count():
     assert class_count_params(base, 10, "glyphs:{total}:40").data.dataset == "glyphs:16:40"
     closed = build_preset("default", ["data.dataset=digits"])
     assert class_count_params(closed, 30, "glyphs:{total}").data.dataset == "glyphs:30"
+    # A source of fixed size keeps that many of its classes instead.
+    folder = class_count_params(base, 10, "folder:/data/faces").data
+    assert (folder.dataset, folder.classes) == ("folder:/data/faces", 16)
+    assert class_count_params(base, 10, "glyphs:{total}:40").data.classes is None
 
 
 def test_the_glyphs_sweep_preset_is_an_open_map_at_r_study_on_glyphs():
