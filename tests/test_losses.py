@@ -77,7 +77,7 @@ def test_softmax_is_a_linear_layer_with_bias_and_cross_entropy():
     expected = np.mean(np.log(np.exp(logits - top).sum(axis=1)) + top[:, 0] - logits[rows, y])
     # Gradient of the mean cross-entropy: (softmax − one-hot) / N, through x·Wᵀ + b.
     delta = (probabilities - np.eye(C)[y]) / N
-    assert float(value) == pytest.approx(expected, rel=1e-12)
+    assert value.item() == pytest.approx(expected, rel=1e-12)
     np.testing.assert_allclose(x1.grad.numpy(), delta @ w, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(loss.weight.grad.numpy(), delta.T @ x, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(loss.linear.bias.grad.numpy(), delta.sum(axis=0), rtol=1e-10, atol=1e-12)
@@ -159,7 +159,7 @@ def test_one_dynamic_adacos_step_equals_the_formula():
     assert float(loss.s) == pytest.approx(expected_s, rel=1e-10)
     # The new scale is the one used in this step's logits.
     logits = expected_s * torch.from_numpy(cos)
-    assert float(value) == pytest.approx(float(F.cross_entropy(logits, labels)), rel=1e-10)
+    assert value.item() == pytest.approx(float(F.cross_entropy(logits, labels)), rel=1e-10)
     stats = loss.last_stats
     assert stats["s"] == pytest.approx(expected_s)
     target = cos[np.arange(N), labels.numpy()]
