@@ -356,6 +356,45 @@ def test_crossing_sentences_for_a_late_overtake_and_none():
             f"{min(ITERATIONS)})") in text
 
 
+
+def test_runs_past_20000_iterations_count_the_late_overtakes_on_either_side():
+    trials, runs, history = make_study()
+    # The fixture's iterations stretched to 0, 10,000, ..., 40,000; Fixed AdaCos overtakes only at the last
+    # evaluation and Dynamic AdaCos loses its lead there, both past the paper's ~20,000.
+    history["iteration"] = history["iteration"] * 500
+    fixed, dynamic = history["method"] == "fixed_adacos", history["method"] == "dynamic_adacos"
+    last = int(history["iteration"].max())
+    history.loc[fixed & (history["iteration"] < last), OBJECTIVE] = 0.05
+    history.loc[dynamic & (history["iteration"] == last), OBJECTIVE] = 0.2
+    from study.report import _crossings_section, render_markdown
+
+    text = render_markdown("t", [_crossings_section(analyse(trials, runs, history), {})])
+    curves = mean_val_curves(history)
+    pairs = [(a, b) for a in ("fixed_adacos", "dynamic_adacos") for b in ("arcface_tuned", "arcface_default")]
+    late_adacos = late_arcface = 0
+    for adacos, arcface in pairs:
+        start, from_start, _ = independent_crossing(curves, adacos, arcface)
+        late_adacos += start is not None and not from_start and start >= 20000
+        start, adacos_led = independent_arcface_lead(curves, adacos, arcface)
+        late_arcface += adacos_led and start >= 20000
+    assert late_adacos >= 1 and late_arcface >= 1  # the fixture makes both happen
+    assert f"These runs reach iteration {last:,}, past the ~20,000 of the paper's figure" in text
+    assert (f"In {late_adacos} of the 4 pairs AdaCos overtakes ArcFace for good only at iteration 20,000 or "
+            f"later, as in the paper's figure; in {late_arcface} ArcFace overtakes an AdaCos lead that late "
+            "instead.") in text
+
+
+
+def test_the_verdict_writes_long_iteration_counts_with_thousands_separators():
+    trials, runs, history = make_study()
+    base = analyse(trials, runs, history).verdict_facts
+    history["iteration"] = history["iteration"] * 500  # the same curves over 40,000 iterations
+    text = verdict(analyse(trials, runs, history))
+    reference, tuned = base["reference_iterations"] * 500, base["tuned_iterations"] * 500
+    assert reference >= 1000 and float(reference).is_integer()
+    assert f"Fixed AdaCos needs a median of {int(reference):,} iterations and ArcFace tuned {int(tuned):,}" in text
+
+
 # --- reproduction of a published setup -----------------------------------------------------------
 
 FALLBACK_MANIFEST = {**MANIFEST, "source": "mnist5k", "requested_source": "torchvision:MNIST",
