@@ -16,13 +16,27 @@ from study.results import EVALUATION_DIR, PREPARED_DIR, REPORT_DIR, SEARCH_DIR, 
 PACKAGES = ("torch", "torchvision", "timm", "optuna", "scikit-learn", "numpy", "pandas", "seaborn", "dvc")
 
 
+def git_revision() -> str:
+    """The commit, marked `-dirty` when tracked code or params differ from it.
+
+    The pipeline's own outputs (dvc.lock, reports/) are left out of that check: DVC rewrites them during
+    `dvc repro` itself, so a committed report would otherwise always call its own rerun dirty.
+    """
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short", "HEAD")
+        changed = git("status", "--porcelain", "--untracked-files=no", "--", ":(top)", ":(top,exclude)dvc.lock",
+                      f":(top,exclude){REPORT_DIR.as_posix()}")
+    except (OSError, subprocess.CalledProcessError):
+        return "not a git checkout"
+    return f"{commit}-dirty" if changed else commit
+
+
 def environment(params, devices) -> dict:
     """What the reproducibility footer records: code revision, params hash, versions and devices."""
-    try:
-        revision = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
-                                  check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        revision = "not a git checkout"
+    revision = git_revision()
     params_hash = hashlib.sha256(json.dumps(params.to_dict(), sort_keys=True, default=list).encode()).hexdigest()
     versions = {}
     for package in PACKAGES:

@@ -8,6 +8,7 @@ import base64
 import json
 import math
 import re
+import subprocess
 
 import numpy as np
 import pandas as pd
@@ -512,3 +513,33 @@ def test_a_win_on_the_objective_with_losses_elsewhere_is_qualified():
     assert "Recommendation: tune ArcFace." in text
     assert ("That holds for accuracy only: if what you deploy is judged by MAP@R, Fixed AdaCos is significantly "
             "better there") in text
+
+
+# --- the reproducibility footer's revision ------------------------------------------------------
+
+def test_the_revision_is_dirty_for_changed_code_or_params_but_not_for_the_pipelines_own_outputs(tmp_path,
+                                                                                                monkeypatch):
+    from stages.report import git_revision
+
+    def git(*args):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path,
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+    (tmp_path / "reports").mkdir()
+    for name in ("params.yaml", "dvc.lock", "reports/report.md"):
+        (tmp_path / name).write_text("first\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "first")
+    commit = git("rev-parse", "--short", "HEAD")
+    # A rerun of the pipeline rewrites its lock file and report, and creates untracked files.
+    (tmp_path / "dvc.lock").write_text("second\n")
+    (tmp_path / "reports" / "report.md").unlink()
+    (tmp_path / "new.txt").write_text("untracked\n")
+    for where in (tmp_path, tmp_path / "reports"):  # the check covers the whole tree, wherever it runs from
+        monkeypatch.chdir(where)
+        assert git_revision() == commit
+    (tmp_path / "params.yaml").write_text("changed\n")
+    for where in (tmp_path, tmp_path / "reports"):
+        monkeypatch.chdir(where)
+        assert git_revision() == f"{commit}-dirty"
