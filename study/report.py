@@ -91,15 +91,17 @@ def _count(value) -> str:
     return "n/a" if _missing(value) else f"{int(value)}"
 
 
-def _iterations(value) -> str:
-    if _missing(value):
-        return "not reached"
-    return f"{int(value):,}" if float(value).is_integer() else f"{value:,.1f}"  # a median may fall between two
-
-
 def _iteration_number(value) -> str:
-    """An iteration as written in prose, with thousands separators: 20000 → '20,000'."""
-    return "n/a" if _missing(value) or pd.isna(value) else f"{int(value):,}"
+    """An iteration as written in prose, with thousands separators: 20000 → '20,000'; a median may fall
+    between two evaluations: 1237.5 → '1,237.5'."""
+    if _missing(value) or pd.isna(value):
+        return "n/a"
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:,.1f}"
+
+
+def _iterations(value) -> str:
+    """Iterations to a convergence target, where missing means the target was never reached."""
+    return "not reached" if _missing(value) else _iteration_number(value)
 
 
 def _percent(value) -> str:
