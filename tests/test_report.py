@@ -386,14 +386,30 @@ def test_runs_past_20000_iterations_count_the_late_overtakes_on_either_side():
 
 
 
+def median_iterations_to_95_percent(runs, history, method):
+    """Median over seeds of the first iteration at 95% of the best method's mean final val score, in plain Python
+    (a seed that never gets there counts as slower than all)."""
+    finals = {}
+    for row in runs.itertuples():
+        if not math.isnan(row.val_score):
+            finals.setdefault(row.method, []).append(row.val_score)
+    target = 0.95 * max(sum(values) / len(values) for values in finals.values())
+    firsts = []
+    for seed in sorted(set(runs.loc[runs["method"] == method, "seed"])):
+        curve = history[(history["method"] == method) & (history["seed"] == seed)].sort_values("iteration")
+        firsts.append(next((row.iteration for row in curve.itertuples() if getattr(row, OBJECTIVE) >= target),
+                           math.inf))
+    return sorted(firsts)[len(firsts) // 2]  # three seeds: the middle one
+
+
 def test_the_verdict_writes_long_iteration_counts_with_thousands_separators():
     trials, runs, history = make_study()
-    base = analyse(trials, runs, history).verdict_facts
-    history["iteration"] = history["iteration"] * 500  # the same curves over 40,000 iterations
+    history["iteration"] = history["iteration"] * 500  # the fixture's curves over 40,000 iterations
     text = verdict(analyse(trials, runs, history))
-    reference, tuned = base["reference_iterations"] * 500, base["tuned_iterations"] * 500
-    assert reference >= 1000 and float(reference).is_integer()
-    assert f"Fixed AdaCos needs a median of {int(reference):,} iterations and ArcFace tuned {int(tuned):,}" in text
+    reference = median_iterations_to_95_percent(runs, history, "fixed_adacos")
+    tuned = median_iterations_to_95_percent(runs, history, "arcface_tuned")
+    assert len(SEEDS) == 3 and 1000 <= reference < math.inf and tuned < math.inf
+    assert f"Fixed AdaCos needs a median of {reference:,} iterations and ArcFace tuned {tuned:,}" in text
 
 
 # --- reproduction of a published setup -----------------------------------------------------------
