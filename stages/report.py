@@ -57,7 +57,7 @@ def main() -> None:
     runs = read_csv(EVALUATION_DIR / "runs.csv", "evaluate")
     history = read_csv(EVALUATION_DIR / "history.csv", "evaluate")
     analysis = analyse_study(trials, runs, history, params.train.objective, params.analysis,
-                             manifest["splits"]["train"]["num_classes"])
+                             manifest["splits"]["train"]["num_classes"], sampler=params.search.sampler)
     devices = list(runs["device"].dropna().astype(str)) + list(trials["device"].dropna().astype(str))
     written = write_report(analysis, params, manifest, environment(params, devices), REPORT_DIR)
     print(f"report written: {', '.join(str(path) for path in written.values())}")

@@ -1,4 +1,4 @@
-"""DVC stage `search@<loss>`: the Optuna search over (s, m), resumed from its storage; writes the trial tables."""
+"""DVC stage `search@<loss>`: the Optuna searches over (s, m), one per repeat, resumed from their storage; writes the trial tables."""
 
 import argparse
 
@@ -15,14 +15,19 @@ def main() -> None:
     params = load_params()
     sets = load_splits(PREPARED_DIR)
     out_dir = SEARCH_DIR / loss
-    study = open_study(loss, params, out_dir, len(sets["train"]), seed=params.search.seed)
+    studies = []
     try:
-        run_search(study, loss, params, sets)
+        for repeat in range(params.search.repeats):
+            studies.append(open_study(loss, params, out_dir, len(sets["train"]), seed=params.search.seed,
+                                      repeat=repeat))
+            if params.search.repeats > 1:
+                print(f"{loss}: repeat {repeat + 1} of {params.search.repeats}", flush=True)
+            run_search(studies[-1], loss, params, sets, repeat=repeat)
     finally:
         # Written even when interrupted, so the finished trials can be inspected; the storage keeps them too.
-        write_csv(trials_table(loss, study, params.train.objective), out_dir / "trials.csv")
-        write_csv(history_table(loss, study), out_dir / "history.csv")
-    best = best_trial(loss, study, params.train.objective)
+        write_csv(trials_table(loss, studies, params.train.objective), out_dir / "trials.csv")
+        write_csv(history_table(loss, studies), out_dir / "history.csv")
+    best = best_trial(loss, studies[0], params.train.objective)
     write_json(best, out_dir / "best.json")
     print(f"{loss}: best {best['objective']} {best['value']:.4f} at {best['hyperparameters']} (trial {best['trial']})")
 

@@ -13,9 +13,18 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from scipy import stats
+from scipy.special import gammaln
 
 from study.config import HYPERPARAMETER_FREE_LOSSES, AnalysisConfig
 from study.losses import fixed_adacos_scale
+from study.statistics import (
+    equivalence_test,
+    holm_adjusted,
+    minimum_detectable_difference,
+    paired_difference,
+    seeds_to_detect,
+    seeds_to_show_equivalence,
+)
 from study.published import PublishedSetup
 from study.results import is_tuned, tuned_method
 
@@ -49,33 +58,126 @@ def _reaches(values: np.ndarray, target: float) -> np.ndarray:
     return values >= target - tolerance
 
 
-def _expected_max_weights(n_trials: int) -> np.ndarray:
-    """Matrix W with W[n-1, i-1] = (i/N)^n − ((i−1)/N)^n: P(the max of n draws is the i-th smallest)."""
-    rank = np.arange(1, n_trials + 1, dtype=float)
-    draws = np.arange(1, n_trials + 1, dtype=float)[:, None]
-    return (rank / n_trials) ** draws - ((rank - 1) / n_trials) ** draws
+def _order_statistic_weights(n_items: int, replacement: bool) -> np.ndarray:
+    """Matrix W with W[n-1, i-1] = P(the best of n draws from N ranked items is the i-th lowest), n, i = 1…N.
+
+    With replacement (Dodge et al., EMNLP 2019): (i/N)^n − ((i−1)/N)^n. Without replacement (Tang et al.,
+    ACL 2020; unbiased for n ≤ N): [C(i, n) − C(i−1, n)] / C(N, n), in log space so that large N cannot overflow.
+    """
+    rank = np.arange(1, n_items + 1, dtype=float)
+    draws = np.arange(1, n_items + 1, dtype=float)[:, None]
+    if replacement:
+        return (rank / n_items) ** draws - ((rank - 1) / n_items) ** draws
+
+    def log_choose(k, n):
+        with np.errstate(invalid="ignore"):
+            value = gammaln(k + 1) - gammaln(n + 1) - gammaln(np.maximum(k - n, 0) + 1)
+        return np.where(k >= n, value, -np.inf)  # C(k, n) = 0 for k < n
+
+    total = log_choose(float(n_items), draws)
+    return np.exp(log_choose(rank, draws) - total) - np.exp(log_choose(rank - 1, draws) - total)
 
 
-def expected_best_after_n_trials(scores) -> np.ndarray:
-    """Dodge et al.'s expected best score after n = 1…N trials drawn with replacement from the N scores."""
-    ordered = np.sort(_finite_vector(scores, "scores"))
-    return _expected_max_weights(ordered.size) @ ordered
+def _paired_scores(selection_scores, reported_scores) -> tuple[np.ndarray, np.ndarray]:
+    """Selection and reported scores as equal-length vectors; selection may hold −inf (a trial never selected)."""
+    selection = np.asarray(selection_scores, dtype=float)
+    reported = _finite_vector(reported_scores, "reported_scores")
+    if selection.shape != reported.shape:
+        raise ValueError(f"selection_scores and reported_scores must have the same length, got "
+                         f"{selection.shape} and {reported.shape}")
+    if np.isnan(selection).any() or np.isposinf(selection).any():
+        raise ValueError("selection_scores contains NaN or +inf; give a failed trial the metric's floor and a "
+                         "trial that may never be selected −inf")
+    return selection, reported
 
 
-def expected_best_band(
-    scores, n_bootstrap: int = 1000, confidence: float = 0.95, seed: int = 0
-) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile-bootstrap (lower, upper) band of the expected-best curve, one value per n."""
+def _ranked_reported(selection: np.ndarray, reported: np.ndarray) -> np.ndarray:
+    """Reported scores in ascending order of selection, each averaged over its tie group.
+
+    A user whose best val score is tied picks one of the tied trials at random, so what they get
+    in expectation is the tied trials' mean reported score.
+    """
+    order = np.argsort(selection, kind="stable")
+    ranked_selection, ranked = selection[order], reported[order]
+    _, group, counts = np.unique(ranked_selection, return_inverse=True, return_counts=True)
+    return (np.bincount(group, weights=ranked) / counts)[group]
+
+
+def expected_selected_after_n_trials(selection_scores, reported_scores, replacement: bool = False) -> np.ndarray:
+    """E[reported score of the trial with the best selection score among n draws], n = 1…N: Σ_i t_(i)·w_n(i).
+
+    t_(i) is the reported (e.g. test) score of the trial of selection (val) rank i, w_n the order-statistic
+    weights of `_order_statistic_weights`. Assumes the N trials are independent draws of one distribution
+    (random search); a selection score of −inf marks a trial that is drawn but never selected (pruned).
+    """
+    selection, reported = _paired_scores(selection_scores, reported_scores)
+    return _order_statistic_weights(selection.size, replacement) @ _ranked_reported(selection, reported)
+
+
+def expected_best_after_n_trials(scores, replacement: bool = False) -> np.ndarray:
+    """E[max of n draws from the N scores], n = 1…N (Dodge et al.'s expected best; assumes independent draws).
+
+    On val scores this includes the maximum of seed noise, so it overstates what tuning buys; see
+    `expected_selected_after_n_trials` for what the selected trial scores on held-out data.
+    """
     values = _finite_vector(scores, "scores")
+    return expected_selected_after_n_trials(values, values, replacement)
+
+
+def _check_bootstrap(n_bootstrap: int, confidence: float) -> None:
     _check_confidence(confidence)
     if n_bootstrap < 1:
         raise ValueError(f"n_bootstrap must be at least 1, got {n_bootstrap}")
+
+
+def bootstrap_selected_curves(selection_scores, reported_scores, replacement: bool = False,
+                              n_bootstrap: int = 1000, seed: int = 0) -> np.ndarray:
+    """(n_bootstrap, N) expected-selected curves, each of the N trials resampled with replacement as pairs."""
+    selection, reported = _paired_scores(selection_scores, reported_scores)
+    if n_bootstrap < 1:
+        raise ValueError(f"n_bootstrap must be at least 1, got {n_bootstrap}")
     rng = np.random.default_rng(seed)
-    resamples = np.sort(rng.choice(values, size=(n_bootstrap, values.size), replace=True), axis=1)
-    curves = resamples @ _expected_max_weights(values.size).T  # (n_bootstrap, N)
+    picks = rng.integers(0, selection.size, size=(n_bootstrap, selection.size))
+    weights = _order_statistic_weights(selection.size, replacement)
+    return np.stack([weights @ _ranked_reported(selection[pick], reported[pick]) for pick in picks])
+
+
+def percentile_band(samples: np.ndarray, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile (lower, upper) bounds over the first axis of bootstrap samples."""
+    _check_confidence(confidence)
     tail = 100.0 * (1.0 - confidence) / 2.0
-    lower, upper = np.percentile(curves, [tail, 100.0 - tail], axis=0)
+    lower, upper = np.percentile(np.asarray(samples, dtype=float), [tail, 100.0 - tail], axis=0)
     return lower, upper
+
+
+def expected_best_band(scores, n_bootstrap: int = 1000, confidence: float = 0.95, seed: int = 0,
+                       replacement: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile-bootstrap (lower, upper) band of the expected-best curve, one value per n."""
+    values = _finite_vector(scores, "scores")
+    _check_bootstrap(n_bootstrap, confidence)
+    return percentile_band(bootstrap_selected_curves(values, values, replacement, n_bootstrap, seed), confidence)
+
+
+def best_so_far_selected(selection_scores, reported_scores) -> np.ndarray:
+    """The reported score of the best-by-selection trial among the first n trials in run order, n = 1…N.
+
+    One realisation of a sequential search (e.g. TPE, whose trials are not independent draws). Ties keep
+    the earlier trial, as Optuna's best trial does; −inf marks a trial that is never selected.
+    """
+    selection, reported = _paired_scores(selection_scores, reported_scores)
+    best = np.zeros(selection.size, dtype=int)
+    for index in range(1, selection.size):
+        best[index] = index if selection[index] > selection[best[index - 1]] else best[index - 1]
+    return reported[best]
+
+
+def first_reaching(curves, targets) -> np.ndarray:
+    """Per row of `curves`, the first n (1-based) whose value reaches that row's target; inf where none does."""
+    curves = np.atleast_2d(np.asarray(curves, dtype=float))
+    targets = np.broadcast_to(np.asarray(targets, dtype=float), curves.shape[:1])
+    tolerance = _REACH_ATOL + _REACH_RTOL * np.abs(targets)
+    reached = curves >= (targets - tolerance)[:, None]
+    return np.where(reached.any(axis=1), np.argmax(reached, axis=1) + 1.0, np.inf)
 
 
 def break_even(expected_best, target: float, seconds_per_trial: float) -> dict:
@@ -259,29 +361,31 @@ class StudyAnalysis:
     confidence: float
     methods: list[str]  # display order: the baselines, then each searched loss's tuned method, then any other
     searched_losses: list[str]
-    # loss, trials (finished), complete, pruned, failed, running, seconds, seconds_per_completed_trial,
-    # best_trial, best_value, best_s, best_m
+    # loss, repeats, trials (finished), complete, pruned, failed, running, seconds, seconds_per_trial,
+    # best_trial, best_value, best_s, best_m (the best of the first repeat: what the tuned runs retrain)
     search_summary: pd.DataFrame
-    # loss, n, expected_best, low, high, seconds (n × the device-seconds per completed trial, the pruned
-    # and failed trials' cost shared out over the completed ones: what n completed trials really cost)
-    expected_best: pd.DataFrame
-    reference_bands: pd.DataFrame  # method, mean, low, high, seeds, seconds
-    break_even: pd.DataFrame  # loss, target, trials, seconds, reached, max_trials
+    # method (a searched loss, or an untuned method as the budget-matched control), kind (search | control), n,
+    # expected_test (test score of the trial val selects among n), low, high, expected_val (the expected best
+    # val score, which includes the maximum of seed noise), val_low, val_high, seconds (n × one trial or run)
+    tuning_curves: pd.DataFrame
+    estimator: dict  # kind (pooled | repeats), exact, text: which tuning-curve estimator and why
+    reference_bands: pd.DataFrame  # method, mean, low, high, seeds, seconds (mean final val score)
+    break_even: pd.DataFrame  # BREAK_EVEN_COLUMNS: per searched loss and untuned reference
     final: pd.DataFrame  # method, metric, mean, std, n, higher_is_better
     costs: pd.DataFrame  # method, loss, runs, diverged, at_chance, tuning_trials, tuning_seconds, run_seconds
     run_scores: pd.DataFrame  # method, seed, status, val_score, test_<metric>...: one row per final run
-    differences: pd.DataFrame  # method, metric, difference, low, high, p_value, significant, higher_is_better
-    best_final_val: float  # the best method's mean final val score: what the convergence targets are fractions of
+    differences: pd.DataFrame  # DIFFERENCE_COLUMNS: method − Fixed AdaCos per test metric
+    best_final_val: float  # the best method's mean final val score: what the absolute targets are fractions of
     best_final_method: str | None
-    targets: dict[float, float]  # convergence fraction → val score
-    convergence_runs: pd.DataFrame  # method, seed, fraction, target, iteration (NaN: never reached)
-    convergence: pd.DataFrame  # method, fraction, target, median_iteration (NaN: not reached), seeds_reached, seeds
+    targets: dict[float, float]  # convergence fraction → val score (basis "best")
+    convergence_runs: pd.DataFrame  # method, seed, basis, fraction, target, iteration (NaN: never reached)
+    convergence: pd.DataFrame  # CONVERGENCE_COLUMNS: median iterations over seeds with a bootstrap interval
+    convergence_speed: pd.DataFrame  # SPEED_COLUMNS: method − Fixed AdaCos in median iterations, and who is faster
     curves: pd.DataFrame  # method, iteration, mean, low, high, n
     angles: pd.DataFrame  # method, iteration, theta_med_deg, cos_nontarget_mean, s
-    # adacos_method, arcface_method, crossing_iteration (<NA>: no lasting overtake within the run),
-    # ahead_from_start, last_iteration, first_iteration, gap_at_end (AdaCos − ArcFace mean val at the end)
+    # CROSSING_COLUMNS and gap_low, gap_high, gap_significant (the final val gap tested across seeds)
     crossings: pd.DataFrame
-    landscape: pd.DataFrame  # loss, trial, state, s, m, value, best
+    landscape: pd.DataFrame  # loss, repeat, trial, state, s, m, value, test_value, best
     num_classes: int | None
     s_f: float | None
     verdict_facts: dict
@@ -337,49 +441,195 @@ def _search_summary(trials: pd.DataFrame) -> pd.DataFrame:
         finished = group[group["state"].isin(FINISHED_STATES)]
         complete = group[(group["state"] == "COMPLETE") & np.isfinite(pd.to_numeric(group["value"], errors="coerce"))]
         seconds = float(_finite(finished["seconds"]).sum())
-        best = complete.loc[complete["value"].astype(float).idxmax()] if len(complete) else None
+        # The best of the first repeat: the one search a user runs, whose values the tuned runs retrain.
+        first = complete[complete["repeat"] == complete["repeat"].min()] if len(complete) else complete
+        best = first.loc[first["value"].astype(float).idxmax()] if len(first) else None
         rows.append({
-            "loss": loss, "trials": len(finished), "complete": len(complete),
+            "loss": loss, "repeats": int(group["repeat"].nunique()), "trials": len(finished),
+            "complete": len(complete),
             "pruned": int((group["state"] == "PRUNED").sum()), "failed": int((group["state"] == "FAIL").sum()),
             "running": int((group["state"] == "RUNNING").sum()), "seconds": seconds,
-            # A completed trial costs its own time plus its share of the pruned and failed ones.
-            "seconds_per_completed_trial": seconds / len(complete) if len(complete) else math.nan,
+            # Every finished trial is a draw the tuning curve counts, pruned and failed ones included.
+            "seconds_per_trial": seconds / len(finished) if len(finished) else math.nan,
             "best_trial": int(best["trial"]) if best is not None else None,
             "best_value": float(best["value"]) if best is not None else math.nan,
             "best_s": float(best["s"]) if best is not None else math.nan,
             "best_m": float(best["m"]) if best is not None else math.nan,
         })
-    return pd.DataFrame(rows, columns=["loss", "trials", "complete", "pruned", "failed", "running", "seconds",
-                                       "seconds_per_completed_trial", "best_trial", "best_value", "best_s", "best_m"])
+    return pd.DataFrame(rows, columns=["loss", "repeats", "trials", "complete", "pruned", "failed", "running", "seconds",
+                                       "seconds_per_trial", "best_trial", "best_value", "best_s", "best_m"])
 
 
-def _tuning_budget(trials: pd.DataFrame, summary: pd.DataFrame, target: float,
-                   config: AnalysisConfig) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Expected best val score after n completed trials (with band and device-seconds) and its break-even."""
-    curves, even = [], []
-    for row in summary.itertuples():
-        scores = _finite(trials.loc[(trials["loss"] == row.loss) & (trials["state"] == "COMPLETE"), "value"])
-        if scores.size == 0:
-            even.append({"loss": row.loss, "target": target, "trials": None, "seconds": None, "reached": False,
-                         "max_trials": 0})
+# Every objective is a score in [0, 1]: a diverged trial or run leaves a user nothing better than this.
+METRIC_FLOOR = 0.0
+# Samplers whose trials are independent draws (exactly for random search, approximately for QMC and grid):
+# their trials are pooled and the order-statistic estimator applies; others are sequential (TPE).
+INDEPENDENT_SAMPLERS = ("random", "qmc", "grid")
+TUNING_CURVE_COLUMNS = ["method", "kind", "n", "expected_test", "low", "high", "expected_val", "val_low", "val_high",
+                        "seconds"]
+BREAK_EVEN_COLUMNS = ["loss", "reference", "target", "trials", "trials_low", "trials_high", "seconds", "reached",
+                      "max_trials", "gain", "gain_low", "gain_high", "old_target", "old_trials", "old_val_gain"]
+
+
+def estimator_description(sampler: str, repeats: int, replacement: bool) -> dict:
+    """Which tuning-cost estimator fits the sampler, whether it is exact, and why, as the report states it."""
+    draws = "with replacement (Dodge et al., 2019; biased)" if replacement else \
+        "without replacement (Tang et al., 2020; unbiased for n up to the trials run)"
+    if sampler in INDEPENDENT_SAMPLERS:
+        exact = sampler == "random"
+        why = ("random search draws every trial independently, so the order-statistic estimator is exact"
+               if exact else f"{sampler} trials are not independent draws, so the pooled estimator is an "
+                             "approximation of what a user of that sampler would get")
+        return {"kind": "pooled", "exact": exact, "text": f"order statistics of n trials drawn {draws} from all "
+                f"{'finished trials' + (' of ' + str(repeats) + ' repeats' if repeats > 1 else '')}; {why}"}
+    if repeats > 1:
+        return {"kind": "repeats", "exact": True, "text": f"the mean over {repeats} independent {sampler} searches "
+                "of the test score of the best-by-val trial so far; a sequential sampler's trials are not "
+                "independent draws, so they are not pooled"}
+    return {"kind": "repeats", "exact": False, "text": f"the test score of the best-by-val trial so far in one "
+            f"{sampler} search: one realisation, not an expectation (set search.repeats to average over "
+            "independent searches); a sequential sampler's trials are not independent draws, so they are not pooled"}
+
+
+def _trial_draws(group: pd.DataFrame) -> pd.DataFrame:
+    """A search's finished trials in run order with what selects them (val) and what a user gets (test).
+
+    A failed (diverged) trial enters at the metric's floor on both; a pruned one is drawn and paid for
+    but never selected (selection −inf) and leaves the floor.
+    """
+    finished = group[group["state"].isin(FINISHED_STATES)].sort_values(["repeat", "trial"], kind="stable")
+    value = pd.to_numeric(finished["value"], errors="coerce")
+    test = pd.to_numeric(finished["test_value"], errors="coerce")
+    complete = (finished["state"] == "COMPLETE") & np.isfinite(value)
+    selection = np.where(complete, value, np.where(finished["state"] == "PRUNED", -np.inf, METRIC_FLOOR))
+    reported = np.where(complete & np.isfinite(test), test, METRIC_FLOOR)
+    return pd.DataFrame({"repeat": finished["repeat"].to_numpy(), "selection": selection, "reported": reported,
+                         "value": value.where(complete).to_numpy()})
+
+
+def _run_draws(runs: pd.DataFrame, method: str, objective: str) -> pd.DataFrame:
+    """A method's final runs as draws: val selects, test is what a user gets; a diverged run at the floor."""
+    group = runs[runs["method"] == method]
+    val = pd.to_numeric(group["val_score"], errors="coerce").to_numpy(dtype=float)
+    test = pd.to_numeric(group.get(f"{TEST_PREFIX}{objective}", pd.Series(np.nan, index=group.index)),
+                         errors="coerce").to_numpy(dtype=float)
+    return pd.DataFrame({"seed": group["seed"].to_numpy(), "selection": np.where(np.isfinite(val), val, METRIC_FLOOR),
+                         "reported": np.where(np.isfinite(test), test, METRIC_FLOOR)})
+
+
+def _sequential_curves(draws: pd.DataFrame, column: str) -> np.ndarray:
+    """(repeats, n) best-so-far curves of `column` per repeat, cut to the shortest repeat."""
+    curves = [best_so_far_selected(repeat["selection"], repeat[column]) for _, repeat in draws.groupby("repeat")]
+    length = min(curve.size for curve in curves)
+    return np.stack([curve[:length] for curve in curves])
+
+
+def _search_curves(draws: pd.DataFrame, estimator: dict, replacement: bool, config: AnalysisConfig
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The selected-test curve, its expected-best val companion, and bootstrap replicates of the former."""
+    val = np.where(np.isfinite(draws["selection"]), draws["selection"], METRIC_FLOOR)
+    if estimator["kind"] == "pooled":
+        curve = expected_selected_after_n_trials(draws["selection"], draws["reported"], replacement)
+        val_curve = expected_selected_after_n_trials(draws["selection"], val, replacement)
+        replicates = bootstrap_selected_curves(draws["selection"], draws["reported"], replacement,
+                                               config.n_bootstrap, config.seed)
+        return curve, val_curve, replicates
+    tests = _sequential_curves(draws, "reported")
+    vals = _sequential_curves(draws.assign(val=val), "val")
+    rng = np.random.default_rng(config.seed)
+    picks = rng.integers(0, tests.shape[0], size=(config.n_bootstrap, tests.shape[0]))
+    return tests.mean(axis=0), vals.mean(axis=0), tests[picks].mean(axis=1)
+
+
+def _control_curves(draws: pd.DataFrame, replacement: bool, config: AnalysisConfig):
+    """The budget-matched control: a hyperparameter-free method's best-by-val of n seeds, on test."""
+    curve = expected_selected_after_n_trials(draws["selection"], draws["reported"], replacement)
+    val_curve = expected_selected_after_n_trials(draws["selection"], draws["selection"], replacement)
+    replicates = bootstrap_selected_curves(draws["selection"], draws["reported"], replacement,
+                                           config.n_bootstrap, config.seed)
+    return curve, val_curve, replicates
+
+
+def _tuning_budget(trials: pd.DataFrame, runs: pd.DataFrame, summary: pd.DataFrame, objective: str, sampler: str,
+                   config: AnalysisConfig) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """Selection-aware tuning curves of each search and of the untuned controls, and the break-even with its interval.
+
+    The curve is the expected test score of the trial that val selects among n; the break-even is the
+    fewest n at which it reaches a reference's mean test score of one run (diverged runs at the floor),
+    with a percentile-bootstrap interval over trials (or repeats) and the reference's seeds.
+    """
+    replacement = config.estimator == "with_replacement"
+    repeats = int(trials["repeat"].nunique()) if len(trials) else 1
+    estimator = estimator_description(sampler, repeats, replacement)
+    rows, even = [], []
+    rng = np.random.default_rng(config.seed + 1)
+    references = {}
+    for method in _untuned_methods(runs["method"]):
+        if method not in HYPERPARAMETER_FREE_LOSSES:
             continue
-        curve = expected_best_after_n_trials(scores)
-        low, high = expected_best_band(scores, config.n_bootstrap, config.confidence, config.seed)
-        per_trial = row.seconds_per_completed_trial
-        n = np.arange(1, scores.size + 1)
-        curves.append(pd.DataFrame({"loss": row.loss, "n": n, "expected_best": curve, "low": low, "high": high,
-                                    "seconds": n * per_trial}))
-        if np.isfinite(target):
-            found = break_even(curve, target, per_trial if np.isfinite(per_trial) else 0.0)
-            if not np.isfinite(per_trial):
-                found["seconds"] = None
-        else:  # no Fixed AdaCos run finished: nothing to break even with
-            found = {"trials": None, "seconds": None, "reached": False, "max_trials": int(scores.size)}
-        even.append({"loss": row.loss, "target": target, **found})
-    columns = ["loss", "n", "expected_best", "low", "high", "seconds"]
-    expected = pd.concat(curves, ignore_index=True) if curves else pd.DataFrame(columns=columns)
-    return expected[columns], pd.DataFrame(even, columns=["loss", "target", "trials", "seconds", "reached",
-                                                          "max_trials"])
+        draws = _run_draws(runs, method, objective)
+        if draws.empty:
+            continue
+        curve, val_curve, replicates = _control_curves(draws, replacement, config)
+        low, high = percentile_band(replicates, config.confidence)
+        val_low, val_high = percentile_band(bootstrap_selected_curves(
+            draws["selection"], draws["selection"], replacement, config.n_bootstrap, config.seed), config.confidence)
+        n = np.arange(1, curve.size + 1)
+        run_seconds = _mean_or_nan(runs.loc[runs["method"] == method, "seconds"])
+        rows.append(pd.DataFrame({"method": method, "kind": "control", "n": n, "expected_test": curve, "low": low,
+                                  "high": high, "expected_val": val_curve, "val_low": val_low, "val_high": val_high,
+                                  "seconds": n * run_seconds}))
+        picks = rng.integers(0, len(draws), size=(config.n_bootstrap, len(draws)))
+        if method not in ADACOS_METHODS:
+            continue  # the break-even is against what AdaCos delivers with no tuning
+        references[method] = {"target": float(draws["reported"].mean()),
+                              "replicates": draws["reported"].to_numpy()[picks].mean(axis=1),
+                              "val_mean": _mean_or_nan(runs.loc[runs["method"] == method, "val_score"])}
+
+    for row in summary.itertuples():
+        draws = _trial_draws(trials[trials["loss"] == row.loss])
+        if draws.empty:
+            for reference in references:
+                even.append({"loss": row.loss, "reference": reference, "reached": False, "max_trials": 0})
+            continue
+        curve, val_curve, replicates = _search_curves(draws, estimator, replacement, config)
+        low, high = percentile_band(replicates, config.confidence)
+        if estimator["kind"] == "repeats" and repeats < 2:
+            low, high = np.full(curve.size, np.nan), np.full(curve.size, np.nan)  # one realisation: no band
+        n = np.arange(1, curve.size + 1)
+        per_trial = row.seconds_per_trial
+        rows.append(pd.DataFrame({"method": row.loss, "kind": "search", "n": n, "expected_test": curve, "low": low,
+                                  "high": high, "expected_val": val_curve, "val_low": np.nan, "val_high": np.nan,
+                                  "seconds": n * per_trial}))
+        # The classic quantity, for contrast: expected best val (with replacement, completed trials only)
+        # against the reference's mean val. It includes the maximum of seed noise.
+        completed = draws["value"].dropna().to_numpy()
+        old_curve = expected_best_after_n_trials(completed, replacement=True) if completed.size else np.array([])
+        for reference, target in references.items():
+            found = first_reaching(curve, target["target"])[0]
+            interval = first_reaching(replicates, target["replicates"])
+            # Percentiles that pick observed values: a replicate that never breaks even is inf, not averaged in.
+            tail = 50.0 * (1.0 - config.confidence)
+            trials_low = np.percentile(interval, tail, method="lower")
+            trials_high = np.percentile(interval, 100.0 - tail, method="higher")
+            gain_low, gain_high = percentile_band(replicates[:, -1] - target["replicates"], config.confidence)
+            old_found = first_reaching(old_curve, target["val_mean"])[0] if old_curve.size else np.inf
+            even.append({
+                "loss": row.loss, "reference": reference, "target": target["target"],
+                "trials": count_or_none(found), "trials_low": count_or_none(trials_low),
+                "trials_high": count_or_none(trials_high),
+                "seconds": float(found * per_trial) if np.isfinite(found) and np.isfinite(per_trial) else None,
+                "reached": bool(np.isfinite(found)), "max_trials": int(curve.size),
+                "gain": float(curve[-1] - target["target"]), "gain_low": float(gain_low), "gain_high": float(gain_high),
+                "old_target": target["val_mean"], "old_trials": count_or_none(old_found),
+                "old_val_gain": float(old_curve[-1] - target["val_mean"]) if old_curve.size else math.nan})
+    curves = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=TUNING_CURVE_COLUMNS)
+    return curves[TUNING_CURVE_COLUMNS], pd.DataFrame(even, columns=BREAK_EVEN_COLUMNS), estimator
+
+
+def count_or_none(value) -> int | None:
+    """A trial count as a plain int, or None where it is not reached (inf) or unknown."""
+    return int(value) if value is not None and not pd.isna(value) and np.isfinite(value) else None
 
 
 def _reference_bands(runs: pd.DataFrame, config: AnalysisConfig) -> pd.DataFrame:
@@ -427,26 +677,76 @@ def _final_tables(runs: pd.DataFrame, methods: list[str], summary: pd.DataFrame,
     costs = pd.DataFrame(cost_rows, columns=["method", "loss", "runs", "diverged", "at_chance", "tuning_trials",
                                              "tuning_seconds", "run_seconds"])
 
-    difference_rows = []
     reference = runs[runs["method"] == REFERENCE_METHOD]
-    for method in methods:
-        if method == REFERENCE_METHOD or reference.empty:
-            continue
-        group = runs[runs["method"] == method]
-        for metric in metrics:
-            a, b = _finite(group[metric]), _finite(reference[metric])
-            if a.size and b.size:
-                result = difference_ci(a, b, config.confidence)
-            else:
-                result = {"difference": math.nan, "low": math.nan, "high": math.nan, "p_value": math.nan,
-                          "significant": False}
-            difference_rows.append({"method": method, "metric": metric, "difference": result["difference"],
-                                    "low": result["low"], "high": result["high"], "p_value": result["p_value"],
-                                    "significant": bool(result["significant"]),
-                                    "higher_is_better": higher_is_better(metric)})
-    differences = pd.DataFrame(difference_rows, columns=["method", "metric", "difference", "low", "high", "p_value",
-                                                         "significant", "higher_is_better"])
-    return final, costs, differences
+    frames = [_method_differences(runs[runs["method"] == method], reference, method, metrics, config)
+              for method in methods if method != REFERENCE_METHOD and not reference.empty]
+    differences = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=DIFFERENCE_COLUMNS)
+    return final, costs, differences[DIFFERENCE_COLUMNS]
+
+
+DIFFERENCE_COLUMNS = ["method", "metric", "test", "pairs", "difference", "low", "high", "p_value", "p_holm",
+                      "significant", "welch_difference", "welch_low", "welch_high", "welch_p_value", "margin",
+                      "tost_p_value", "equivalent", "detectable", "seeds_to_resolve", "higher_is_better"]
+# Which equivalence margin (analysis.equivalence_margin) each test metric takes.
+METRIC_KINDS = {"accuracy": "accuracy", "knn_accuracy": "accuracy", "precision_at_1": "retrieval",
+                "r_precision": "retrieval", "map_at_r": "retrieval", "roc_auc": "verification", "eer": "verification",
+                "tar_at_far_1e-2": "verification", "tar_at_far_1e-3": "verification",
+                "verification_accuracy": "verification"}
+
+
+def equivalence_margin(metric: str, config: AnalysisConfig) -> float:
+    """The equivalence margin of a test metric, by its kind (accuracy, retrieval or verification)."""
+    kind = METRIC_KINDS.get(metric.removeprefix(TEST_PREFIX))
+    if kind is None:
+        raise KeyError(f"metric {metric!r} has no kind; known: {', '.join(METRIC_KINDS)}")
+    return config.equivalence_margin[kind]
+
+
+def _method_differences(group: pd.DataFrame, reference: pd.DataFrame, method: str, metrics: list[str],
+                        config: AnalysisConfig) -> pd.DataFrame:
+    """One method − Fixed AdaCos on every test metric: paired by seed where they pair, Welch beside it,
+    Holm-corrected across the metric family, TOST against the metric's margin, and what the seeds can detect."""
+    alpha = 1.0 - config.confidence
+    rows = []
+    for metric in metrics:
+        pairs = group[["seed", metric]].merge(reference[["seed", metric]], on="seed", suffixes=("", "_reference"))
+        pairs = pairs[np.isfinite(pairs[metric].astype(float)) & np.isfinite(pairs[f"{metric}_reference"].astype(float))]
+        a, b = _finite(group[metric]), _finite(reference[metric])
+        welch = difference_ci(a, b, config.confidence) if a.size and b.size else {}
+        paired = len(pairs) >= 2
+        if paired:
+            result = paired_difference(pairs[metric].astype(float), pairs[f"{metric}_reference"].astype(float),
+                                       config.confidence)
+            standard_error, df, sd = result["standard_error"], result["df"], result["sd"]
+        else:  # nothing pairs (e.g. different seeds): Welch alone
+            result = welch or {"difference": math.nan, "low": math.nan, "high": math.nan, "p_value": math.nan}
+            standard_error = (result["high"] - result["low"]) / (2 * stats.t.ppf(0.5 + config.confidence / 2,
+                                                                                  welch["df"])) \
+                if welch and np.isfinite(welch.get("df", math.nan)) else math.nan
+            df, sd = welch.get("df", math.nan) if welch else math.nan, math.nan
+        margin = equivalence_margin(metric, config)
+        tost = (equivalence_test(result["difference"], standard_error, df, margin, alpha)
+                if np.isfinite(standard_error) else {"p_value": math.nan, "equivalent": False})
+        n = len(pairs) if paired else min(a.size, b.size)
+        detectable = minimum_detectable_difference(sd, n, alpha, config.power) if paired else math.nan
+        to_detect = seeds_to_detect(result["difference"], sd, alpha, config.power) if paired and sd > 0 else None
+        to_show = (seeds_to_show_equivalence(result["difference"], sd, margin, alpha, config.power)
+                   if paired and sd > 0 else None)
+        needed = [count for count in (to_detect, to_show) if count is not None]
+        rows.append({"method": method, "metric": metric, "test": "paired" if paired else "Welch", "pairs": len(pairs),
+                     "difference": result["difference"], "low": result["low"], "high": result["high"],
+                     "p_value": result["p_value"],
+                     "welch_difference": welch.get("difference", math.nan), "welch_low": welch.get("low", math.nan),
+                     "welch_high": welch.get("high", math.nan), "welch_p_value": welch.get("p_value", math.nan),
+                     "margin": margin, "tost_p_value": tost["p_value"], "equivalent": bool(tost["equivalent"]),
+                     "detectable": detectable, "seeds_to_resolve": min(needed) if needed else None,
+                     "higher_is_better": higher_is_better(metric)})
+    frame = pd.DataFrame(rows, columns=[c for c in DIFFERENCE_COLUMNS if c not in ("p_holm", "significant")])
+    # The metrics are one family of tests per method: Holm keeps its family-wise error at alpha.
+    frame["p_holm"] = holm_adjusted(frame["p_value"].astype(float).to_numpy()) if len(frame) else []
+    frame["significant"] = frame["p_holm"].astype(float) < alpha
+    frame["seeds_to_resolve"] = frame["seeds_to_resolve"].astype("Int64")
+    return frame
 
 
 def runs_at_chance(runs: pd.DataFrame) -> int:
@@ -456,9 +756,25 @@ def runs_at_chance(runs: pd.DataFrame) -> int:
     return int((pd.to_numeric(runs[CHANCE_METRIC], errors="coerce") <= CHANCE_LEVEL + 1e-9).sum())
 
 
+CONVERGENCE_COLUMNS = ["method", "basis", "fraction", "target", "median_iteration", "low", "high", "seeds_reached",
+                       "seeds"]
+SPEED_COLUMNS = ["method", "basis", "fraction", "difference", "low", "high", "faster"]
+
+
+def _bootstrap_medians(iterations: np.ndarray, picks: np.ndarray) -> np.ndarray:
+    """Median iterations of each bootstrap resample of seeds; a seed that never reached the target is inf."""
+    return np.median(iterations[picks], axis=1)
+
+
 def _convergence_tables(runs: pd.DataFrame, history: pd.DataFrame, objective: str, methods: list[str],
-                        config: AnalysisConfig) -> tuple[float, str | None, dict, pd.DataFrame, pd.DataFrame]:
-    """Targets from the best method's mean final val score; per run and per method the iterations to reach each."""
+                        config: AnalysisConfig):
+    """Iterations to targets per run and per method (median over seeds with a bootstrap interval), and which
+    method converges faster than Fixed AdaCos where the interval of the difference of medians excludes zero.
+
+    Two bases: `best`, fractions of the best method's mean final val score (absolute targets, the same for
+    every method), and `own`, fractions of each method's own mean final val score (how fast a method gets
+    near where it ends, whatever that level).
+    """
     means = {method: _mean_or_nan(runs.loc[runs["method"] == method, "val_score"]) for method in methods}
     finite_means = {method: mean for method, mean in means.items() if np.isfinite(mean)}
     best_method = max(finite_means, key=finite_means.get) if finite_means else None
@@ -469,28 +785,82 @@ def _convergence_tables(runs: pd.DataFrame, history: pd.DataFrame, objective: st
     for run in runs[["method", "seed"]].itertuples(index=False):
         curve = history[(history["method"] == run.method) & (history["seed"] == run.seed)].sort_values(
             "iteration", kind="stable")
-        for fraction, target in targets.items():
-            reached = iterations_to_target(curve["iteration"].to_numpy(), curve[objective].to_numpy(dtype=float),
-                                           target)
-            run_rows.append({"method": run.method, "seed": run.seed, "fraction": fraction, "target": target,
-                             "iteration": math.nan if reached is None else reached})
-    per_run = pd.DataFrame(run_rows, columns=["method", "seed", "fraction", "target", "iteration"])
-
-    method_rows = []
-    for method in methods:
-        for fraction, target in targets.items():
-            iterations = per_run.loc[(per_run["method"] == method) & (per_run["fraction"] == fraction), "iteration"]
-            if iterations.empty:
+        own = means.get(run.method, math.nan)
+        for basis, level in (("best", best), ("own", own)):
+            if not (best_method and np.isfinite(level)):
                 continue
-            # A seed that never reached the target is slower than every seed that did; if that
-            # holds for half the seeds or more, the median itself is "not reached".
-            median = float(np.median(iterations.fillna(np.inf).to_numpy(dtype=float)))
-            method_rows.append({"method": method, "fraction": fraction, "target": target,
-                                "median_iteration": median if np.isfinite(median) else math.nan,
-                                "seeds_reached": int(iterations.notna().sum()), "seeds": int(iterations.size)})
-    per_method = pd.DataFrame(method_rows, columns=["method", "fraction", "target", "median_iteration",
-                                                    "seeds_reached", "seeds"])
-    return best, best_method, targets, per_run, per_method
+            for fraction, target in convergence_targets(max(level, 0.0), config.convergence_targets).items():
+                reached = iterations_to_target(curve["iteration"].to_numpy(), curve[objective].to_numpy(dtype=float),
+                                               target)
+                run_rows.append({"method": run.method, "seed": run.seed, "basis": basis, "fraction": fraction,
+                                 "target": target, "iteration": math.nan if reached is None else reached})
+    per_run = pd.DataFrame(run_rows, columns=["method", "seed", "basis", "fraction", "target", "iteration"])
+
+    rng = np.random.default_rng(config.seed)
+    method_rows, speed_rows = [], []
+    for (method, basis, fraction), group in per_run.groupby(["method", "basis", "fraction"], sort=False):
+        # A seed that never reached the target is slower than every seed that did; if that holds for
+        # half the seeds or more, the median itself is "not reached".
+        iterations = group["iteration"].fillna(np.inf).to_numpy(dtype=float)
+        median = float(np.median(iterations))
+        picks = rng.integers(0, iterations.size, size=(config.n_bootstrap, iterations.size))
+        low, high = _percentile_pick(_bootstrap_medians(iterations, picks), config.confidence)
+        method_rows.append({"method": method, "basis": basis, "fraction": fraction,
+                            "target": float(group["target"].iloc[0]),
+                            "median_iteration": median if np.isfinite(median) else math.nan,
+                            "low": low if np.isfinite(low) else math.nan, "high": high if np.isfinite(high) else math.nan,
+                            "seeds_reached": int(group["iteration"].notna().sum()), "seeds": int(iterations.size)})
+        if method == REFERENCE_METHOD:
+            continue
+        reference = per_run[(per_run["method"] == REFERENCE_METHOD) & (per_run["basis"] == basis)
+                            & (per_run["fraction"] == fraction)]
+        both = group.merge(reference, on="seed", suffixes=("", "_reference"))
+        if len(both) < 2:
+            continue
+        mine = both["iteration"].fillna(np.inf).to_numpy(dtype=float)
+        theirs = both["iteration_reference"].fillna(np.inf).to_numpy(dtype=float)
+        # Seeds are resampled jointly: runs at one seed share initialisation and data order.
+        picks = rng.integers(0, len(both), size=(config.n_bootstrap, len(both)))
+        with np.errstate(invalid="ignore"):
+            differences = np.nan_to_num(_bootstrap_medians(mine, picks) - _bootstrap_medians(theirs, picks), nan=0.0,
+                                        posinf=np.inf, neginf=-np.inf)
+            observed = np.nan_to_num(np.median(mine) - np.median(theirs), nan=0.0, posinf=np.inf, neginf=-np.inf)
+        low, high = _percentile_pick(differences, config.confidence)
+        faster = method if high < 0 else REFERENCE_METHOD if low > 0 else None
+        speed_rows.append({"method": method, "basis": basis, "fraction": fraction, "difference": float(observed),
+                           "low": float(low), "high": float(high), "faster": faster})
+    per_method = pd.DataFrame(method_rows, columns=CONVERGENCE_COLUMNS)
+    speed = pd.DataFrame(speed_rows, columns=SPEED_COLUMNS)
+    return best, best_method, targets, per_run, per_method, speed
+
+
+def _percentile_pick(samples: np.ndarray, confidence: float) -> tuple[float, float]:
+    """Percentile interval whose bounds are observed values (so inf, "not reached", stays inf, never averaged)."""
+    tail = 50.0 * (1.0 - confidence)
+    return (float(np.percentile(samples, tail, method="lower")),
+            float(np.percentile(samples, 100.0 - tail, method="higher")))
+
+
+def _final_gap_tests(runs: pd.DataFrame, crossings: pd.DataFrame, config: AnalysisConfig) -> pd.DataFrame:
+    """Each crossing pair's final val gap (AdaCos − ArcFace) tested across seeds, paired where they pair.
+
+    A lasting overtake is only claimed where this gap is significant: a mean curve that ends a hair
+    above another says nothing about which method ends ahead.
+    """
+    rows = []
+    for pair in crossings.itertuples():
+        a = runs[runs["method"] == pair.adacos_method][["seed", "val_score"]]
+        b = runs[runs["method"] == pair.arcface_method][["seed", "val_score"]]
+        both = a.merge(b, on="seed", suffixes=("_adacos", "_arcface")).dropna()
+        if len(both) >= 2:
+            result = paired_difference(both["val_score_adacos"], both["val_score_arcface"], config.confidence)
+        else:
+            first, second = _finite(a["val_score"]), _finite(b["val_score"])
+            result = (difference_ci(first, second, config.confidence) if first.size and second.size
+                      else {"low": math.nan, "high": math.nan, "significant": False})
+        rows.append({"gap_low": result["low"], "gap_high": result["high"], "gap_significant": bool(result["significant"])})
+    return pd.concat([crossings.reset_index(drop=True),
+                      pd.DataFrame(rows, columns=["gap_low", "gap_high", "gap_significant"])], axis=1)
 
 
 def _curves(history: pd.DataFrame, objective: str, methods: list[str], config: AnalysisConfig) -> pd.DataFrame:
@@ -557,11 +927,14 @@ def _angles(history: pd.DataFrame, methods: list[str]) -> pd.DataFrame:
 
 
 def _landscape(trials: pd.DataFrame) -> pd.DataFrame:
-    """Every finished trial's (s, m), state and val score, with the best completed trial of each loss flagged."""
+    """Every finished trial's (s, m), state, val and test scores, with each loss's best trial flagged (the best
+    of its first repeat, whose values the tuned runs retrain)."""
     finished = trials[trials["state"].isin(FINISHED_STATES)]
-    frame = finished.reindex(columns=["loss", "trial", "state", "s", "m", "value"]).reset_index(drop=True)
+    frame = finished.reindex(columns=["loss", "repeat", "trial", "state", "s", "m", "value", "test_value"]
+                             ).reset_index(drop=True)
     frame["best"] = False
-    values = pd.to_numeric(frame["value"], errors="coerce").where(frame["state"] == "COMPLETE")
+    first_repeat = frame["repeat"] == frame.groupby("loss")["repeat"].transform("min")
+    values = pd.to_numeric(frame["value"], errors="coerce").where((frame["state"] == "COMPLETE") & first_repeat)
     for _, group in values.groupby(frame["loss"], sort=False):
         if group.notna().any():
             frame.loc[group.idxmax(), "best"] = True
@@ -581,123 +954,152 @@ def primary_loss(searched_losses: list[str]) -> str | None:
     return searched_losses[0] if searched_losses else None
 
 
-def _difference_facts(differences: pd.DataFrame, method: str, metric: str, prefix: str) -> dict:
+FACT_KEYS = ("test", "pairs", "difference", "low", "high", "p_value", "p_holm", "significant", "welch_difference",
+             "welch_low", "welch_high", "welch_p_value", "margin", "tost_p_value", "equivalent", "detectable",
+             "seeds_to_resolve")
+RECOMMENDATIONS = ("fixed_adacos", "dynamic_adacos", "softmax", "undecided")  # or "<loss>_tuned"
+
+
+def _plain(value):
+    """A table cell as plain JSON-ready data: None for missing, Python numbers and bools."""
+    if value is None or (not isinstance(value, str) and pd.isna(value)):
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value)
+    return value
+
+
+def _difference_row(differences: pd.DataFrame, method: str | None, metric: str) -> dict | None:
+    """One method − Fixed AdaCos comparison on one metric, as plain data, or None where it was not made."""
     row = differences[(differences["method"] == method) & (differences["metric"] == metric)]
-    if row.empty:
-        return {f"{prefix}_{key}": math.nan for key in ("difference", "low", "high", "p_value")} | {
-            f"{prefix}_significant": False}
+    if row.empty or pd.isna(row["difference"].iloc[0]):
+        return None
     row = row.iloc[0]
-    return {f"{prefix}_difference": float(row["difference"]), f"{prefix}_low": float(row["low"]),
-            f"{prefix}_high": float(row["high"]), f"{prefix}_p_value": float(row["p_value"]),
-            f"{prefix}_significant": bool(row["significant"])}
+    facts = {key: _plain(row[key]) for key in FACT_KEYS}
+    facts["favours_method"] = bool((row["difference"] > 0) == bool(row["higher_is_better"]))
+    return facts
+
+
+def _recommendation(tuned: str | None, comparison: dict | None, alternatives: list[str]) -> tuple[str, str]:
+    """The recommendation and its reason, by the rule stated in SPEC: tune only for a significant expected gain;
+    Fixed AdaCos when it is significantly better or equivalent within the margin (it costs no tuning);
+    otherwise undecided. A hyperparameter-free method significantly better than Fixed AdaCos replaces it."""
+    if comparison is None:
+        choice, reason = "undecided", "no_tuned_comparison"
+    elif comparison["significant"] and comparison["favours_method"]:
+        return tuned, "tuning_significantly_better"
+    elif comparison["significant"]:
+        choice, reason = REFERENCE_METHOD, "adacos_significantly_better"
+    elif comparison["equivalent"]:
+        choice, reason = REFERENCE_METHOD, "equivalent"
+    else:
+        choice, reason = "undecided", "not_resolved"
+    if alternatives and choice == REFERENCE_METHOD:
+        return alternatives[0], "alternative_better_than_fixed_adacos"
+    return choice, reason
 
 
 def _verdict_facts(objective: str, searched_losses, final, costs, differences, break_even_table, summary,
-                   convergence, targets, reference_bands, default_hyperparameters: dict) -> dict:
-    """The numbers the verdict states, in one flat dict (NaN / None where a method or number is absent)."""
+                   tuning_curves, speed, estimator: dict, config: AnalysisConfig) -> dict:
+    """The numbers the verdict states and the recommendation they imply, as plain data (None where absent)."""
     metric = f"{TEST_PREFIX}{objective}"
     loss = primary_loss(searched_losses)
     tuned = tuned_method(loss) if loss else None
 
     def test_mean(method):
         row = final[(final["method"] == method) & (final["metric"] == metric)]
-        return float(row["mean"].iloc[0]) if len(row) else math.nan
+        return _plain(row["mean"].iloc[0]) if len(row) else None
 
-    def cost(method, column, absent):
-        row = costs[costs["method"] == method]
-        return row[column].iloc[0] if len(row) else absent
+    def break_even_of(reference):
+        row = break_even_table[(break_even_table["loss"] == loss) & (break_even_table["reference"] == reference)]
+        if row.empty:
+            return None
+        facts = {key: _plain(value) for key, value in row.iloc[0].items()}
+        return facts | {key: count_or_none(facts[key]) for key in ("trials", "trials_low", "trials_high", "old_trials")}
 
-    def iterations(method):
-        if not targets:
-            return math.nan
-        row = convergence[(convergence["method"] == method) & (convergence["fraction"] == min(targets))]
-        return float(row["median_iteration"].iloc[0]) if len(row) else math.nan
+    def control_gain(method):
+        curve = tuning_curves[(tuning_curves["method"] == method) & (tuning_curves["kind"] == "control")]
+        if len(curve) < 2:
+            return None
+        return {"seeds": int(curve["n"].max()), "gain": float(curve["expected_test"].iloc[-1]
+                                                              - curve["expected_test"].iloc[0])}
 
-    reference_val = reference_bands.loc[reference_bands["method"] == REFERENCE_METHOD, "mean"]
-    facts = {
-        "objective": objective, "metric": metric, "reference": REFERENCE_METHOD,
-        "reference_val_mean": float(reference_val.iloc[0]) if len(reference_val) else math.nan,
-        "reference_test_mean": test_mean(REFERENCE_METHOD),
-        "seeds": int(final.loc[final["metric"] == metric, "n"].max()) if (final["metric"] == metric).any() else 0,
-        "tuned_loss": loss, "tuned_method": tuned,
-        "tuned_present": bool(tuned and (costs["method"] == tuned).any()),
-        "tuned_test_mean": test_mean(tuned),
-        **_difference_facts(differences, tuned, metric, "tuned"),
-        "default_method": "arcface_default", "default_present": bool((costs["method"] == "arcface_default").any()),
-        "default_s": default_hyperparameters.get("s", math.nan),
-        "default_m": default_hyperparameters.get("m", math.nan),
-        "default_test_mean": test_mean("arcface_default"),
-        "default_runs": int(cost("arcface_default", "runs", 0)),
-        "default_diverged": int(cost("arcface_default", "diverged", 0)),
-        **_difference_facts(differences, "arcface_default", metric, "default"),
-        "convergence_fraction": min(targets) if targets else math.nan,
-        "reference_iterations": iterations(REFERENCE_METHOD),
-        "tuned_iterations": iterations(tuned),
-        "default_iterations": iterations("arcface_default"),
-    }
-    # The other test metrics on which tuned and Fixed AdaCos differ significantly, each by its own direction.
-    others = differences[(differences["method"] == tuned) & (differences["metric"] != metric)
-                         & differences["significant"]]
-    favours_tuned = (others["difference"] > 0) == others["higher_is_better"]
-    facts["tuned_better_metrics"] = others.loc[favours_tuned, "metric"].tolist()
-    facts["tuned_worse_metrics"] = others.loc[~favours_tuned, "metric"].tolist()
-    facts["other_metrics"] = int(((differences["method"] == tuned) & (differences["metric"] != metric)).sum())
-    even = break_even_table[break_even_table["loss"] == loss]
+    comparison = _difference_row(differences, tuned, metric)
+    alternatives = []
+    for method in HYPERPARAMETER_FREE_LOSSES:
+        row = _difference_row(differences, method, metric)
+        if method != REFERENCE_METHOD and row and row["significant"] and row["favours_method"]:
+            alternatives.append((test_mean(method) or -math.inf, method))
+    alternatives = [method for _, method in sorted(alternatives, reverse=True)]
+    recommendation, reason = _recommendation(tuned, comparison, alternatives)
+    others = differences[(differences["method"] == tuned) & (differences["metric"] != metric)]
+    significant_others = others[others["significant"]]
+    favours_tuned = (significant_others["difference"] > 0) == significant_others["higher_is_better"]
     search = summary[summary["loss"] == loss]
-    facts.update({
-        "break_even_reached": bool(even["reached"].iloc[0]) if len(even) else False,
-        "break_even_trials": even["trials"].iloc[0] if len(even) else None,
-        "break_even_seconds": even["seconds"].iloc[0] if len(even) else None,
-        "search_completed_trials": int(search["complete"].iloc[0]) if len(search) else 0,
+    speed_row = speed[(speed["method"] == tuned) & (speed["basis"] == "own")
+                      & (speed["fraction"] == min(config.convergence_targets))]
+    return {
+        "recommendation": recommendation, "reason": reason, "alternatives": alternatives,
+        "objective": objective, "metric": metric, "confidence": config.confidence, "power": config.power,
+        "estimator": estimator["text"], "estimator_kind": estimator["kind"], "estimator_exact": estimator["exact"],
+        "reference": REFERENCE_METHOD, "reference_test_mean": test_mean(REFERENCE_METHOD),
+        "tuned_loss": loss, "tuned_method": tuned, "tuned_present": bool(tuned and (costs["method"] == tuned).any()),
+        "tuned_test_mean": test_mean(tuned), "tuned": comparison,
+        "default_method": "arcface_default", "default_test_mean": test_mean("arcface_default"),
+        "default": _difference_row(differences, "arcface_default", metric),
+        "default_diverged": int(costs.loc[costs["method"] == "arcface_default", "diverged"].sum()),
+        "default_runs": int(costs.loc[costs["method"] == "arcface_default", "runs"].sum()),
+        "tuned_better_metrics": significant_others.loc[favours_tuned, "metric"].tolist(),
+        "tuned_worse_metrics": significant_others.loc[~favours_tuned, "metric"].tolist(),
+        "other_metrics": int(len(others)),
+        "break_even": break_even_of(REFERENCE_METHOD), "break_even_dynamic": break_even_of("dynamic_adacos"),
+        "control": control_gain(REFERENCE_METHOD),
         "search_trials": int(search["trials"].iloc[0]) if len(search) else 0,
-        "search_seconds": float(search["seconds"].iloc[0]) if len(search) else math.nan,
-        "tuned_run_seconds": float(cost(tuned, "run_seconds", math.nan)),
-        "reference_run_seconds": float(cost(REFERENCE_METHOD, "run_seconds", math.nan)),
-    })
-    for key in ("break_even_trials", "break_even_seconds"):  # plain numbers or None, never numpy scalars or NaN
-        value = facts[key]
-        if value is None or pd.isna(value):
-            facts[key] = None
-        else:
-            facts[key] = int(value) if key.endswith("trials") else float(value)
-    return facts
+        "search_completed_trials": int(search["complete"].iloc[0]) if len(search) else 0,
+        "search_repeats": int(search["repeats"].iloc[0]) if len(search) else 0,
+        "search_seconds": _plain(search["seconds"].iloc[0]) if len(search) else None,
+        "convergence": {key: _plain(value) for key, value in speed_row.iloc[0].items()} if len(speed_row) else None,
+    }
 
 
 def analyse_study(trials: pd.DataFrame, runs: pd.DataFrame, history: pd.DataFrame, objective: str,
-                  config: AnalysisConfig = AnalysisConfig(), num_classes: int | None = None) -> StudyAnalysis:
+                  config: AnalysisConfig = AnalysisConfig(), num_classes: int | None = None,
+                  sampler: str = "random") -> StudyAnalysis:
     """Every table and number of the report from the search trials, the evaluated runs and their val curves.
 
-    `num_classes` is the number of training classes C (manifest["splits"]["train"]["num_classes"]), for s_f.
-    The convergence targets are fractions of the best final val score among all methods, where a method's
-    final val score is the mean over its seeds (diverged seeds left out): the level the best method
-    reliably reaches, not one lucky seed.
+    `num_classes` is the number of training classes C (manifest["splits"]["train"]["num_classes"]), for s_f;
+    `sampler` is search.sampler, which decides the tuning-cost estimator. The convergence targets are
+    fractions of the best final val score among all methods, where a method's final val score is the mean
+    over its seeds (diverged seeds left out), and fractions of each method's own.
     """
-    _require_columns(trials, ["loss", "trial", "state", "s", "m", "value", "seconds"], "trials")
+    _require_columns(trials, ["loss", "repeat", "trial", "state", "s", "m", "value", "test_value", "seconds"],
+                     "trials (a trials.csv without repeat or test_value was written by an older search: rerun "
+                     "`dvc repro`)")
     _require_columns(runs, ["method", "seed", "val_score", "seconds"], "runs")
     _require_columns(history, ["method", "seed", "iteration", objective], "history")
     searched_losses = list(dict.fromkeys(trials["loss"]))
     methods = _method_order(runs, history, searched_losses)
     summary = _search_summary(trials)
     bands = _reference_bands(runs, config)
-    target = bands.loc[bands["method"] == REFERENCE_METHOD, "mean"]
-    expected, even = _tuning_budget(trials, summary, float(target.iloc[0]) if len(target) else math.nan, config)
+    tuning_curves, even, estimator = _tuning_budget(trials, runs, summary, objective, sampler, config)
     final, costs, differences = _final_tables(runs, methods, summary, config)
-    best, best_method, targets, per_run, per_method = _convergence_tables(runs, history, objective, methods, config)
-    default_runs = runs[runs["method"] == "arcface_default"].reindex(columns=["s", "m"])
-    default_hyperparameters = {key: float(value) for key, value in default_runs.iloc[0].items()} if len(
-        default_runs) else {}
+    best, best_method, targets, per_run, per_method, speed = _convergence_tables(runs, history, objective, methods,
+                                                                                 config)
     curves = _curves(history, objective, methods, config)
-    facts = _verdict_facts(objective, searched_losses, final, costs, differences, even, summary, per_method,
-                           targets, bands, default_hyperparameters)
+    facts = _verdict_facts(objective, searched_losses, final, costs, differences, even, summary, tuning_curves, speed,
+                           estimator, config)
     return StudyAnalysis(
         objective=objective, confidence=config.confidence, methods=methods, searched_losses=searched_losses,
-        search_summary=summary, expected_best=expected, reference_bands=bands, break_even=even, final=final,
-        costs=costs, differences=differences, run_scores=_run_scores(runs), best_final_val=best,
-        best_final_method=best_method, targets=targets,
-        convergence_runs=per_run, convergence=per_method, curves=curves,
-        angles=_angles(history, methods), crossings=crossings_table(curves), landscape=_landscape(trials),
-        num_classes=num_classes,
-        s_f=fixed_scale_of(num_classes), verdict_facts=facts,
+        search_summary=summary, tuning_curves=tuning_curves, estimator=estimator, reference_bands=bands,
+        break_even=even, final=final, costs=costs, run_scores=_run_scores(runs), differences=differences,
+        best_final_val=best, best_final_method=best_method, targets=targets, convergence_runs=per_run,
+        convergence=per_method, convergence_speed=speed, curves=curves, angles=_angles(history, methods),
+        crossings=_final_gap_tests(runs, crossings_table(curves), config), landscape=_landscape(trials),
+        num_classes=num_classes, s_f=fixed_scale_of(num_classes), verdict_facts=facts,
     )
 
 

@@ -104,9 +104,9 @@ def _require(condition: bool, key: str, message: str) -> None:
 class DataConfig(Section):
     """Which images, how they are split, and the seed of the split."""
 
-    dataset: str = "mnist5k"
-    protocol: Literal["closed", "open"] = "closed"
-    fractions: tuple[float, ...] = (0.6, 0.2, 0.2)
+    dataset: str = "glyphs:160:40"
+    protocol: Literal["closed", "open"] = "open"
+    fractions: tuple[float, ...] = (0.5, 0.25, 0.25)
     seed: int = 0
     image_size: Optional[int] = None
     cache_dir: Optional[str] = None
@@ -139,7 +139,7 @@ class ModelConfig(Section):
 class TrainConfig(Section):
     """Optimiser, schedule, budget and device: identical for every loss of a study."""
 
-    epochs: int = 8
+    epochs: int = 10
     batch_size: int = 64
     optimizer: Literal["adam", "adamw", "sgd"] = "adam"
     lr: float = 3e-3
@@ -147,13 +147,13 @@ class TrainConfig(Section):
     momentum: float = 0.9
     schedule: Literal["constant", "cosine"] = "cosine"
     max_iterations: Optional[int] = None
-    eval_every: int = 25
+    eval_every: int = 10
     eval_batch_size: int = 1024
     device: str = "auto"
     amp: bool = False
     num_workers: int = 0
-    seed: int = 0
-    objective: Literal["accuracy", "knn_accuracy", "precision_at_1", "r_precision", "map_at_r"] = "accuracy"
+    seed: int = 0  # a single `study train` run's seed; search trials and final runs derive or list their own
+    objective: Literal["accuracy", "knn_accuracy", "precision_at_1", "r_precision", "map_at_r"] = "map_at_r"
 
     def check(self, prefix: str) -> None:
         _require(self.epochs >= 1, f"{prefix}epochs", "must be ≥ 1")
@@ -181,9 +181,13 @@ class SearchConfig(Section):
     """The Optuna search over (s, m) for each tunable loss."""
 
     losses: tuple[str, ...] = ("arcface",)
-    n_trials: int = 24
-    max_failed_trials: int = 24
-    sampler: Literal["tpe", "random", "grid", "qmc"] = "tpe"
+    n_trials: int = 32
+    max_failed_trials: int = 32
+    # Random search by default: its trials are independent draws, for which the tuning-cost curve is exact.
+    sampler: Literal["tpe", "random", "grid", "qmc"] = "random"
+    # Independent searches per loss (sampler seeds differ, same budget): the tuning curve of an adaptive
+    # sampler such as TPE is the mean over them; for independent samplers their trials are pooled.
+    repeats: int = 1
     pruner: Literal["none", "median", "hyperband"] = "none"
     seed: int = 0
     storage: Optional[str] = None
@@ -198,6 +202,7 @@ class SearchConfig(Section):
                      f"{loss!r} cannot be searched; choose from {', '.join(TUNABLE_LOSSES)}")
         _require(len(set(self.losses)) == len(self.losses), f"{prefix}losses", "lists a loss twice")
         _require(self.n_trials >= 1, f"{prefix}n_trials", "must be ≥ 1")
+        _require(self.repeats >= 1, f"{prefix}repeats", "must be ≥ 1")
         _require(self.max_failed_trials >= 0, f"{prefix}max_failed_trials", "must be ≥ 0")
         _require(len(self.s_range) == 2 and 0 < self.s_range[0] < self.s_range[1], f"{prefix}s_range",
                  "give [low, high] with 0 < low < high (searched log-uniformly)")
@@ -241,7 +246,7 @@ class FixedRun(Section):
 class RunsConfig(Section):
     """The final runs at several seeds: the methods below, and each searched loss at its best trial's (s, m)."""
 
-    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    seeds: tuple[int, ...] = tuple(range(10))
     # Hyperparameter-free losses and names of `fixed` runs; `fixed_adacos` is the reference of every comparison.
     methods: tuple[str, ...] = HYPERPARAMETER_FREE_LOSSES + ("arcface_default",)
     fixed: dict[str, FixedRun] = field(default_factory=lambda: {"arcface_default": FixedRun("arcface", 64.0, 0.5)})
@@ -268,20 +273,37 @@ class RunsConfig(Section):
         return method, {}
 
 
+# The kinds of test metric that share an equivalence margin (see study/analysis.py for which metric is which).
+METRIC_KINDS = ("accuracy", "retrieval", "verification")
+
+
 @dataclass(frozen=True)
 class AnalysisConfig(Section):
-    """Confidence levels, bootstrap size and convergence targets of the analysis."""
+    """Confidence levels, bootstrap size, the tuning-cost estimator, equivalence margins and convergence targets."""
 
     confidence: float = 0.95
     n_bootstrap: int = 1000
     convergence_targets: tuple[float, ...] = (0.95, 0.99)
     seed: int = 0
+    # Order statistics of n trials drawn without replacement from the N run (unbiased for n ≤ N; Tang et al.
+    # 2020) or with replacement (Dodge et al. 2019, biased): the pooled tuning curve of independent samplers.
+    estimator: Literal["without_replacement", "with_replacement"] = "without_replacement"
+    # Differences smaller than these (absolute, per metric kind) count as practically none: two one-sided
+    # tests (TOST) then call two methods equivalent.
+    equivalence_margin: dict[str, float] = field(
+        default_factory=lambda: {"accuracy": 0.005, "retrieval": 0.01, "verification": 0.01})
+    power: float = 0.8  # for the smallest detectable difference and the seeds that would resolve an open question
 
     def check(self, prefix: str) -> None:
         _require(0.5 <= self.confidence < 1, f"{prefix}confidence", "must be in [0.5, 1)")
         _require(self.n_bootstrap >= 100, f"{prefix}n_bootstrap", "must be ≥ 100")
         _require(all(0 < f <= 1 for f in self.convergence_targets) and self.convergence_targets,
                  f"{prefix}convergence_targets", "give fractions in (0, 1] of the best final val score")
+        _require(set(self.equivalence_margin) == set(METRIC_KINDS), f"{prefix}equivalence_margin",
+                 f"give one margin for each metric kind: {', '.join(METRIC_KINDS)}")
+        for kind, margin in self.equivalence_margin.items():
+            _require(0 < margin < 1, f"{prefix}equivalence_margin.{kind}", "must lie in (0, 1)")
+        _require(0.5 <= self.power < 1, f"{prefix}power", "must be in [0.5, 1)")
 
 
 @dataclass(frozen=True)

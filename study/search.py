@@ -1,7 +1,9 @@
 """Optuna search over a tunable loss's scale `s` and margin `m`, shareable by many workers.
 
 The objective is small: it turns a trial's suggestions into one training run and returns the
-val score. Training sees Optuna only through the "report and maybe stop" callback.
+val score. Training sees Optuna only through the "report and maybe stop" callback. Each trial
+is an independent draw of what a user does: it trains at its own seed and, once trained, is
+also scored on test — recorded for the tuning-cost analysis, never used to choose anything.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from optuna.trial import TrialState
 
 from study.config import SearchConfig, StudyParams, load_params
 from study.data import ImageSet
-from study.training import planned_iterations, train
+from study.training import evaluate, planned_iterations, resolve_device, train
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 JOURNAL_FILE = "journal.log"
+# Tags the seed streams of this module, so that trial seeds and sampler seeds never coincide.
+_TRIAL_SEED_STREAM, _SAMPLER_SEED_STREAM = 1, 2
 
 
 def worker_name() -> str:
@@ -31,18 +35,42 @@ def worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def study_name(loss: str, params: StudyParams) -> str:
-    """Name of the Optuna study: the loss plus a hash of everything that gives a trial its meaning.
+def study_name(loss: str, params: StudyParams, repeat: int = 0) -> str:
+    """Name of the Optuna study: the loss plus a hash of everything that gives a trial its meaning, and the repeat.
 
-    The trial budget and storage are left out, so raising `n_trials` resumes the same study, while
-    a change of data, model, training or search space starts a fresh one instead of mixing trials.
+    The trial budget, the number of repeats and the storage are left out, so raising `n_trials` or
+    `repeats` resumes the same studies, while a change of data, model, training or search space starts
+    fresh ones instead of mixing trials.
     """
     search = params.search.to_dict()
+    excluded = ("n_trials", "max_failed_trials", "storage", "losses", "repeats")
     meaning = {"data": params.data.to_dict(), "model": params.model.to_dict(), "train": params.train.to_dict(),
-               "search": {k: v for k, v in search.items() if k not in ("n_trials", "max_failed_trials", "storage", "losses")},
-               "loss": loss}
+               "search": {k: v for k, v in search.items() if k not in excluded}, "loss": loss}
     digest = hashlib.sha256(json.dumps(meaning, sort_keys=True, default=list).encode()).hexdigest()[:10]
-    return f"{loss}-{digest}"
+    return f"{loss}-{digest}" + (f"-r{repeat}" if repeat else "")
+
+
+def _derived_seed(*keys: int) -> int:
+    """A 31-bit seed drawn from numpy's SeedSequence of `keys`: distinct keys give unrelated streams."""
+    return int(np.random.SeedSequence([int(key) for key in keys]).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+def trial_seed(search_seed: int, repeat: int, trial_number: int, final_seeds=()) -> int:
+    """The training seed of one trial: derived from the search seed, the repeat and the trial number.
+
+    Never one of `final_seeds` (runs.seeds): a trial that shared a final run's seed would make that
+    run the search's own winning draw, not a fresh test of the chosen values.
+    """
+    seed, attempt = None, 0
+    while seed is None or seed in final_seeds:
+        seed = _derived_seed(_TRIAL_SEED_STREAM, search_seed, repeat, trial_number, attempt)
+        attempt += 1
+    return seed
+
+
+def sampler_seed(search_seed: int, repeat: int, trials_so_far: int) -> int:
+    """The sampler's seed for one repeat, resumed after `trials_so_far` trials (a resume must not redraw them)."""
+    return _derived_seed(_SAMPLER_SEED_STREAM, search_seed, repeat, trials_so_far)
 
 
 def storage_for(search: SearchConfig, out_dir: str | Path):
@@ -111,35 +139,54 @@ def make_pruner(params: StudyParams, num_train: int) -> optuna.pruners.BasePrune
     return optuna.pruners.NopPruner()
 
 
-def open_study(loss: str, params: StudyParams, out_dir: str | Path, num_train: int, seed: int | None) -> optuna.Study:
-    """Create the study, or load it when it exists: finished trials are kept."""
+def open_study(loss: str, params: StudyParams, out_dir: str | Path, num_train: int, seed: int | None,
+               repeat: int = 0) -> optuna.Study:
+    """Create one repeat's study, or load it when it exists: finished trials are kept.
+
+    `seed` is the search seed (None for extra workers, so they do not repeat the first one's draws);
+    each repeat and each resume draws its sampler seed from it.
+    """
+    storage = storage_for(params.search, out_dir)
+    name = study_name(loss, params, repeat)
     study = optuna.create_study(
-        study_name=study_name(loss, params), storage=storage_for(params.search, out_dir), direction="maximize",
-        sampler=make_sampler(loss, params.search, seed), pruner=make_pruner(params, num_train), load_if_exists=True)
+        study_name=name, storage=storage, direction="maximize",
+        sampler=make_sampler(loss, params.search, None if seed is None else sampler_seed(seed, repeat, 0)),
+        pruner=make_pruner(params, num_train), load_if_exists=True)
     existing = len(study.get_trials(deepcopy=False))
     if seed is not None and existing:
         # A resumed study with the original seed would draw its first points again.
-        study.sampler = make_sampler(loss, params.search, seed + existing)
+        study.sampler = make_sampler(loss, params.search, sampler_seed(seed, repeat, existing))
+    study.set_user_attr("repeat", repeat)
     return study
 
 
-def objective_for(loss: str, params: StudyParams, sets: dict[str, ImageSet]):
-    """The Optuna objective: one training run at the suggested (s, m), returning the final val score."""
+def objective_for(loss: str, params: StudyParams, sets: dict[str, ImageSet], repeat: int = 0):
+    """The Optuna objective: one training run at the suggested (s, m) and its own seed, returning the final val score.
+
+    A completed trial is then scored on test with every metric and the scores kept as a user attribute:
+    the tuning-cost analysis asks what the trial that val selects scores on test.
+    """
     objective_metric = params.train.objective
 
     def objective(trial: optuna.Trial) -> float:
         hyperparameters = {name: trial.suggest_float(name, low, high, log=log)
                            for name, (low, high, log) in search_space(loss, params.search).items()}
+        seed = trial_seed(params.search.seed, repeat, trial.number, params.runs.seeds)
 
         def report_and_maybe_stop(row: dict) -> bool:
             trial.report(row.get(objective_metric, math.nan), step=row["iteration"])
             return trial.should_prune()
 
+        config = params.train.replace(seed=seed)
         result = train(sets, loss_name=loss, hyperparameters=hyperparameters, model_config=params.model,
-                       config=params.train, image_size=params.data.image_size, callback=report_and_maybe_stop)
-        for key, value in {"seconds": result.seconds, "device": result.device, "iterations": result.iterations,
-                           "status": result.status, "reason": result.reason, "worker": worker_name(),
-                           "history": result.history}.items():
+                       config=config, image_size=params.data.image_size, callback=report_and_maybe_stop)
+        test = {}
+        if result.status == "completed":
+            test = evaluate(result.model, result.loss, sets, "test", config, resolve_device(config.device),
+                            params.data.image_size, full=True)
+        for key, value in {"seed": seed, "repeat": repeat, "seconds": result.seconds, "device": result.device,
+                           "iterations": result.iterations, "status": result.status, "reason": result.reason,
+                           "worker": worker_name(), "history": result.history, "test": test}.items():
             trial.set_user_attr(key, value)
         if result.status == "stopped":
             raise optuna.TrialPruned(result.reason)
@@ -155,11 +202,11 @@ def count_trials(study: optuna.Study, states) -> int:
 
 
 def run_search(study: optuna.Study, loss: str, params: StudyParams, sets: dict[str, ImageSet],
-               max_trials: int | None = None) -> None:
+               max_trials: int | None = None, repeat: int = 0) -> None:
     """Run trials until the study holds `n_trials` COMPLETE or PRUNED ones, counting every worker's."""
     search = params.search
     target = min(search.n_trials, grid_size(loss, search)) if search.sampler == "grid" else search.n_trials
-    objective = objective_for(loss, params, sets)
+    objective = objective_for(loss, params, sets, repeat)
     started = 0
     while True:
         finished, failed = count_trials(study, FINISHED), count_trials(study, (TrialState.FAIL,))
@@ -179,35 +226,49 @@ def run_search(study: optuna.Study, loss: str, params: StudyParams, sets: dict[s
                        callbacks=[optuna.study.MaxTrialsCallback(target, states=FINISHED)])
 
 
-def trials_table(loss: str, study: optuna.Study, objective: str) -> pd.DataFrame:
-    """One row per trial: its (s, m), state, val score, cost and status with reason."""
+TRIAL_COLUMNS = ["loss", "repeat", "trial", "seed", "state", "s", "m", "value", "test_value", "objective", "seconds",
+                 "device", "iterations", "status", "reason", "worker"]
+
+
+def trials_table(loss: str, studies: list[optuna.Study], objective: str) -> pd.DataFrame:
+    """One row per trial of every repeat: its (s, m), seed, state, val and test scores, cost and status with reason.
+
+    `value` is the objective on val (what selects), `test_value` the objective on test and `test_<metric>`
+    every test metric (recorded only).
+    """
     rows = []
-    for trial in study.get_trials(deepcopy=False):
-        attrs = trial.user_attrs
-        rows.append({
-            "loss": loss, "trial": trial.number, "state": trial.state.name,
-            "s": trial.params.get("s", math.nan), "m": trial.params.get("m", math.nan),
-            "value": trial.value if trial.state == TrialState.COMPLETE else math.nan,
-            "objective": objective, "seconds": attrs.get("seconds", math.nan), "device": attrs.get("device", ""),
-            "iterations": attrs.get("iterations", 0), "status": attrs.get("status", trial.state.name.lower()),
-            "reason": attrs.get("reason", ""), "worker": attrs.get("worker", ""),
-        })
-    return pd.DataFrame(rows, columns=["loss", "trial", "state", "s", "m", "value", "objective", "seconds", "device",
-                                       "iterations", "status", "reason", "worker"])
+    for repeat, study in enumerate(studies):
+        for trial in study.get_trials(deepcopy=False):
+            attrs = trial.user_attrs
+            test = attrs.get("test") or {}
+            rows.append({
+                "loss": loss, "repeat": repeat, "trial": trial.number, "seed": attrs.get("seed", math.nan),
+                "state": trial.state.name, "s": trial.params.get("s", math.nan), "m": trial.params.get("m", math.nan),
+                "value": trial.value if trial.state == TrialState.COMPLETE else math.nan,
+                "test_value": test.get(objective, math.nan) if trial.state == TrialState.COMPLETE else math.nan,
+                "objective": objective, "seconds": attrs.get("seconds", math.nan), "device": attrs.get("device", ""),
+                "iterations": attrs.get("iterations", 0), "status": attrs.get("status", trial.state.name.lower()),
+                "reason": attrs.get("reason", ""), "worker": attrs.get("worker", ""),
+                **{f"test_{name}": value for name, value in test.items()},
+            })
+    frame = pd.DataFrame(rows)
+    extra = sorted(column for column in frame.columns if column not in TRIAL_COLUMNS)
+    return frame.reindex(columns=TRIAL_COLUMNS + extra)
 
 
-def history_table(loss: str, study: optuna.Study) -> pd.DataFrame:
-    """One row per evaluation of every trial (its learning curve)."""
-    frames = [pd.DataFrame(trial.user_attrs["history"]).assign(loss=loss, trial=trial.number)
+def history_table(loss: str, studies: list[optuna.Study]) -> pd.DataFrame:
+    """One row per evaluation of every trial of every repeat (its learning curve)."""
+    frames = [pd.DataFrame(trial.user_attrs["history"]).assign(loss=loss, repeat=repeat, trial=trial.number)
+              for repeat, study in enumerate(studies)
               for trial in study.get_trials(deepcopy=False) if trial.user_attrs.get("history")]
     if not frames:
-        return pd.DataFrame(columns=["loss", "trial", "iteration"])
+        return pd.DataFrame(columns=["loss", "repeat", "trial", "iteration"])
     table = pd.concat(frames, ignore_index=True)
-    return table[["loss", "trial"] + [c for c in table.columns if c not in ("loss", "trial")]]
+    return table[["loss", "repeat", "trial"] + [c for c in table.columns if c not in ("loss", "repeat", "trial")]]
 
 
 def best_trial(loss: str, study: optuna.Study, objective: str) -> dict:
-    """The best COMPLETE trial's hyperparameters and val score."""
+    """The best COMPLETE trial's hyperparameters and val score (of the first repeat: the one search a user runs)."""
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if not complete:
         raise RuntimeError(f"no trial of {study.study_name} completed; see trials.csv for the reasons")
@@ -226,8 +287,9 @@ def run_worker(loss: str, params_path: str = "params.yaml", max_trials: int | No
         raise ValueError(f"{loss!r} is not searched in {params_path}; search.losses is {list(params.search.losses)}")
     root = Path(params_path).resolve().parent
     sets = load_splits(root / PREPARED_DIR)
-    # Unseeded: a second worker with the first one's seed would repeat its draws.
-    study = open_study(loss, params, root / SEARCH_DIR / loss, len(sets["train"]), seed=None)
-    run_search(study, loss, params, sets, max_trials=max_trials)
-    print(f"{study.study_name}: {count_trials(study, FINISHED)} finished trials in the study")
+    for repeat in range(params.search.repeats):
+        # Unseeded: a second worker with the first one's seed would repeat its draws.
+        study = open_study(loss, params, root / SEARCH_DIR / loss, len(sets["train"]), seed=None, repeat=repeat)
+        run_search(study, loss, params, sets, max_trials=max_trials, repeat=repeat)
+        print(f"{study.study_name}: {count_trials(study, FINISHED)} finished trials in the study")
     return 0
