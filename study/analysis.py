@@ -1037,7 +1037,7 @@ def _verdict_facts(objective: str, searched_losses, final, costs, differences, b
     alternatives = [method for _, method in sorted(alternatives, reverse=True)]
     recommendation, reason = _recommendation(tuned, comparison, alternatives)
     others = differences[(differences["method"] == tuned) & (differences["metric"] != metric)]
-    significant_others = others[others["significant"]]
+    significant_others = others[others["significant"].astype(bool)]
     favours_tuned = (significant_others["difference"] > 0) == significant_others["higher_is_better"]
     search = summary[summary["loss"] == loss]
     speed_row = speed[(speed["method"] == tuned) & (speed["basis"] == "own")

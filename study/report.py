@@ -1008,7 +1008,7 @@ def _convergence_section(analysis: StudyAnalysis, figures: dict) -> Section:
             speed = analysis.convergence_speed[(analysis.convergence_speed["method"] == method)
                                                & (analysis.convergence_speed["basis"] == basis)]
             for found in speed.itertuples():
-                judged = "faster" if found.faster == method else "slower" if found.faster else "n.s."
+                judged = "faster" if found.faster == method else "slower" if pd.notna(found.faster) else "n.s."
                 row[f"− Fixed AdaCos at {found.fraction:.0%}"] = (
                     f"{_signed_iterations(found.difference)} [{_signed_iterations(found.low)}, "
                     f"{_signed_iterations(found.high)}] ({judged})")

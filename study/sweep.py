@@ -45,7 +45,8 @@ DIFFERENCES_FILE = REPORT_DIR / "tables" / "differences.csv"
 MANIFEST_FILE = Path("data/prepared/manifest.json")
 LOG_TAIL_LINES = 40
 TABLE_COLUMNS = ["C", "s_f", "tuned_loss", "best_s", "best_m", "search_trials", "break_even_reached",
-                 "break_even_trials", "break_even_seconds", "objective", "difference", "difference_low",
+                 "break_even_trials", "break_even_low", "break_even_high", "break_even_seconds", "search_gain",
+                 "search_gain_low", "search_gain_high", "recommendation", "objective", "difference", "difference_low",
                  "difference_high", "p_value", "significant", "tuned_test_mean", "adacos_test_mean"]
 
 Log = Callable[[str], None]
@@ -286,7 +287,8 @@ def class_count_row(train_classes: int, directory: Path) -> dict:
     best = read_json(directory / SEARCH_DIR / loss / "best.json", f"search@{loss}")
     objective, tuned = best["objective"], tuned_method(loss)
     metric = f"{TEST_PREFIX}{objective}"
-    even = metrics["break_even"][loss]
+    even = metrics["break_even"][loss][REFERENCE_METHOD]
+    verdict = metrics.get("verdict", {})
     differences = read_csv(directory / DIFFERENCES_FILE, "report")
     row = differences[(differences["method"] == tuned) & (differences["metric"] == metric)]
     difference = row.iloc[0] if len(row) else pd.Series(dtype=object)
@@ -299,10 +301,13 @@ def class_count_row(train_classes: int, directory: Path) -> dict:
         "C": train_classes, "s_f": math.nan if s_f is None else s_f, "tuned_loss": loss,
         "best_s": _number(best["hyperparameters"].get("s")), "best_m": _number(best["hyperparameters"].get("m")),
         "search_trials": int(even["max_trials"]), "break_even_reached": bool(even["reached"]),
-        "break_even_trials": _number(even["trials"]), "break_even_seconds": _number(even["seconds"]),
-        "objective": objective,
+        "break_even_trials": _number(even["trials"]), "break_even_low": _number(even["low"]),
+        "break_even_high": _number(even["high"]), "break_even_seconds": _number(even["seconds"]),
+        "search_gain": _number(verdict.get("search_gain")), "search_gain_low": _number(verdict.get("search_gain_low")),
+        "search_gain_high": _number(verdict.get("search_gain_high")),
+        "recommendation": verdict.get("recommendation", "n/a"), "objective": objective,
         "difference": _number(difference.get("difference")), "difference_low": _number(difference.get("low")),
-        "difference_high": _number(difference.get("high")), "p_value": _number(difference.get("p_value")),
+        "difference_high": _number(difference.get("high")), "p_value": _number(difference.get("p_holm")),
         "significant": bool(difference.get("significant", False)),
         "tuned_test_mean": test_mean(tuned), "adacos_test_mean": test_mean(REFERENCE_METHOD),
     }
@@ -325,6 +330,12 @@ def _slope_per_decade(classes, values) -> float:
 
 def _break_even_text(row) -> str:
     return f"{int(row.break_even_trials)}" if row.break_even_reached else f"not within {row.search_trials}"
+
+
+def _break_even_interval(row) -> str:
+    low = "n/a" if not math.isfinite(row.break_even_low) else f"{int(row.break_even_low)}"
+    high = f"not within {row.search_trials}" if not math.isfinite(row.break_even_high) else f"{int(row.break_even_high)}"
+    return f"[{low}, {high}]"
 
 
 def trend_sentences(table: pd.DataFrame) -> str:
@@ -477,11 +488,14 @@ def _shown_table(table: pd.DataFrame) -> pd.DataFrame:
         rows.append({
             "C": row.C, "s_f": _cell(row.s_f, ".3f"), "best s": _cell(row.best_s, ".2f"),
             "best m (rad)": _cell(row.best_m, ".3f"),
-            "break-even trials": _break_even_text(row),
+            "break-even trials [95% interval]": f"{_break_even_text(row)} {_break_even_interval(row)}",
             "break-even seconds": _cell(row.break_even_seconds, ".1f", "—") if row.break_even_reached else "—",
-            "tuned − AdaCos (test)": _cell(row.difference, "+.4f"), "95% CI": interval,
-            "significant": ("yes" if row.significant else "no") + (f" (p = {row.p_value:.3g})"
+            "search gain on test [95%]": f"{_cell(row.search_gain, '+.4f')} [{_cell(row.search_gain_low, '+.4f')}, "
+                                         f"{_cell(row.search_gain_high, '+.4f')}]",
+            "tuned − AdaCos (test, paired)": _cell(row.difference, "+.4f"), "95% CI": interval,
+            "significant": ("yes" if row.significant else "no") + (f" (Holm p = {row.p_value:.3g})"
                                                                   if math.isfinite(row.p_value) else ""),
+            "recommendation": row.recommendation,
             "tuned test mean": _cell(row.tuned_test_mean, ".4f"),
             "Fixed AdaCos test mean": _cell(row.adacos_test_mean, ".4f"),
         })

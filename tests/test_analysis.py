@@ -1,5 +1,6 @@
 """Tests for study.analysis against brute force, closed forms and scipy's own statistics."""
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -9,12 +10,15 @@ from scipy import stats
 
 from study.analysis import (
     analyse_study,
-    break_even,
+    best_so_far_selected,
+    bootstrap_selected_curves,
     convergence_targets,
     crossing_iteration,
     difference_ci,
     expected_best_after_n_trials,
     expected_best_band,
+    expected_selected_after_n_trials,
+    first_reaching,
     fixed_scale_of,
     higher_is_better,
     iterations_to_target,
@@ -46,7 +50,7 @@ def brute_force_expected_max(scores, n_draws):
     ],
 )
 def test_expected_best_matches_brute_force_enumeration(scores):
-    curve = expected_best_after_n_trials(scores)
+    curve = expected_best_after_n_trials(scores, replacement=True)
     assert curve.shape == (len(scores),)
     for n_draws in range(1, min(len(scores), 4) + 1):
         assert curve[n_draws - 1] == pytest.approx(brute_force_expected_max(scores, n_draws), abs=1e-12)
@@ -55,7 +59,7 @@ def test_expected_best_matches_brute_force_enumeration(scores):
 def test_expected_best_matches_brute_force_at_n_draws_four_for_three_scores():
     # The curve only runs to N, so check n > N against the closed form on a longer list.
     scores = [0.3, 0.9, 0.6]
-    repeated = expected_best_after_n_trials(scores * 2)  # same distribution, N = 6
+    repeated = expected_best_after_n_trials(scores * 2, replacement=True)  # same distribution, N = 6
     assert repeated[3] == pytest.approx(brute_force_expected_max(scores, 4), abs=1e-12)
 
 
@@ -77,9 +81,9 @@ def test_expected_best_first_point_is_the_mean_and_never_exceeds_the_max():
 def test_expected_best_approaches_the_max():
     scores = np.array([0.1, 0.4, 0.7, 0.95])
     # Beyond N the same formula with more draws; emulate by repeating the list (same distribution).
-    long_curve = expected_best_after_n_trials(np.tile(scores, 100))
+    long_curve = expected_best_after_n_trials(np.tile(scores, 100), replacement=True)
     assert long_curve[-1] == pytest.approx(scores.max(), abs=1e-9)
-    assert long_curve[-1] <= scores.max()
+    assert long_curve[-1] <= scores.max() + 1e-12
     # The closed form gap to the max at n draws: Σ_i (v_max − v_(i))·P(max is the i-th).
     n_draws = 50
     gap = (0.95 - 0.7) * ((3 / 4) ** n_draws - (2 / 4) ** n_draws) + (0.95 - 0.4) * (
@@ -151,52 +155,126 @@ def test_band_rejects_non_finite_scores():
         expected_best_band([0.1, np.nan])
 
 
+# --- the selected trial's reported score ------------------------------------------------
+
+
+def brute_force_selected(selection, reported, n_draws, replacement):
+    """Mean, over every equally likely draw of n trials, of the reported score of the draw's best-by-selection
+    trial (a tie broken uniformly at random, so the tied trials' mean reported score)."""
+    indices = range(len(selection))
+    draws = (itertools.product(indices, repeat=n_draws) if replacement
+             else itertools.combinations(indices, n_draws))
+    values = []
+    for draw in draws:
+        best = max(selection[i] for i in draw)
+        values.append(np.mean([reported[i] for i in draw if selection[i] == best]))
+    return float(np.mean(values))
+
+
+SELECTION_CASES = [
+    ([0.3, 0.9, 0.6], [0.2, 0.5, 0.8]),
+    ([0.71, 0.12, 0.55, 0.98], [0.6, 0.3, 0.7, 0.4]),
+    ([0.2, 0.5, 0.5, 0.9, 0.1], [0.1, 0.9, 0.3, 0.4, 0.2]),  # a tie in the middle
+    ([0.8, 0.8, 0.1, 0.8, 0.4], [0.5, 0.7, 0.9, 0.2, 0.1]),  # a tie at the maximum
+    ([0.0, -np.inf, 0.4, -np.inf], [0.0, 0.0, 0.6, 0.0]),  # pruned trials: drawn, never selected
+]
+
+
+@pytest.mark.parametrize("replacement", [True, False])
+@pytest.mark.parametrize("selection, reported", SELECTION_CASES)
+def test_expected_selected_matches_brute_force_enumeration(selection, reported, replacement):
+    curve = expected_selected_after_n_trials(selection, reported, replacement=replacement)
+    assert curve.shape == (len(selection),)
+    for n_draws in range(1, len(selection) + 1):
+        if replacement and n_draws > 4:
+            continue  # N^n draws: enough checked
+        expected = brute_force_selected(selection, reported, n_draws, replacement)
+        assert curve[n_draws - 1] == pytest.approx(expected, abs=1e-12)
+
+
+@pytest.mark.parametrize("replacement", [True, False])
+def test_expected_best_is_the_selected_curve_of_the_scores_themselves(replacement):
+    scores = [0.2, 0.5, 0.5, 0.9, 0.1, 0.7]
+    for n_draws in range(1, 5):
+        expected = brute_force_selected(scores, scores, n_draws, replacement)
+        assert expected_best_after_n_trials(scores, replacement=replacement)[n_draws - 1] == pytest.approx(expected)
+
+
+def test_without_replacement_ends_at_the_selected_trial_and_with_replacement_does_not():
+    selection, reported = [0.1, 0.3, 0.9, 0.5], [0.4, 0.2, 0.35, 0.8]
+    # Drawing all N without replacement always includes the best-by-val trial: its reported score exactly.
+    assert expected_selected_after_n_trials(selection, reported)[-1] == pytest.approx(0.35, abs=1e-12)
+    assert expected_selected_after_n_trials(selection, reported, replacement=True)[-1] != pytest.approx(0.35)
+
+
+@pytest.mark.parametrize("replacement", [True, False])
+def test_selection_independent_of_the_reported_scores_gives_a_flat_curve_at_their_mean(replacement):
+    # Averaged over every pairing of the reported scores with the selection scores (selection carries
+    # no information about them), the selected trial's expected score is their mean at every n.
+    selection = np.array([0.1, 0.4, 0.2, 0.8, 0.6])
+    reported = np.array([0.31, 0.52, 0.47, 0.66, 0.25])
+    curves = [expected_selected_after_n_trials(selection, reported[list(order)], replacement=replacement)
+              for order in itertools.permutations(range(5))]
+    np.testing.assert_allclose(np.mean(curves, axis=0), reported.mean(), atol=1e-12)
+
+
+@pytest.mark.parametrize("bad", [
+    ([0.1, 0.2], [0.1]),  # lengths differ
+    ([0.1, np.nan], [0.1, 0.2]),  # NaN selection: a failed trial must get the floor
+    ([0.1, np.inf], [0.1, 0.2]),
+    ([0.1, 0.2], [0.1, np.nan]),
+    ([], []),
+])
+def test_expected_selected_rejects_bad_input(bad):
+    with pytest.raises(ValueError):
+        expected_selected_after_n_trials(*bad)
+
+
+def test_without_replacement_weights_stay_finite_for_thousands_of_trials():
+    rng = np.random.default_rng(7)
+    scores = rng.uniform(size=3000)
+    curve = expected_best_after_n_trials(scores)
+    assert np.isfinite(curve).all() and curve[0] == pytest.approx(scores.mean()) and curve[-1] == pytest.approx(
+        scores.max())
+
+
+def test_best_so_far_follows_the_running_best_by_selection():
+    selection = [0.5, 0.4, 0.7, 0.7, -np.inf, 0.9, 0.1]
+    reported = [0.3, 0.9, 0.6, 0.1, 0.0, 0.2, 0.8]
+    # Ties keep the earlier trial (Optuna's best trial); a pruned trial (−inf) is never the best.
+    np.testing.assert_array_equal(best_so_far_selected(selection, reported), [0.3, 0.3, 0.6, 0.6, 0.6, 0.2, 0.2])
+    np.testing.assert_array_equal(best_so_far_selected([-np.inf, 0.2], [0.0, 0.5]), [0.0, 0.5])
+
+
+def test_bootstrap_curves_resample_trials_as_pairs():
+    selection, reported = np.array([0.1, 0.5, 0.9]), np.array([0.3, 0.2, 0.7])
+    curves = bootstrap_selected_curves(selection, reported, n_bootstrap=50, seed=2)
+    rng = np.random.default_rng(2)
+    picks = rng.integers(0, 3, size=(50, 3))
+    for curve, pick in zip(curves, picks):
+        np.testing.assert_allclose(curve, expected_selected_after_n_trials(selection[pick], reported[pick]))
+
+
 # --- break-even ------------------------------------------------------------------------
 
 
-def test_break_even_first_n_reaching_target():
-    curve = np.array([0.80, 0.85, 0.88, 0.90, 0.91])
-    result = break_even(curve, target=0.87, seconds_per_trial=12.5)
-    assert result == {"trials": 3, "seconds": 37.5, "reached": True, "max_trials": 5}
+def test_first_reaching_is_the_first_n_at_or_above_each_rows_target():
+    curves = np.array([[0.80, 0.85, 0.88, 0.90], [0.5, 0.6, 0.65, 0.66], [0.9, 0.9, 0.9, 0.9]])
+    np.testing.assert_array_equal(first_reaching(curves, [0.87, 0.7, 0.9]), [3, np.inf, 1])
+    np.testing.assert_array_equal(first_reaching(curves[0], 0.85), [2])  # exact equality reaches
 
 
-def test_break_even_counts_exact_equality_as_reached():
-    curve = np.array([0.80, 0.85, 0.88, 0.90])
-    assert break_even(curve, target=0.85, seconds_per_trial=2.0)["trials"] == 2
-    assert break_even(curve, target=0.80, seconds_per_trial=2.0)["trials"] == 1
-
-
-def test_break_even_forgives_only_rounding_at_equality():
-    # Constant trials give a curve whose sums may land a rounding step off 0.98.
+def test_first_reaching_forgives_only_rounding_at_equality():
     scores = [0.98] * 7
     target = float(np.mean([0.98, 0.98, 0.98]))
-    assert break_even(expected_best_after_n_trials(scores), target, 1.0)["trials"] == 1
-    assert break_even(np.array([0.9799]), 0.98, 1.0)["reached"] is False
+    assert first_reaching(expected_best_after_n_trials(scores), target)[0] == 1
+    assert first_reaching([0.9799], 0.98)[0] == np.inf
 
 
-def test_break_even_not_reached():
-    result = break_even(np.array([0.5, 0.6, 0.65]), target=0.7, seconds_per_trial=3.0)
-    assert result == {"trials": None, "seconds": None, "reached": False, "max_trials": 3}
-
-
-def test_break_even_on_estimator_output_with_known_answer():
-    # Scores 0, 1 (N = 2): E[max_1] = 0.5, E[max_2] = 0.75.
-    curve = expected_best_after_n_trials([0.0, 1.0])
-    assert break_even(curve, target=0.6, seconds_per_trial=10.0) == {
-        "trials": 2,
-        "seconds": 20.0,
-        "reached": True,
-        "max_trials": 2,
-    }
-
-
-@pytest.mark.parametrize(
-    "curve, target, seconds",
-    [([], 0.5, 1.0), ([0.5], np.nan, 1.0), ([0.5], 0.5, -1.0), ([0.5], 0.5, np.nan)],
-)
-def test_break_even_rejects_bad_arguments(curve, target, seconds):
-    with pytest.raises(ValueError):
-        break_even(np.asarray(curve, dtype=float), target, seconds)
+def test_first_reaching_on_estimator_output_with_known_answer():
+    # Scores 0, 1 (N = 2) with replacement: E[max_1] = 0.5, E[max_2] = 0.75.
+    curve = expected_best_after_n_trials([0.0, 1.0], replacement=True)
+    assert first_reaching(curve, 0.6)[0] == 2
 
 
 # --- convergence -----------------------------------------------------------------------
@@ -434,14 +512,16 @@ CURVES = {
 }
 
 
-def study_frames(trial_values=(0.90, 0.95, 0.97), tests=None):
+def study_frames(trial_values=(0.90, 0.95, 0.97), tests=None, trial_tests=None):
     """Trials of one ArcFace search, evaluated runs and their val curves, built from the tables above."""
+    trial_tests = trial_tests or [value - 0.05 for value in trial_values]
     trials = pd.DataFrame(
-        {"loss": "arcface", "trial": range(len(trial_values) + 3),
+        {"loss": "arcface", "repeat": 0, "trial": range(len(trial_values) + 3),
          "state": ["COMPLETE"] * len(trial_values) + ["FAIL", "PRUNED", "RUNNING"],
          "s": [4.0 * (i + 1) for i in range(len(trial_values) + 3)],
          "m": [0.1 * (i + 1) for i in range(len(trial_values) + 3)],
          "value": [*trial_values, np.nan, np.nan, np.nan],
+         "test_value": [*trial_tests, np.nan, np.nan, np.nan],
          "seconds": [10.0 * (i + 1) for i in range(len(trial_values))] + [5.0, 15.0, np.nan]})
     tests = tests or {}
     runs, history = [], []
@@ -466,50 +546,113 @@ def closed_form_expected_best(values, n):
     return sum(v * ((i / count) ** n - ((i - 1) / count) ** n) for i, v in enumerate(ordered, start=1))
 
 
-def test_study_break_even_matches_the_closed_form():
-    trials, runs, history = study_frames()
-    runs.loc[runs["method"] == "fixed_adacos", "val_score"] = [0.94, 0.95, 0.96]
-    analysis = analyse_study(trials, runs, history, "accuracy", STUDY_CONFIG, num_classes=10)
-    target = 0.95  # Fixed AdaCos's mean final val score
-    first = next(n for n in range(1, 4) if closed_form_expected_best([0.90, 0.95, 0.97], n) >= target - 1e-12)
-    assert first == 2  # n = 1: the mean 0.94; n = 2: (0.90 + 3·0.95 + 5·0.97) / 9 = 0.9556
-    # The search spent 10 + 20 + 30 s on its completed trials and 5 + 15 s on a failed and a pruned one;
-    # the RUNNING trial left no cost. Each completed trial costs its share of all of it.
-    per_trial = (60.0 + 20.0) / 3
-    row = analysis.break_even.iloc[0]
-    curve = analysis.expected_best
-    for n in range(1, 4):
-        assert curve.loc[curve["n"] == n, "expected_best"].item() == pytest.approx(
-            closed_form_expected_best([0.90, 0.95, 0.97], n))
-        assert curve.loc[curve["n"] == n, "expected_best"].item() == pytest.approx(
-            brute_force_expected_max([0.90, 0.95, 0.97], n))
-    np.testing.assert_allclose(curve["seconds"], per_trial * np.arange(1, 4))
-    assert (curve["low"] <= curve["expected_best"] + 1e-12).all()
-    assert (curve["expected_best"] <= curve["high"] + 1e-12).all()
-    assert row["reached"] and row["trials"] == first and row["max_trials"] == 3
-    assert row["seconds"] == pytest.approx(first * per_trial)
-    assert row["target"] == pytest.approx(target)
-    assert analysis.verdict_facts["reference_val_mean"] == pytest.approx(target)
-
-
-def test_study_break_even_at_a_known_n():
-    # Fixed AdaCos's mean val is 0.98833; with trials [0.95, 0.98, 0.999] the closed form first reaches it at n = 3.
-    values = [0.95, 0.98, 0.999]
-    target = np.mean([0.99, 0.98, 0.995])
-    expected = [closed_form_expected_best(values, n) for n in (1, 2, 3)]
-    assert expected[1] < target <= expected[2]
-    trials, runs, history = study_frames(values)
-    row = analyse_study(trials, runs, history, "accuracy", STUDY_CONFIG).break_even.iloc[0]
-    assert row["reached"] and row["trials"] == 3
-    assert row["seconds"] == pytest.approx(3 * 80.0 / 3)
-
-
-def test_study_break_even_not_reached():
-    trials, runs, history = study_frames((0.90, 0.95, 0.97))
+def test_study_tuning_curve_is_the_test_score_of_the_trial_val_selects():
+    # Completed trials (val, test): (0.90, 0.80), (0.95, 0.92), (0.97, 0.85); a failed trial enters at the floor
+    # on both, a pruned one is drawn but never selected and leaves the floor; the RUNNING one is not a draw.
+    trials, runs, history = study_frames(trial_tests=[0.80, 0.92, 0.85])
     analysis = analyse_study(trials, runs, history, "accuracy", STUDY_CONFIG)
+    curve = analysis.tuning_curves.query("kind == 'search'")
+    selection, reported = [0.90, 0.95, 0.97, 0.0, -np.inf], [0.80, 0.92, 0.85, 0.0, 0.0]
+    for n in range(1, 6):
+        row = curve[curve["n"] == n].iloc[0]
+        assert row["expected_test"] == pytest.approx(brute_force_selected(selection, reported, n, False))
+        assert row["low"] - 1e-12 <= row["expected_test"] <= row["high"] + 1e-12
+    # The search spent 10 + 20 + 30 s on its completed trials and 5 + 15 s on the failed and the pruned one:
+    # 80 s over 5 draws.
+    np.testing.assert_allclose(curve["seconds"], 16.0 * np.arange(1, 6))
+    assert analysis.estimator["kind"] == "pooled" and analysis.estimator["exact"]
+    with_replacement = analyse_study(trials, runs, history, "accuracy",
+                                     dataclasses.replace(STUDY_CONFIG, estimator="with_replacement"))
+    row = with_replacement.tuning_curves.query("kind == 'search' and n == 3").iloc[0]
+    assert row["expected_test"] == pytest.approx(brute_force_selected(selection, reported, 3, True))
+
+
+def test_study_control_is_the_best_of_n_seeds_by_val_on_test():
+    tests = {("fixed_adacos", 0): 0.70, ("fixed_adacos", 1): 0.90, ("fixed_adacos", 2): 0.80}
+    trials, runs, history = study_frames(tests=tests)
+    analysis = analyse_study(trials, runs, history, "accuracy", STUDY_CONFIG)
+    control = analysis.tuning_curves.query("kind == 'control' and method == 'fixed_adacos'")
+    vals, reported = [0.99, 0.98, 0.995], [0.70, 0.90, 0.80]
+    for n in (1, 2, 3):
+        assert control.loc[control["n"] == n, "expected_test"].item() == pytest.approx(
+            brute_force_selected(vals, reported, n, False))
+    # A diverged run is a draw at the floor: ArcFace at the defaults has one.
+    default = analysis.tuning_curves.query("kind == 'control' and method == 'arcface_default'")
+    assert default.empty  # fixed runs of a tunable loss are not hyperparameter-free controls
+    assert analysis.verdict_facts["control"] == {"seeds": 3, "gain": pytest.approx(0.80 - np.mean(reported))}
+
+
+def test_study_break_even_against_fixed_adacos_on_test_with_the_old_quantity_beside_it():
+    tests = {("fixed_adacos", 0): 0.85, ("fixed_adacos", 1): 0.86, ("fixed_adacos", 2): 0.87}
+    trials, runs, history = study_frames(trial_tests=[0.80, 0.92, 0.85], tests=tests)
+    analysis = analyse_study(trials, runs, history, "accuracy", STUDY_CONFIG)
+    row = analysis.break_even.query("reference == 'fixed_adacos'").iloc[0]
+    selection, reported = [0.90, 0.95, 0.97, 0.0, -np.inf], [0.80, 0.92, 0.85, 0.0, 0.0]
+    curve = [brute_force_selected(selection, reported, n, False) for n in range(1, 6)]
+    first = next(n for n, value in enumerate(curve, start=1) if value >= 0.86 - 1e-12)
+    assert first == 3  # curve 0.514, 0.776, 0.866, 0.864, 0.850: the last trial drawn is the 0.85-on-test one
+    assert row["target"] == pytest.approx(0.86) and row["trials"] == first and row["reached"]
+    assert row["seconds"] == pytest.approx(first * 16.0)
+    assert row["trials_low"] <= first and (pd.isna(row["trials_high"]) or first <= row["trials_high"])
+    assert row["gain"] == pytest.approx(curve[-1] - 0.86)
+    assert row["gain_low"] <= row["gain"] <= row["gain_high"]
+    # The classic quantity: the expected maximum of the completed val scores, with replacement, against
+    # Fixed AdaCos's mean val score (0.98833).
+    assert row["old_target"] == pytest.approx(np.mean([0.99, 0.98, 0.995]))
+    assert row["old_val_gain"] == pytest.approx(brute_force_expected_max([0.90, 0.95, 0.97], 3) - row["old_target"])
+    assert row["old_trials"] is None or pd.isna(row["old_trials"])
+
+
+def test_break_even_interval_on_synthetic_trials_with_a_known_answer():
+    runs_of = lambda scores: pd.DataFrame({"method": "fixed_adacos", "seed": range(len(scores)), "val_score": scores,
+                                           "seconds": 1.0, "test_accuracy": scores, "status": "completed"})
+    history = pd.DataFrame({"method": "fixed_adacos", "seed": [0], "iteration": [0], "accuracy": [0.5]})
+
+    def trials_of(vals, tests):
+        return pd.DataFrame({"loss": "arcface", "repeat": 0, "trial": range(len(vals)), "state": "COMPLETE",
+                             "s": 1.0, "m": 0.1, "value": vals, "test_value": tests, "seconds": 2.0})
+
+    # Every trial scores 0.9 on test and every AdaCos seed 0.8: break-even at once, in every replicate.
+    analysis = analyse_study(trials_of(np.linspace(0.1, 0.9, 9), [0.9] * 9), runs_of([0.8] * 5), history,
+                             "accuracy", STUDY_CONFIG)
     row = analysis.break_even.iloc[0]
-    assert not row["reached"] and row["trials"] is None and row["max_trials"] == 3
-    assert analysis.verdict_facts["break_even_reached"] is False
+    assert (row["trials"], row["trials_low"], row["trials_high"]) == (1, 1, 1)
+    assert (row["gain"], row["gain_low"], row["gain_high"]) == (pytest.approx(0.1),) * 3
+    # Below the target everywhere: never, in any replicate.
+    row = analyse_study(trials_of(np.linspace(0.1, 0.9, 9), [0.7] * 9), runs_of([0.8] * 5), history, "accuracy",
+                        STUDY_CONFIG).break_even.iloc[0]
+    assert not row["reached"] and pd.isna(row["trials_low"]) and pd.isna(row["trials_high"])
+    # Val predicts test exactly (grid 0.05…1.0, N = 20); target 0.95: the expected maximum of n draws without
+    # replacement of a uniform grid is (N + 1)·n/(n + 1)·step, which first reaches 0.95 at n = 10 (0.9545;
+    # 0.9450 at n = 9).
+    grid = np.arange(1, 21) / 20
+    closed_form = [(20 + 1) * n / (n + 1) / 20 for n in range(1, 21)]
+    first = next(n for n, value in enumerate(closed_form, start=1) if value >= 0.95 - 1e-12)
+    row = analyse_study(trials_of(grid, grid), runs_of([0.95] * 5), history, "accuracy",
+                        STUDY_CONFIG).break_even.iloc[0]
+    assert row["trials"] == first == 10
+    # Replicates that drew the top trials several times break even sooner; those without them never.
+    assert row["trials_low"] < 10 and pd.isna(row["trials_high"])
+
+
+def test_study_with_a_sequential_sampler_averages_best_so_far_over_repeats():
+    trials, runs, history = study_frames()
+    rows = []
+    for repeat, (vals, tests) in enumerate([([0.5, 0.7, 0.6], [0.4, 0.6, 0.9]), ([0.8, 0.6, 0.9], [0.7, 0.9, 0.5])]):
+        rows += [{"loss": "arcface", "repeat": repeat, "trial": i, "state": "COMPLETE", "s": 1.0, "m": 0.1,
+                  "value": v, "test_value": t, "seconds": 1.0} for i, (v, t) in enumerate(zip(vals, tests))]
+    analysis = analyse_study(pd.DataFrame(rows), runs, history, "accuracy", STUDY_CONFIG, sampler="tpe")
+    curve = analysis.tuning_curves.query("kind == 'search'")["expected_test"].to_numpy()
+    # Best so far by val: repeat 0 → tests 0.4, 0.6, 0.6; repeat 1 → 0.7, 0.7, 0.5.
+    np.testing.assert_allclose(curve, [(0.4 + 0.7) / 2, (0.6 + 0.7) / 2, (0.6 + 0.5) / 2])
+    assert analysis.estimator["kind"] == "repeats" and "2 independent tpe searches" in analysis.estimator["text"]
+    single = analyse_study(pd.DataFrame(rows[:3]), runs, history, "accuracy", STUDY_CONFIG, sampler="tpe")
+    assert "one realisation" in single.estimator["text"] and not single.estimator["exact"]
+    assert single.tuning_curves.query("kind == 'search'")["low"].isna().all()
+    # The tuned runs retrain the first repeat's best trial, so that is the one the summary names.
+    assert analysis.search_summary.iloc[0]["best_value"] == 0.7 and analysis.search_summary.iloc[0]["repeats"] == 2
+    assert "approximation" in analyse_study(trials, runs, history, "accuracy", STUDY_CONFIG,
+                                            sampler="qmc").estimator["text"]
 
 
 def test_study_search_summary_and_tuning_cost():
@@ -519,6 +662,7 @@ def test_study_search_summary_and_tuning_cost():
     counts = (search["trials"], search["complete"], search["pruned"], search["failed"], search["running"])
     assert counts == (5, 3, 1, 1, 1)
     assert search["best_value"] == 0.97 and search["best_s"] == 12.0
+    assert search["seconds_per_trial"] == pytest.approx(80.0 / 5)
     costs = analysis.costs.set_index("method")
     assert costs.loc["arcface_tuned", "tuning_trials"] == 5
     assert costs.loc["arcface_tuned", "tuning_seconds"] == pytest.approx(80.0)
@@ -544,22 +688,72 @@ def test_study_reference_bands_are_t_intervals():
     assert bands.loc["fixed_adacos", "seconds"] == pytest.approx(101.0)
 
 
-def test_study_differences_match_scipy_welch():
-    tuned = {("arcface_tuned", 0): 0.991, ("arcface_tuned", 1): 0.989, ("arcface_tuned", 2): 0.993}
+def test_study_differences_pair_by_seed_with_welch_beside_holm_across_metrics_and_tost():
+    tuned = {("arcface_tuned", 0): 0.991, ("arcface_tuned", 1): 0.979, ("arcface_tuned", 2): 0.987}
     trials, runs, history = study_frames(tests=tuned)
     analysis = analyse_study(trials, runs, history, "accuracy", STUDY_CONFIG)
-    row = analysis.differences.set_index(["method", "metric"]).loc[("arcface_tuned", "test_accuracy")]
+    table = analysis.differences.set_index(["method", "metric"])
+    row = table.loc[("arcface_tuned", "test_accuracy")]
     a = np.array(list(tuned.values()))
-    b = np.array([0.99, 0.98, 0.995]) - 0.01
-    reference = stats.ttest_ind(a, b, equal_var=False)
-    interval = reference.confidence_interval(0.95)
+    b = np.array([0.99, 0.98, 0.995]) - 0.01  # Fixed AdaCos at seeds 0, 1, 2
+    paired = stats.ttest_rel(a, b)
+    interval = paired.confidence_interval(0.95)
+    assert row["test"] == "paired" and row["pairs"] == 3
     assert row["difference"] == pytest.approx(a.mean() - b.mean())
-    assert row["low"] == pytest.approx(interval.low) and row["high"] == pytest.approx(interval.high)
-    assert row["p_value"] == pytest.approx(reference.pvalue)
-    assert row["significant"] == (interval.low > 0 or interval.high < 0)
+    assert (row["low"], row["high"]) == (pytest.approx(interval.low), pytest.approx(interval.high))
+    assert row["p_value"] == pytest.approx(paired.pvalue)
+    welch = stats.ttest_ind(a, b, equal_var=False)
+    assert row["welch_p_value"] == pytest.approx(welch.pvalue)
+    assert row["welch_low"] == pytest.approx(welch.confidence_interval(0.95).low)
+    # Holm over the method's two test metrics (accuracy and EER), by hand.
+    eer = table.loc[("arcface_tuned", "test_eer")]
+    p = sorted([row["p_value"], eer["p_value"]])
+    holm = {p[0]: min(1.0, 2 * p[0]), p[1]: min(1.0, max(2 * p[0], p[1]))}
+    assert row["p_holm"] == pytest.approx(holm[row["p_value"]]) and eer["p_holm"] == pytest.approx(holm[eer["p_value"]])
+    assert row["significant"] == (row["p_holm"] < 0.05)
+    # TOST against the accuracy margin (0.005) on the paired differences, by two one-sided t-tests.
+    differences = a - b
+    lower = stats.ttest_1samp(differences, -0.005, alternative="greater").pvalue
+    upper = stats.ttest_1samp(differences, 0.005, alternative="less").pvalue
+    assert row["margin"] == 0.005 and row["tost_p_value"] == pytest.approx(max(lower, upper))
+    assert row["equivalent"] == (max(lower, upper) < 0.05)
+    assert row["detectable"] > abs(row["difference"])  # three seeds resolve little
     facts = analysis.verdict_facts
-    assert facts["tuned_difference"] == pytest.approx(a.mean() - b.mean())
-    assert facts["tuned_significant"] == row["significant"]
+    assert facts["tuned"]["difference"] == pytest.approx(row["difference"])
+    assert facts["recommendation"] == "undecided" and facts["reason"] == "not_resolved"
+
+
+def verdict_for(tuned_tests, reference_tests=(0.90, 0.91, 0.92, 0.93, 0.94)):
+    """The recommendation of a study whose five seeds score these test accuracies."""
+    runs, history = [], []
+    for method, scores in (("fixed_adacos", reference_tests), ("arcface_tuned", tuned_tests)):
+        for seed, score in enumerate(scores):
+            runs.append({"method": method, "seed": seed, "val_score": score, "seconds": 1.0, "status": "completed",
+                         "test_accuracy": score})
+            history.append({"method": method, "seed": seed, "iteration": 0, "accuracy": score})
+    trials = pd.DataFrame({"loss": "arcface", "repeat": 0, "trial": [0, 1], "state": "COMPLETE", "s": 1.0, "m": 0.1,
+                           "value": [0.9, 0.91], "test_value": [0.9, 0.91], "seconds": 1.0})
+    return analyse_study(trials, pd.DataFrame(runs), pd.DataFrame(history), "accuracy", STUDY_CONFIG).verdict_facts
+
+
+@pytest.mark.parametrize("shift, recommendation, reason", [
+    (+0.02, "arcface_tuned", "tuning_significantly_better"),
+    (-0.02, "fixed_adacos", "adacos_significantly_better"),
+    (0.0, "fixed_adacos", "equivalent"),
+])
+def test_the_recommendation_follows_significance_and_equivalence(shift, recommendation, reason):
+    noise = np.array([0.0003, -0.0002, 0.0001, -0.0003, 0.0001])  # paired differences: small sd
+    reference = np.array([0.90, 0.91, 0.92, 0.93, 0.94])
+    facts = verdict_for(reference + shift + noise, reference)
+    assert (facts["recommendation"], facts["reason"]) == (recommendation, reason)
+
+
+def test_an_unresolved_difference_is_undecided_with_what_would_resolve_it():
+    reference = np.array([0.90, 0.91, 0.92, 0.93, 0.94])
+    facts = verdict_for(reference + np.array([0.02, -0.015, 0.01, -0.012, 0.004]), reference)
+    assert facts["recommendation"] == "undecided"
+    row = facts["tuned"]
+    assert row["detectable"] > abs(row["difference"]) and row["seeds_to_resolve"] > 5
 
 
 def test_study_final_metrics_and_direction():
@@ -583,7 +777,7 @@ def test_study_convergence_on_hand_made_curves():
     # Method means of the final val score: Fixed AdaCos 0.98833, tuned ArcFace 1.0 (the best), softmax 0.93633.
     assert analysis.best_final_method == "arcface_tuned" and analysis.best_final_val == pytest.approx(1.0)
     assert analysis.targets == {0.95: pytest.approx(0.95), 0.99: pytest.approx(0.99)}
-    table = analysis.convergence.set_index(["method", "fraction"])
+    table = analysis.convergence.query("basis == 'best'").set_index(["method", "fraction"])
     assert table.loc[("fixed_adacos", 0.95), "median_iteration"] == 20  # median of 20, 10, 30
     assert table.loc[("fixed_adacos", 0.99), "median_iteration"] == 40  # 30, never, 40: never counts as slowest
     assert table.loc[("fixed_adacos", 0.99), "seeds_reached"] == 2
@@ -591,12 +785,19 @@ def test_study_convergence_on_hand_made_curves():
     # Softmax reaches 95% with one seed of three: the median is "not reached".
     assert np.isnan(table.loc[("softmax", 0.95), "median_iteration"])
     assert table.loc[("softmax", 0.95), "seeds_reached"] == 1 and table.loc[("softmax", 0.95), "seeds"] == 3
-    runs_table = analysis.convergence_runs.set_index(["method", "seed", "fraction"])
+    runs_table = analysis.convergence_runs.query("basis == 'best'").set_index(["method", "seed", "fraction"])
     assert runs_table.loc[("softmax", 1, 0.95), "iteration"] == 40
     assert np.isnan(runs_table.loc[("softmax", 0, 0.95), "iteration"])  # 0.949 is not 0.95
-    facts = analysis.verdict_facts
-    assert facts["reference_iterations"] == 20 and facts["tuned_iterations"] == 30
-    assert facts["convergence_fraction"] == 0.95
+    # The bootstrap interval of a median over three seeds runs from their smallest to their largest iteration.
+    assert (table.loc[("fixed_adacos", 0.95), "low"], table.loc[("fixed_adacos", 0.95), "high"]) == (10, 30)
+    # Own targets: 95% of each method's own mean final val; softmax's (0.93633) is 0.8895, reached at 40, 30, 40.
+    own = analysis.convergence.query("basis == 'own'").set_index(["method", "fraction"])
+    assert own.loc[("softmax", 0.95), "target"] == pytest.approx(0.95 * np.mean([0.949, 0.96, 0.9]))
+    assert own.loc[("softmax", 0.95), "median_iteration"] == 40
+    # Tuned ArcFace − Fixed AdaCos at 95% of the best: 30 − 20 in the median; with three seeds the bootstrap
+    # interval of the difference includes zero, so neither is called faster.
+    speed = analysis.convergence_speed.set_index(["method", "basis", "fraction"]).loc[("arcface_tuned", "best", 0.95)]
+    assert speed["difference"] == 10 and speed["low"] <= 0 <= speed["high"] and pd.isna(speed["faster"])
 
 
 def test_study_convergence_best_is_the_best_mean_not_the_best_seed():
@@ -646,9 +847,11 @@ def test_study_without_a_search_or_tuned_runs():
     runs = runs[runs["method"] != "arcface_tuned"]
     history = history[history["method"] != "arcface_tuned"]
     analysis = analyse_study(trials.iloc[0:0], runs, history, "accuracy", STUDY_CONFIG)
-    assert analysis.expected_best.empty and analysis.break_even.empty and analysis.landscape.empty
+    assert analysis.tuning_curves.query("kind == 'search'").empty and analysis.break_even.empty
+    assert analysis.landscape.empty
     assert analysis.searched_losses == []
     assert analysis.verdict_facts["tuned_present"] is False
+    assert analysis.verdict_facts["recommendation"] == "undecided"
     assert analysis.best_final_method == "fixed_adacos"
 
 
@@ -672,7 +875,7 @@ CROSSING_MEANS = {
 
 def crossing_frames(means=CROSSING_MEANS):
     """No search; two seeds per method whose val curves average to `means`."""
-    trials = pd.DataFrame(columns=["loss", "trial", "state", "s", "m", "value", "seconds"])
+    trials = pd.DataFrame(columns=["loss", "repeat", "trial", "state", "s", "m", "value", "test_value", "seconds"])
     runs, history = [], []
     for method, curve in means.items():
         for seed, offset in ((0, 0.01), (1, -0.01)):

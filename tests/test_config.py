@@ -13,8 +13,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_the_shipped_params_are_the_embedded_default_and_valid():
     params = load_params(str(REPO / "params.yaml"))
-    assert params.data.dataset == "mnist5k" and params.data.protocol == "closed"
-    assert params.model.name == "cnn" and params.train.objective == "accuracy"
+    # The users' question: open protocol, a deployment metric, at least 50 training classes from an offline source.
+    assert params.data.dataset.startswith("glyphs:") and params.data.protocol == "open"
+    total = int(params.data.dataset.split(":")[1])
+    assert round(total * params.data.fractions[0]) >= 50
+    assert params.model.name == "cnn" and params.train.objective == "map_at_r"
+    assert params.search.sampler == "random" and params.analysis.estimator == "without_replacement"
     assert "fixed_adacos" in params.runs.methods and params.search.losses == ("arcface",)
     assert params.runs.hyperparameters("arcface_default") == ("arcface", {"s": 64.0, "m": 0.5})
     # Every shipped key round-trips: what to_dict writes, from_dict reads back unchanged.
@@ -50,6 +54,14 @@ def test_the_shipped_params_are_the_embedded_default_and_valid():
     ({"runs": {"fixed": {"softmax": {"loss": "softmax"}}}}, "runs.fixed.softmax: this name is taken"),
     ({"analysis": {"confidence": 1.5}}, "analysis.confidence: must be in [0.5, 1)"),
     ({"report": {"dpi": 5}}, "report.dpi: must be in [50, 600]"),
+    ({"search": {"repeats": 0}}, "search.repeats: must be ≥ 1"),
+    ({"analysis": {"estimator": "bootstrap"}}, "analysis.estimator: 'bootstrap' is not allowed; choose one of "
+                                              "'without_replacement', 'with_replacement'"),
+    ({"analysis": {"equivalence_margin": {"accuracy": 0.01}}}, "analysis.equivalence_margin: give one margin for "
+                                                               "each metric kind: accuracy, retrieval, verification"),
+    ({"analysis": {"equivalence_margin": {"accuracy": 0.0, "retrieval": 0.01, "verification": 0.01}}},
+     "analysis.equivalence_margin.accuracy: must lie in (0, 1)"),
+    ({"analysis": {"power": 0.3}}, "analysis.power: must be in [0.5, 1)"),
     ({"model": {"embedding_size": 1}}, "model.embedding_size: must be ≥ 2"),
 ])
 def test_bad_values_name_the_key_and_what_is_allowed(values, message):

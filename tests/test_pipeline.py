@@ -1,6 +1,7 @@
 """The whole study through `dvc repro` on digits with tiny budgets, in a temporary copy of the repository."""
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -13,6 +14,8 @@ import pandas as pd
 import pytest
 import yaml
 from PIL import Image
+
+from study.analysis import expected_best_after_n_trials
 
 REPO = Path(__file__).resolve().parents[1]
 COPIED = ["dvc.yaml", "params.yaml", "stages", "study", ".dvc/config", ".dvcignore"]
@@ -36,6 +39,8 @@ def make_study_copy(root: Path, **overrides) -> Path:
     params["search"].update(n_trials=4)
     params["runs"].update(seeds=[0, 1])
     params["analysis"].update(n_bootstrap=200)
+    params["data"]["protocol"] = "closed"  # digits has 10 classes: too few to split into train, val and test sets
+    params["train"]["objective"] = "accuracy"
     for key, value in overrides.items():
         section, name = key.split("__")
         params[section][name] = value
@@ -55,15 +60,25 @@ def ran_stages(output: str) -> set[str]:
     return {line.split("'")[1] for line in output.splitlines() if line.startswith("Running stage")}
 
 
-def test_dvc_repro_runs_the_study_writes_the_report_and_reruns_only_what_changed(tmp_path):
-    root = make_study_copy(tmp_path)
+def test_a_null_study_through_dvc_repro_recommends_no_tuning_and_reruns_only_what_changed(tmp_path):
+    """ArcFace's search pinned to s ≈ s_f and m ≈ 0, where ArcFace is Fixed AdaCos: tuning can buy nothing.
+
+    The selection-aware tuning cost must say so (the expected test gain's interval covers zero, no
+    recommendation to tune), while the classic quantity on the same trials, the expected best val score
+    against Fixed AdaCos's mean val score, shows a gain: the maximum of seed noise.
+    """
+    s_f = math.sqrt(2) * math.log(10 - 1)  # digits, closed protocol: C = 10
+    root = make_study_copy(tmp_path, data__protocol="closed", train__objective="accuracy", search__n_trials=8,
+                           search__s_range=[0.99 * s_f, 1.01 * s_f], search__m_range={"arcface": [0.0, 0.01]},
+                           runs__seeds=[0, 1, 2])
     first = dvc(root, "repro")
     assert {"prepare", "search@arcface", "runs@fixed_adacos", "runs@dynamic_adacos", "runs@softmax",
             "runs@arcface_default", "tuned@arcface", "evaluate", "report"} <= ran_stages(first)
 
     reports = root / "reports"
     report = (reports / "report.md").read_text()
-    for heading in ("Tuning cost versus accuracy", "Final comparison on test", "Convergence", "Verdict"):
+    assert report.split("\n## ")[1].startswith("Verdict\n\n**Recommendation: ")  # the answer first
+    for heading in ("Tuning cost versus accuracy", "Final comparison on test", "Convergence"):
         assert heading in report
     html = (reports / "report.html").read_text()
     assert "data:image/png;base64," in html
@@ -75,14 +90,28 @@ def test_dvc_repro_runs_the_study_writes_the_report_and_reruns_only_what_changed
     metrics = json.loads((reports / "metrics.json").read_text())
     runs = pd.read_csv(root / "results" / "evaluation" / "runs.csv")
     assert set(runs["method"]) == {"fixed_adacos", "dynamic_adacos", "softmax", "arcface_default", "arcface_tuned"}
-    assert len(runs) == 10 and runs["test_accuracy"].notna().all()
+    assert len(runs) == 15 and runs["test_accuracy"].notna().all()
     trials = pd.read_csv(root / "results" / "search" / "arcface" / "trials.csv")
-    assert len(trials) == 4
-    expected_best = pd.read_csv(reports / "tables" / "expected_best.csv")
-    assert expected_best["n"].tolist() == [1, 2, 3, 4]
-    assert expected_best["expected_best"].iloc[0] == pytest.approx(trials["value"].mean())
+    assert len(trials) == 8 and (trials["state"] == "COMPLETE").all()
+    assert trials["s"].between(0.99 * s_f, 1.01 * s_f).all() and trials["m"].between(0, 0.01).all()
+    # Each trial trained at its own seed, never a final one, and was scored on test.
+    assert trials["seed"].nunique() == 8 and not set(trials["seed"]) & {0, 1, 2}
+    assert trials["test_value"].notna().all()
+    curve = pd.read_csv(reports / "tables" / "tuning_curves.csv").query("kind == 'search'")
+    assert curve["n"].tolist() == list(range(1, 9))
+    assert curve["expected_test"].iloc[0] == pytest.approx(trials["test_value"].mean())
     assert json.dumps(metrics)  # strict JSON, no NaN
-    assert "fixed_adacos" in json.dumps(metrics)
+
+    # The null study: no recommendation to tune, and the expected test gain of the search covers zero ...
+    assert metrics["verdict"]["recommendation"] != "arcface_tuned"
+    assert metrics["verdict"]["search_gain_low"] <= 0.0 <= metrics["verdict"]["search_gain_high"]
+    # ... while the old quantity on the same trials, expected best val (Dodge, with replacement) against Fixed
+    # AdaCos's mean val, claims a gain: the best of 8 draws of seed noise.
+    fixed = runs[runs["method"] == "fixed_adacos"]
+    old_gain = expected_best_after_n_trials(trials["value"], replacement=True)[-1] - fixed["val_score"].mean()
+    assert old_gain > 0 and old_gain > metrics["verdict"]["search_gain"]
+    even = pd.read_csv(reports / "tables" / "break_even.csv").query("reference == 'fixed_adacos'").iloc[0]
+    assert even["old_val_gain"] == pytest.approx(old_gain)
 
     assert ran_stages(dvc(root, "repro")) == set()
     assert "Data and pipelines are up to date" in dvc(root, "status")
@@ -95,13 +124,13 @@ def test_dvc_repro_runs_the_study_writes_the_report_and_reruns_only_what_changed
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     assert ran_stages(dvc(root, "repro")) == {"report"}
 
-    params["search"]["n_trials"] = 5
+    params["search"]["n_trials"] = 9
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     rerun = ran_stages(dvc(root, "repro"))
     assert "search@arcface" in rerun and "prepare" not in rerun and "runs@fixed_adacos" not in rerun
     trials_after = pd.read_csv(root / "results" / "search" / "arcface" / "trials.csv")
-    assert len(trials_after) == 5
-    assert trials_after[["s", "m"]].iloc[:4].values.tolist() == trials[["s", "m"]].values.tolist()
+    assert len(trials_after) == 9
+    assert trials_after[["s", "m", "seed"]].iloc[:8].values.tolist() == trials[["s", "m", "seed"]].values.tolist()
 
 
 def test_killing_the_search_keeps_its_finished_trials(tmp_path):

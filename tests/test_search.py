@@ -8,14 +8,17 @@ import pytest
 import study.search as search
 from study.config import StudyParams
 from study.data import load_dataset, split_dataset
-from study.training import RunResult
+import torch
+
+from study.training import RunResult, evaluate, train
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def params_with(**sections) -> StudyParams:
     base = {"data": {"dataset": "digits"}, "model": {"name": "mlp", "embedding_size": 16},
-            "train": {"epochs": 1, "batch_size": 128, "eval_every": 5, "device": "cpu", "lr": 0.01},
+            "train": {"epochs": 1, "batch_size": 128, "eval_every": 5, "device": "cpu", "lr": 0.01,
+                      "objective": "accuracy"},
             "search": {"n_trials": 3}}
     for name, values in sections.items():
         base[name] = {**base.get(name, {}), **values}
@@ -43,14 +46,55 @@ def test_a_resumed_search_keeps_its_trials_and_runs_only_the_missing_ones(digits
     # The resumed sampler does not draw the first points again.
     assert not any(t.params in first_points for t in resumed.trials[3:])
 
-    table = search.trials_table("arcface", resumed, "accuracy")
+    table = search.trials_table("arcface", [resumed], "accuracy")
     assert list(table["state"]) == ["COMPLETE"] * 5
     assert (table["seconds"] > 0).all() and (table["iterations"] == 8).all() and set(table["device"]) == {"cpu"}
     assert table["s"].between(1, 128).all() and table["m"].between(0, 1).all()
-    history = search.history_table("arcface", resumed)
+    history = search.history_table("arcface", [resumed])
     assert sorted(history["trial"].unique()) == [0, 1, 2, 3, 4]
     best = search.best_trial("arcface", resumed, "accuracy")
     assert best["value"] == table["value"].max()
+
+
+def test_each_trial_trains_at_its_own_seed_and_records_its_test_score(digits, tmp_path):
+    params = params_with(runs={"seeds": [0, 1, 2]})
+    study = search.open_study("arcface", params, tmp_path, len(digits["train"]), seed=0)
+    search.run_search(study, "arcface", params, digits)
+    table = search.trials_table("arcface", [study], "accuracy")
+    seeds = table["seed"].astype(int).tolist()
+    assert len(set(seeds)) == 3 and not set(seeds) & set(params.runs.seeds)
+    assert seeds == [search.trial_seed(0, 0, number, params.runs.seeds) for number in range(3)]
+    # The test score a trial records is what its (s, m) at its seed scores on test when trained again here,
+    # through the plain training and evaluation functions.
+    row = table.iloc[1]
+    again = train(digits, loss_name="arcface", hyperparameters={"s": row["s"], "m": row["m"]},
+                  model_config=params.model, config=params.train.replace(seed=int(row["seed"])))
+    test = evaluate(again.model, again.loss, digits, "test", params.train, torch.device("cpu"), full=True)
+    assert row["test_value"] == pytest.approx(test["accuracy"], abs=1e-6)
+    assert row["test_map_at_r"] == pytest.approx(test["map_at_r"], abs=1e-6)
+    assert row["value"] == pytest.approx(again.final["accuracy"], abs=1e-6)
+
+
+def test_a_trial_seed_never_collides_with_a_final_seed():
+    taken = search.trial_seed(0, 0, 5)
+    assert search.trial_seed(0, 0, 5, final_seeds=(taken,)) != taken
+    assert len({search.trial_seed(seed, repeat, number) for seed in range(3) for repeat in range(3)
+                for number in range(50)}) == 450
+
+
+def test_repeats_are_independent_studies_with_their_own_draws(digits, tmp_path, monkeypatch):
+    use_fake_training(monkeypatch, ["completed"] * 6)
+    params = params_with(search={"repeats": 2, "sampler": "random"})
+    studies = [search.open_study("arcface", params, tmp_path, len(digits["train"]), seed=0, repeat=repeat)
+               for repeat in range(2)]
+    for repeat, study in enumerate(studies):
+        search.run_search(study, "arcface", params, digits, repeat=repeat)
+    assert studies[0].study_name != studies[1].study_name
+    table = search.trials_table("arcface", studies, "accuracy")
+    assert table["repeat"].tolist() == [0, 0, 0, 1, 1, 1]
+    first, second = (table[table["repeat"] == r][["s", "m"]].values.tolist() for r in (0, 1))
+    assert first != second  # different sampler seeds
+    assert len(set(table["seed"])) == 6  # and different training seeds
 
 
 def test_changing_what_a_trial_means_starts_a_new_study():
@@ -60,6 +104,12 @@ def test_changing_what_a_trial_means_starts_a_new_study():
     assert search.study_name("cosface", base) != search.study_name("arcface", base)
     assert search.study_name("arcface", params_with(search={"n_trials": 50, "storage": "sqlite:///x.db"})) == \
         search.study_name("arcface", base)
+
+
+def use_fake_training(monkeypatch, statuses):
+    """Training and test scoring replaced by stand-ins, so the test controls each trial's status."""
+    monkeypatch.setattr(search, "train", fake_train(statuses))
+    monkeypatch.setattr(search, "evaluate", lambda *args, **kwargs: {"accuracy": 0.5})
 
 
 def fake_train(statuses):
@@ -79,11 +129,11 @@ def fake_train(statuses):
 
 
 def test_diverged_trials_are_failed_with_their_reason_and_do_not_count(digits, tmp_path, monkeypatch):
-    monkeypatch.setattr(search, "train", fake_train(["completed", "diverged", "completed", "diverged", "completed"]))
+    use_fake_training(monkeypatch, ["completed", "diverged", "completed", "diverged", "completed"])
     params = params_with()
     study = search.open_study("arcface", params, tmp_path, len(digits["train"]), seed=0)
     search.run_search(study, "arcface", params, digits)
-    table = search.trials_table("arcface", study, "accuracy")
+    table = search.trials_table("arcface", [study], "accuracy")
     assert list(table["state"]) == ["COMPLETE", "FAIL", "COMPLETE", "FAIL", "COMPLETE"]
     failed = table[table["state"] == "FAIL"]
     assert (failed["status"] == "diverged").all() and failed["reason"].str.contains("iteration 7").all()
@@ -91,7 +141,7 @@ def test_diverged_trials_are_failed_with_their_reason_and_do_not_count(digits, t
 
 
 def test_too_many_failures_stop_with_a_clear_error_and_keep_the_trials(digits, tmp_path, monkeypatch):
-    monkeypatch.setattr(search, "train", fake_train(["diverged"] * 10))
+    use_fake_training(monkeypatch, ["diverged"] * 10)
     params = params_with(search={"max_failed_trials": 2})
     study = search.open_study("arcface", params, tmp_path, len(digits["train"]), seed=0)
     with pytest.raises(RuntimeError, match="max_failed_trials"):
@@ -102,7 +152,7 @@ def test_too_many_failures_stop_with_a_clear_error_and_keep_the_trials(digits, t
 
 
 def test_pruned_trials_count_toward_the_budget(digits, tmp_path, monkeypatch):
-    monkeypatch.setattr(search, "train", fake_train(["stopped", "completed", "stopped"]))
+    use_fake_training(monkeypatch, ["stopped", "completed", "stopped"])
     params = params_with()
     study = search.open_study("arcface", params, tmp_path, len(digits["train"]), seed=0)
     search.run_search(study, "arcface", params, digits)
@@ -110,7 +160,7 @@ def test_pruned_trials_count_toward_the_budget(digits, tmp_path, monkeypatch):
 
 
 def test_grid_sampler_covers_its_grid_and_stops(digits, tmp_path, monkeypatch):
-    monkeypatch.setattr(search, "train", fake_train(["completed"] * 10))
+    use_fake_training(monkeypatch, ["completed"] * 10)
     params = params_with(search={"sampler": "grid", "grid_points": 2, "n_trials": 10})
     study = search.open_study("arcface", params, tmp_path, len(digits["train"]), seed=0)
     search.run_search(study, "arcface", params, digits)
@@ -120,7 +170,7 @@ def test_grid_sampler_covers_its_grid_and_stops(digits, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("sampler", ["random", "qmc", "tpe"])
 def test_samplers_stay_inside_the_search_space(digits, tmp_path, monkeypatch, sampler):
-    monkeypatch.setattr(search, "train", fake_train(["completed"] * 6))
+    use_fake_training(monkeypatch, ["completed"] * 6)
     params = params_with(search={"sampler": sampler, "n_trials": 6, "s_range": [2.0, 8.0],
                                  "m_range": {"arcface": [0.1, 0.2]}})
     study = search.open_study("arcface", params, tmp_path, len(digits["train"]), seed=0)
@@ -167,7 +217,7 @@ def test_two_workers_share_the_default_journal_and_meet_the_budget(digits, tmp_p
         assert "finished trials in the study" in finished(worker)
     study = search.open_study("arcface", params, tmp_path / "results" / "search" / "arcface", len(digits["train"]),
                               seed=None)
-    table = search.trials_table("arcface", study, "accuracy")
+    table = search.trials_table("arcface", [study], "accuracy")
     assert (table["state"] == "COMPLETE").sum() == 6 and set(table["state"]) == {"COMPLETE"}
     assert table["worker"].nunique() == 2
     assert {worker.pid for worker in workers} == {int(name.rsplit(":", 1)[1]) for name in table["worker"]}
@@ -182,7 +232,7 @@ def test_a_worker_joins_a_study_in_a_database_and_finishes_its_budget(digits, tm
     worker = start_worker(tmp_path)
     assert "4 finished trials in the study" in finished(worker)
     shared = optuna.load_study(study_name=search.study_name("arcface", params), storage=url)
-    table = search.trials_table("arcface", shared, "accuracy")
+    table = search.trials_table("arcface", [shared], "accuracy")
     assert list(table["state"]) == ["COMPLETE"] * 4
     assert table["worker"].tolist() == [search.worker_name()] + [table["worker"].iloc[1]] * 3
     assert table["worker"].iloc[1].endswith(f":{worker.pid}")

@@ -78,9 +78,9 @@ def test_the_dataset_template_takes_the_total_class_count():
     assert default_dataset_template("glyphs:100:40:32") == "glyphs:{total}:40:32"
     assert default_dataset_template("glyphs:100") == "glyphs:{total}"
     assert default_dataset_template("digits") == "digits"
-    base = build_preset("default", ["data.protocol=open", "data.dataset=glyphs:100:40"])
+    base = build_preset("default", ["data.protocol=open", "data.dataset=glyphs:100:40", "data.fractions=[0.6, 0.2, 0.2]"])
     assert class_count_params(base, 10, "glyphs:{total}:40").data.dataset == "glyphs:16:40"
-    closed = build_preset("default", ["data.dataset=digits"])
+    closed = build_preset("default", ["data.dataset=digits", "data.protocol=closed"])
     assert class_count_params(closed, 30, "glyphs:{total}").data.dataset == "glyphs:30"
     # A source of fixed size keeps that many of its classes instead.
     folder = class_count_params(base, 10, "folder:/data/faces").data
@@ -121,15 +121,20 @@ def write_finished_study(directory: Path, *, difference: float, half_width: floa
     metrics = {
         "fixed_adacos": {"test_map_at_r": {"mean": adacos, "std": 0.01, "n": 3}},
         "arcface_tuned": {"test_map_at_r": {"mean": tuned, "std": 0.01, "n": 3}},
-        "break_even": {"arcface": {"trials": break_even, "seconds": None if break_even is None else 4.0 * break_even,
-                                   "reached": break_even is not None, "max_trials": max_trials, "target": 0.81}},
+        "break_even": {"arcface": {"fixed_adacos": {
+            "trials": break_even, "low": None if break_even is None else 1, "high": None,
+            "seconds": None if break_even is None else 4.0 * break_even, "reached": break_even is not None,
+            "max_trials": max_trials, "target": 0.81}}},
+        "verdict": {"recommendation": "undecided", "search_gain": difference, "search_gain_low": difference - 0.01,
+                    "search_gain_high": difference + 0.01},
     }
     (directory / "reports" / "tables").mkdir(parents=True, exist_ok=True)
     (directory / "reports" / "metrics.json").write_text(json.dumps(metrics))
     low, high = difference - half_width, difference + half_width
     pd.DataFrame([
         {"method": "arcface_tuned", "metric": "test_map_at_r", "difference": difference, "low": low, "high": high,
-         "p_value": 0.01 if low > 0 or high < 0 else 0.4, "significant": low > 0 or high < 0,
+         "p_value": 0.01 if low > 0 or high < 0 else 0.4, "p_holm": 0.02 if low > 0 or high < 0 else 0.8,
+         "significant": low > 0 or high < 0,
          "higher_is_better": True},
         {"method": "arcface_tuned", "metric": "test_accuracy", "difference": 9.0, "low": 8.0, "high": 10.0,
          "p_value": 0.0, "significant": True, "higher_is_better": True},
@@ -256,7 +261,7 @@ def test_end_to_end_sweep_on_digits_runs_the_real_stages(tmp_path, monkeypatch, 
     """SLOW (about a minute on 2 cores): `study sweep` runs every real stage as a subprocess, tiny budgets; a rerun skips."""
     arguments = ["sweep", "--classes", "10", "--preset", "default", "--dataset-template", "digits", "--out", "sweeps",
                  "--report-dir", "agg"]
-    for assignment in ("data.dataset=digits", "model.name=mlp", "model.embedding_size=16", "train.epochs=1",
+    for assignment in ("data.dataset=digits", "data.protocol=closed", "model.name=mlp", "model.embedding_size=16", "train.epochs=1",
                        "train.eval_every=5", "train.device=cpu", "search.n_trials=2", "runs.seeds=[0]",
                        "runs.methods=[fixed_adacos]", "analysis.n_bootstrap=100"):
         arguments += ["--set", assignment]
@@ -268,7 +273,7 @@ def test_end_to_end_sweep_on_digits_runs_the_real_stages(tmp_path, monkeypatch, 
         assert f"C=10: {stage} done in" in progress
         assert (study / "logs" / f"{stage}.log").is_file()
     assert load_params(str(study / "params.yaml")).train.epochs == 1
-    assert json.loads((study / "reports" / "metrics.json").read_text())["break_even"]["arcface"]["max_trials"] == 2
+    assert json.loads((study / "reports" / "metrics.json").read_text())["break_even"]["arcface"]["fixed_adacos"]["max_trials"] == 2
     table = pd.read_csv(tmp_path / "agg" / "class_count.csv")
     assert table["C"].tolist() == [10] and table["s_f"].iloc[0] == pytest.approx(3.107, abs=1e-3)
     assert math.isfinite(table["difference"].iloc[0]) and math.isfinite(table["best_s"].iloc[0])
