@@ -124,12 +124,6 @@ def expected_best_after_n_trials(scores, replacement: bool = False) -> np.ndarra
     return expected_selected_after_n_trials(values, values, replacement)
 
 
-def _check_bootstrap(n_bootstrap: int, confidence: float) -> None:
-    _check_confidence(confidence)
-    if n_bootstrap < 1:
-        raise ValueError(f"n_bootstrap must be at least 1, got {n_bootstrap}")
-
-
 def bootstrap_selected_curves(selection_scores, reported_scores, replacement: bool = False,
                               n_bootstrap: int = 1000, seed: int = 0) -> np.ndarray:
     """(n_bootstrap, N) expected-selected curves, each of the N trials resampled with replacement as pairs."""
@@ -148,14 +142,6 @@ def percentile_band(samples: np.ndarray, confidence: float = 0.95) -> tuple[np.n
     tail = 100.0 * (1.0 - confidence) / 2.0
     lower, upper = np.percentile(np.asarray(samples, dtype=float), [tail, 100.0 - tail], axis=0)
     return lower, upper
-
-
-def expected_best_band(scores, n_bootstrap: int = 1000, confidence: float = 0.95, seed: int = 0,
-                       replacement: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile-bootstrap (lower, upper) band of the expected-best curve, one value per n."""
-    values = _finite_vector(scores, "scores")
-    _check_bootstrap(n_bootstrap, confidence)
-    return percentile_band(bootstrap_selected_curves(values, values, replacement, n_bootstrap, seed), confidence)
 
 
 def best_so_far_selected(selection_scores, reported_scores) -> np.ndarray:
@@ -366,7 +352,7 @@ class StudyAnalysis:
     search_summary: pd.DataFrame
     # method (a searched loss, or an untuned method as the budget-matched control), kind (search | control), n,
     # expected_test (test score of the trial val selects among n), low, high, expected_val (the expected best
-    # val score, which includes the maximum of seed noise), val_low, val_high, seconds (n × one trial or run)
+    # val score, which includes the maximum of seed noise), seconds (n × one trial or run)
     tuning_curves: pd.DataFrame
     estimator: dict  # kind (pooled | repeats), exact, text: which tuning-curve estimator and why
     reference_bands: pd.DataFrame  # method, mean, low, high, seeds, seconds (mean final val score)
@@ -465,8 +451,7 @@ METRIC_FLOOR = 0.0
 # Samplers whose trials are independent draws (exactly for random search, approximately for QMC and grid):
 # their trials are pooled and the order-statistic estimator applies; others are sequential (TPE).
 INDEPENDENT_SAMPLERS = ("random", "qmc", "grid")
-TUNING_CURVE_COLUMNS = ["method", "kind", "n", "expected_test", "low", "high", "expected_val", "val_low", "val_high",
-                        "seconds"]
+TUNING_CURVE_COLUMNS = ["method", "kind", "n", "expected_test", "low", "high", "expected_val", "seconds"]
 BREAK_EVEN_COLUMNS = ["loss", "reference", "target", "trials", "trials_low", "trials_high", "seconds", "reached",
                       "max_trials", "gain", "gain_low", "gain_high", "old_target", "old_trials", "old_val_gain"]
 
@@ -524,30 +509,25 @@ def _sequential_curves(draws: pd.DataFrame, column: str) -> np.ndarray:
     return np.stack([curve[:length] for curve in curves])
 
 
-def _search_curves(draws: pd.DataFrame, estimator: dict, replacement: bool, config: AnalysisConfig
+def _pooled_curves(draws: pd.DataFrame, replacement: bool, config: AnalysisConfig
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The selected-test curve, its expected-best val companion, and bootstrap replicates of the former."""
+    """Independent draws (random-search trials, or an untuned method's seeds): the selected-test curve, the
+    expected-best val curve, and bootstrap replicates of the former."""
     val = np.where(np.isfinite(draws["selection"]), draws["selection"], METRIC_FLOOR)
-    if estimator["kind"] == "pooled":
-        curve = expected_selected_after_n_trials(draws["selection"], draws["reported"], replacement)
-        val_curve = expected_selected_after_n_trials(draws["selection"], val, replacement)
-        replicates = bootstrap_selected_curves(draws["selection"], draws["reported"], replacement,
-                                               config.n_bootstrap, config.seed)
-        return curve, val_curve, replicates
+    return (expected_selected_after_n_trials(draws["selection"], draws["reported"], replacement),
+            expected_selected_after_n_trials(draws["selection"], val, replacement),
+            bootstrap_selected_curves(draws["selection"], draws["reported"], replacement, config.n_bootstrap,
+                                      config.seed))
+
+
+def _sequential_search_curves(draws: pd.DataFrame, config: AnalysisConfig
+                              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A sequential sampler's repeats: the mean best-so-far test and val curves, and replicates over repeats."""
+    val = np.where(np.isfinite(draws["selection"]), draws["selection"], METRIC_FLOOR)
     tests = _sequential_curves(draws, "reported")
     vals = _sequential_curves(draws.assign(val=val), "val")
-    rng = np.random.default_rng(config.seed)
-    picks = rng.integers(0, tests.shape[0], size=(config.n_bootstrap, tests.shape[0]))
+    picks = np.random.default_rng(config.seed).integers(0, tests.shape[0], size=(config.n_bootstrap, tests.shape[0]))
     return tests.mean(axis=0), vals.mean(axis=0), tests[picks].mean(axis=1)
-
-
-def _control_curves(draws: pd.DataFrame, replacement: bool, config: AnalysisConfig):
-    """The budget-matched control: a hyperparameter-free method's best-by-val of n seeds, on test."""
-    curve = expected_selected_after_n_trials(draws["selection"], draws["reported"], replacement)
-    val_curve = expected_selected_after_n_trials(draws["selection"], draws["selection"], replacement)
-    replicates = bootstrap_selected_curves(draws["selection"], draws["reported"], replacement,
-                                           config.n_bootstrap, config.seed)
-    return curve, val_curve, replicates
 
 
 def _tuning_budget(trials: pd.DataFrame, runs: pd.DataFrame, summary: pd.DataFrame, objective: str, sampler: str,
@@ -570,14 +550,12 @@ def _tuning_budget(trials: pd.DataFrame, runs: pd.DataFrame, summary: pd.DataFra
         draws = _run_draws(runs, method, objective)
         if draws.empty:
             continue
-        curve, val_curve, replicates = _control_curves(draws, replacement, config)
+        curve, val_curve, replicates = _pooled_curves(draws, replacement, config)
         low, high = percentile_band(replicates, config.confidence)
-        val_low, val_high = percentile_band(bootstrap_selected_curves(
-            draws["selection"], draws["selection"], replacement, config.n_bootstrap, config.seed), config.confidence)
         n = np.arange(1, curve.size + 1)
         run_seconds = _mean_or_nan(runs.loc[runs["method"] == method, "seconds"])
         rows.append(pd.DataFrame({"method": method, "kind": "control", "n": n, "expected_test": curve, "low": low,
-                                  "high": high, "expected_val": val_curve, "val_low": val_low, "val_high": val_high,
+                                  "high": high, "expected_val": val_curve,
                                   "seconds": n * run_seconds}))
         picks = rng.integers(0, len(draws), size=(config.n_bootstrap, len(draws)))
         if method not in ADACOS_METHODS:
@@ -592,14 +570,15 @@ def _tuning_budget(trials: pd.DataFrame, runs: pd.DataFrame, summary: pd.DataFra
             for reference in references:
                 even.append({"loss": row.loss, "reference": reference, "reached": False, "max_trials": 0})
             continue
-        curve, val_curve, replicates = _search_curves(draws, estimator, replacement, config)
+        curve, val_curve, replicates = (_pooled_curves(draws, replacement, config) if estimator["kind"] == "pooled"
+                                        else _sequential_search_curves(draws, config))
         low, high = percentile_band(replicates, config.confidence)
         if estimator["kind"] == "repeats" and repeats < 2:
             low, high = np.full(curve.size, np.nan), np.full(curve.size, np.nan)  # one realisation: no band
         n = np.arange(1, curve.size + 1)
         per_trial = row.seconds_per_trial
         rows.append(pd.DataFrame({"method": row.loss, "kind": "search", "n": n, "expected_test": curve, "low": low,
-                                  "high": high, "expected_val": val_curve, "val_low": np.nan, "val_high": np.nan,
+                                  "high": high, "expected_val": val_curve,
                                   "seconds": n * per_trial}))
         # The classic quantity, for contrast: expected best val (with replacement, completed trials only)
         # against the reference's mean val. It includes the maximum of seed noise.

@@ -16,13 +16,13 @@ from study.analysis import (
     crossing_iteration,
     difference_ci,
     expected_best_after_n_trials,
-    expected_best_band,
     expected_selected_after_n_trials,
     first_reaching,
     fixed_scale_of,
     higher_is_better,
     iterations_to_target,
     mean_ci,
+    percentile_band,
     reproduction_table,
     summarise_runs,
 )
@@ -103,6 +103,11 @@ def test_expected_best_rejects_empty_non_finite_or_non_vector(bad):
 
 
 # --- bootstrap band --------------------------------------------------------------------
+
+
+def expected_best_band(scores, n_bootstrap=1000, confidence=0.95, seed=0):
+    """The percentile-bootstrap band of the expected-best curve, as the analysis builds its bands."""
+    return percentile_band(bootstrap_selected_curves(scores, scores, n_bootstrap=n_bootstrap, seed=seed), confidence)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

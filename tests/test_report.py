@@ -133,8 +133,7 @@ def test_every_table_is_written_with_its_columns(written):
         assert paths[f"tables/{name}.csv"].is_file()
     assert "tables/reproduction.csv" not in paths  # report.reproduce is not set
     curves = pd.read_csv(out_dir / "tables" / "tuning_curves.csv")
-    assert list(curves.columns) == ["method", "kind", "n", "expected_test", "low", "high", "expected_val", "val_low",
-                                    "val_high", "seconds"]
+    assert list(curves.columns) == ["method", "kind", "n", "expected_test", "low", "high", "expected_val", "seconds"]
     # Every finished trial is a draw: 8 completed, 1 failed, 1 pruned.
     assert list(curves.loc[curves["kind"] == "search", "n"]) == list(range(1, len(ARCFACE_VALUES) + 3))
     assert list(curves.loc[curves["method"] == "fixed_adacos", "n"]) == [1, 2, 3]
