@@ -123,8 +123,8 @@ def _plural(count: int, word: str) -> str:
 
 
 def _trials_interval(low, high, max_trials) -> str:
-    """A break-even interval in trials, its upper end "not within N" where some replicates never break even."""
-    lower = "n/a" if low is None else f"{low}"
+    """A break-even interval in trials; an end is "not within N" where those replicates never break even."""
+    lower = f"not within {max_trials}" if low is None else f"{low}"
     upper = f"not within {max_trials}" if high is None else f"{high}"
     return f"[{lower}, {upper}]"
 
@@ -181,12 +181,15 @@ def verdict_sentences(analysis: StudyAnalysis) -> list[str]:
         if control:
             sentence += (f" For comparison, keeping the best of {control['seeds']} Fixed AdaCos seeds by val buys "
                          f"{_signed(control['gain'])} over one run, with no hyperparameter to tune.")
-        if not _missing(even["old_val_gain"]):
+        if not _missing(even["old_val_gain"]) and even["old_val_gain"] > 0:
             old = (f"after {_plural(even['old_trials'], 'trial')}" if even["old_trials"] is not None
                    else f"not within {even['max_trials']}")
             sentence += (f" The classic expected-best val curve would claim {_signed(even['old_val_gain'])} over Fixed "
                          f"AdaCos's mean val and a break-even {old}: the maximum of seed noise, not a gain on "
                          "held-out data.")
+        elif not _missing(even["old_val_gain"]):
+            sentence += (f" Even the classic expected-best val curve, which includes the maximum of seed noise, ends "
+                         f"below Fixed AdaCos's mean val ({_signed(even['old_val_gain'])}).")
         sentences.append(sentence)
 
     if row and facts["other_metrics"]:
@@ -1254,7 +1257,7 @@ def _key_numbers(analysis: StudyAnalysis) -> pd.DataFrame:
         rows.append({"number": f"tuned {searched} − Fixed AdaCos, test {metric}", "value": _signed(row["difference"]),
                      f"{confidence} interval": _interval(row["low"], row["high"]),
                      "what the interval covers": f"seed-to-seed variation, {row['test']} over {row['pairs']} seeds; "
-                                                 f"{_judgement(row)} (Holm p = {row['p_holm']:.3g})"})
+                                                 f"{_judgement(row)}; Holm p = {row['p_holm']:.3g}"})
     even = facts["break_even"]
     if even and even["max_trials"]:
         rows.append({"number": f"{searched} trials until the val-selected trial matches one Fixed AdaCos run on test",
