@@ -184,9 +184,9 @@ def verdict_sentences(analysis: StudyAnalysis) -> list[str]:
         if not _missing(even["old_val_gain"]) and even["old_val_gain"] > 0:
             old = (f"after {_plural(even['old_trials'], 'trial')}" if even["old_trials"] is not None
                    else f"not within {even['max_trials']}")
-            sentence += (f" The classic expected-best val curve would claim {_signed(even['old_val_gain'])} over Fixed "
-                         f"AdaCos's mean val and a break-even {old}: the maximum of seed noise, not a gain on "
-                         "held-out data.")
+            sentence += (f" The classic expected-best val curve claims {_signed(even['old_val_gain'])} over Fixed "
+                         f"AdaCos's mean val and a break-even {old}; it includes the maximum of n draws of seed "
+                         "noise, so it is not what a user gets on held-out data.")
         elif not _missing(even["old_val_gain"]):
             sentence += (f" Even the classic expected-best val curve, which includes the maximum of seed noise, ends "
                          f"below Fixed AdaCos's mean val ({_signed(even['old_val_gain'])}).")
