@@ -18,7 +18,9 @@ from scipy.special import gammaln
 from study.config import HYPERPARAMETER_FREE_LOSSES, AnalysisConfig
 from study.losses import fixed_adacos_scale
 from study.statistics import (
+    check_probability,
     equivalence_test,
+    finite_vector,
     holm_adjusted,
     minimum_detectable_difference,
     paired_difference,
@@ -32,24 +34,6 @@ from study.results import is_tuned, tuned_method
 # land one rounding step below it; "reached" forgives that much and no more.
 _REACH_RTOL = 1e-9
 _REACH_ATOL = 1e-12
-
-
-def _finite_vector(values, name: str) -> np.ndarray:
-    """The values as a non-empty, finite, one-dimensional float array, or a ValueError."""
-    array = np.asarray(values, dtype=float)
-    if array.ndim != 1:
-        raise ValueError(f"{name} must be one-dimensional, got shape {array.shape}")
-    if array.size == 0:
-        raise ValueError(f"{name} is empty")
-    if not np.all(np.isfinite(array)):
-        raise ValueError(f"{name} contains NaN or inf; pass completed, finite values only")
-    return array
-
-
-def _check_confidence(confidence: float) -> None:
-    """Raise unless the confidence level lies strictly between 0 and 1."""
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence}")
 
 
 def _reaches(values: np.ndarray, target: float) -> np.ndarray:
@@ -81,7 +65,7 @@ def _order_statistic_weights(n_items: int, replacement: bool) -> np.ndarray:
 def _paired_scores(selection_scores, reported_scores) -> tuple[np.ndarray, np.ndarray]:
     """Selection and reported scores as equal-length vectors; selection may hold −inf (a trial never selected)."""
     selection = np.asarray(selection_scores, dtype=float)
-    reported = _finite_vector(reported_scores, "reported_scores")
+    reported = finite_vector(reported_scores, "reported_scores")
     if selection.shape != reported.shape:
         raise ValueError(f"selection_scores and reported_scores must have the same length, got "
                          f"{selection.shape} and {reported.shape}")
@@ -120,7 +104,7 @@ def expected_best_after_n_trials(scores, replacement: bool = False) -> np.ndarra
     On val scores this includes the maximum of seed noise, so it overstates what tuning buys; see
     `expected_selected_after_n_trials` for what the selected trial scores on held-out data.
     """
-    values = _finite_vector(scores, "scores")
+    values = finite_vector(scores, "scores")
     return expected_selected_after_n_trials(values, values, replacement)
 
 
@@ -138,7 +122,7 @@ def bootstrap_selected_curves(selection_scores, reported_scores, replacement: bo
 
 def percentile_band(samples: np.ndarray, confidence: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
     """Percentile (lower, upper) bounds over the first axis of bootstrap samples."""
-    _check_confidence(confidence)
+    check_probability(confidence, "confidence")
     tail = 100.0 * (1.0 - confidence) / 2.0
     lower, upper = np.percentile(np.asarray(samples, dtype=float), [tail, 100.0 - tail], axis=0)
     return lower, upper
@@ -221,8 +205,8 @@ def convergence_targets(best_final_score: float, fractions: Sequence[float] = (0
 
 def mean_ci(values, confidence: float = 0.95) -> tuple[float, float, float]:
     """Mean and Student-t confidence interval (mean, low, high); the bounds are NaN for a single value."""
-    sample = _finite_vector(values, "values")
-    _check_confidence(confidence)
+    sample = finite_vector(values, "values")
+    check_probability(confidence, "confidence")
     mean = float(sample.mean())
     if sample.size < 2:
         return mean, float("nan"), float("nan")
@@ -238,8 +222,8 @@ def difference_ci(a, b, confidence: float = 0.95) -> dict:
     both groups the interval collapses onto the observed difference (the limit of Welch's
     interval), which is significant exactly when it is non-zero.
     """
-    first, second = _finite_vector(a, "a"), _finite_vector(b, "b")
-    _check_confidence(confidence)
+    first, second = finite_vector(a, "a"), finite_vector(b, "b")
+    check_probability(confidence, "confidence")
     difference = float(first.mean() - second.mean())
     nan = float("nan")
     if first.size < 2 or second.size < 2:

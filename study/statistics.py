@@ -13,7 +13,7 @@ import numpy as np
 from scipy import optimize, stats
 
 
-def _finite_vector(values, name: str) -> np.ndarray:
+def finite_vector(values, name: str) -> np.ndarray:
     """The values as a non-empty, finite, one-dimensional float array, or a ValueError."""
     array = np.asarray(values, dtype=float)
     if array.ndim != 1:
@@ -25,7 +25,7 @@ def _finite_vector(values, name: str) -> np.ndarray:
     return array
 
 
-def _check_probability(value: float, name: str) -> None:
+def check_probability(value: float, name: str) -> None:
     """Raise unless 0 < value < 1 (NaN fails too)."""
     if not 0.0 < value < 1.0:
         raise ValueError(f"{name} must lie strictly between 0 and 1, got {value}")
@@ -33,8 +33,8 @@ def _check_probability(value: float, name: str) -> None:
 
 def _check_test_levels(alpha: float, power: float) -> None:
     """Raise unless alpha and power are probabilities with power > alpha (else nothing is to be found)."""
-    _check_probability(alpha, "alpha")
-    _check_probability(power, "power")
+    check_probability(alpha, "alpha")
+    check_probability(power, "power")
     if power <= alpha:
         raise ValueError(f"power must exceed alpha ({alpha}), got {power}")
 
@@ -67,12 +67,12 @@ def paired_difference(a, b, confidence: float = 0.95) -> dict:
     When every difference is the same (zero variance) the interval collapses onto it, which
     is significant exactly when it is non-zero (the limit of the t interval as sd → 0).
     """
-    first, second = _finite_vector(a, "a"), _finite_vector(b, "b")
+    first, second = finite_vector(a, "a"), finite_vector(b, "b")
     if first.size != second.size:
         raise ValueError(
             f"a and b must have equal length (one value per seed), got {first.size} and {second.size}"
         )
-    _check_probability(confidence, "confidence")
+    check_probability(confidence, "confidence")
     differences = first - second
     n = int(differences.size)
     difference = float(differences.mean())
@@ -164,7 +164,7 @@ def equivalence_test(
     """
     if not margin > 0.0:
         raise ValueError(f"margin must be > 0, got {margin}")
-    _check_probability(alpha, "alpha")
+    check_probability(alpha, "alpha")
     if alpha >= 0.5:
         raise ValueError(f"alpha must be below 0.5 for the (1 − 2·alpha) interval to exist, got {alpha}")
     if standard_error < 0.0:
