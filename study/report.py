@@ -172,9 +172,11 @@ def verdict_sentences(analysis: StudyAnalysis) -> list[str]:
 
     even = facts["break_even"]
     if even and even["max_trials"]:
-        sentence = (f"What a search buys: the trial that val selects among n {searched} trials scores on test "
-                    f"{metric} what Fixed AdaCos's one run scores ({_score(even['target'])}) "
-                    f"{_break_even_clause(even)}; the whole search of {_plural(even['max_trials'], 'trial')} buys "
+        reach = ("scores on test {metric} what one Fixed AdaCos run scores ({target}) {clause}" if even["reached"]
+                 else "does not reach on test {metric} what one Fixed AdaCos run scores ({target}): {clause}")
+        sentence = (f"What a search buys: the trial that val selects among n {searched} trials "
+                    + reach.format(metric=metric, target=_score(even["target"]), clause=_break_even_clause(even))
+                    + f"; the whole search of {_plural(even['max_trials'], 'trial')} buys "
                     f"{_signed(even['gain'])} ({confidence:.0%} interval {_interval(even['gain_low'], even['gain_high'])}"
                     ") over one Fixed AdaCos run.")
         control = facts["control"]
