@@ -376,8 +376,8 @@ def trend_sentences(table: pd.DataFrame) -> str:
     trials = np.where(table["break_even_reached"], table["break_even_trials"], table["search_trials"] + 1)
     listing = ", ".join(f"C = {row.C}: {_break_even_text(row)}" for row in table.itertuples())
     if not table["break_even_reached"].any():
-        sentences.append(f"Tuned {loss_name(table['tuned_loss'].iloc[0])}'s expected best never reached Fixed "
-                         f"AdaCos's val mean within the search at any C ({listing}).")
+        sentences.append(f"The trial val selects in {loss_name(table['tuned_loss'].iloc[0])}'s search never reached "
+                         f"one Fixed AdaCos run's mean test score within the search at any C ({listing}).")
     elif len(table) > 1:
         trend = _slope_per_decade(table["C"], trials)
         direction = "rise" if trend > 0 else "fall" if trend < 0 else "stay level"
@@ -517,9 +517,11 @@ def write_sweep_report(table: pd.DataFrame, report_dir: str | Path = DEFAULT_REP
         f"The whole study was run once per training class count C, each in its own folder"
         + (f" under `{sweep_dir}`" if sweep_dir is not None else "")
         + f"; every number below comes from that folder's report. s_f = √2·ln(C−1) is Fixed AdaCos's scale; "
-          f"the difference is {tuned} minus Fixed AdaCos on test {metric}, with Welch's 95% CI over seeds; "
-          "break-even is the number of search trials after which tuning's expected best val score reaches Fixed "
-          "AdaCos's val mean.",
+          f"the difference is {tuned} minus Fixed AdaCos on test {metric}, paired by seed, with its 95% CI over "
+          "seeds and significance after Holm's correction across the test metrics; break-even is the number of "
+          "search trials after which the test score of the trial val selects reaches Fixed AdaCos's mean test "
+          "score of one run, with its bootstrap interval; the search gain is what the whole search buys on test "
+          "over one Fixed AdaCos run; the recommendation is each study's own verdict.",
         trend_sentences(table),
         Table(_shown_table(table), f"{tuned} against Fixed AdaCos at each class count"),
         FigureRef("class_count.png",
