@@ -345,7 +345,12 @@ class StudyParams:
         unknown = sorted(set(values) - set(SECTIONS))
         if unknown:
             raise ConfigError(f"unknown section {unknown[0]!r}; the sections are: {', '.join(SECTIONS)}")
-        return cls(**{name: SECTIONS[name].from_dict(values.get(name), name) for name in SECTIONS})
+        params = cls(**{name: SECTIONS[name].from_dict(values.get(name), name) for name in SECTIONS})
+        if params.data.protocol == "open" and params.train.objective in ("accuracy", "knn_accuracy"):
+            raise ConfigError(f"train.objective: {params.train.objective} classifies into the training classes, "
+                              "which the open protocol's val and test classes never are; choose map_at_r, "
+                              "r_precision or precision_at_1, or set data.protocol: closed")
+        return params
 
     def to_dict(self) -> dict[str, Any]:
         """The params as plain data."""

@@ -55,6 +55,9 @@ def test_the_shipped_params_are_the_embedded_default_and_valid():
     ({"analysis": {"confidence": 1.5}}, "analysis.confidence: must be in [0.5, 1)"),
     ({"report": {"dpi": 5}}, "report.dpi: must be in [50, 600]"),
     ({"search": {"repeats": 0}}, "search.repeats: must be ≥ 1"),
+    ({"data": {"protocol": "open"}, "train": {"objective": "knn_accuracy"}},
+     "train.objective: knn_accuracy classifies into the training classes, which the open protocol's val and test "
+     "classes never are"),
     ({"analysis": {"estimator": "bootstrap"}}, "analysis.estimator: 'bootstrap' is not allowed; choose one of "
                                               "'without_replacement', 'with_replacement'"),
     ({"analysis": {"equivalence_margin": {"accuracy": 0.01}}}, "analysis.equivalence_margin: give one margin for "

@@ -16,7 +16,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def params_with(**sections) -> StudyParams:
-    base = {"data": {"dataset": "digits"}, "model": {"name": "mlp", "embedding_size": 16},
+    base = {"data": {"dataset": "digits", "protocol": "closed"}, "model": {"name": "mlp", "embedding_size": 16},
             "train": {"epochs": 1, "batch_size": 128, "eval_every": 5, "device": "cpu", "lr": 0.01,
                       "objective": "accuracy"},
             "search": {"n_trials": 3}}

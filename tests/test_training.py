@@ -113,3 +113,17 @@ def test_checkpoint_restores_backbone_and_dynamic_scale(digits, tmp_path):
     device = torch.device("cpu")
     assert evaluate(model, loss, digits, "test", config, device) == evaluate(result.model, result.loss, digits,
                                                                              "test", config, device)
+
+
+def test_classifying_metrics_only_where_the_split_shares_the_training_classes(digits):
+    """Under the open protocol no test class was trained on: argmax and 1-NN accuracy against the training
+    classes are undefined there and left out, while retrieval and verification are measured."""
+    open_split = split_dataset(load_dataset("digits"), "open", (0.5, 0.25, 0.25), seed=0)
+    assert not set(open_split["test"].class_names) & set(open_split["train"].class_names)
+    config = TrainConfig(epochs=1, batch_size=64, lr=0.01, eval_every=40, device="cpu", objective="map_at_r")
+    device = torch.device("cpu")
+    for sets, shares in ((open_split, False), (digits, True)):
+        result = train(sets, loss_name="fixed_adacos", model_config=MLP, config=config)
+        scores = evaluate(result.model, result.loss, sets, "test", config, device, full=True)
+        assert ("accuracy" in scores) == shares and ("knn_accuracy" in scores) == shares
+        assert {"map_at_r", "roc_auc", "verification_accuracy"} <= set(scores)
