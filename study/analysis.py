@@ -1055,6 +1055,9 @@ def analyse_study(trials: pd.DataFrame, runs: pd.DataFrame, history: pd.DataFram
     curves = _curves(history, objective, methods, config)
     facts = _verdict_facts(objective, searched_losses, final, costs, differences, even, summary, tuning_curves, speed,
                            estimator, config)
+    default = runs.loc[runs["method"] == "arcface_default"].reindex(columns=["s", "m"])
+    facts["default_hyperparameters"] = ({key: float(value) for key, value in default.iloc[0].items()}
+                                        if len(default) else {})
     return StudyAnalysis(
         objective=objective, confidence=config.confidence, methods=methods, searched_losses=searched_losses,
         search_summary=summary, tuning_curves=tuning_curves, estimator=estimator, reference_bands=bands,

@@ -134,8 +134,8 @@ def _break_even_clause(even: dict, seconds_word: bool = True) -> str:
     interval = _trials_interval(even["trials_low"], even["trials_high"], even["max_trials"])
     if even["reached"]:
         cost = f"; about {_seconds(even['seconds'])} of device time" if seconds_word and even["seconds"] else ""
-        return f"after {_plural(even['trials'], 'trial')} (interval {interval}{cost})"
-    return f"not within the {_plural(even['max_trials'], 'trial')} run (interval {interval})"
+        return f"after {_plural(even['trials'], 'trial')} (bootstrap interval {interval}{cost})"
+    return f"not within the {_plural(even['max_trials'], 'trial')} run (bootstrap interval {interval})"
 
 
 def _comparison_clause(row: dict, confidence: float) -> str:
@@ -199,7 +199,10 @@ def verdict_sentences(analysis: StudyAnalysis) -> list[str]:
 
     default = facts["default"]
     if default:
-        clause = (f"{searched} at the usual defaults scores {_score(facts['default_test_mean'])}, "
+        values = facts["default_hyperparameters"]
+        where = (f" (s = {values['s']:g}, m = {values['m']:g} rad)" if {"s", "m"} <= set(values)
+                 and not any(math.isnan(v) for v in values.values()) else "")
+        clause = (f"{searched} at the usual defaults{where} scores {_score(facts['default_test_mean'])}, "
                   f"{_comparison_clause(default, confidence)} against Fixed AdaCos: {_judgement(default)}")
         if facts["default_diverged"]:
             clause += f"; {facts['default_diverged']} of its {facts['default_runs']} runs diverged"

@@ -201,7 +201,7 @@ def test_report_opens_with_the_verdict_and_has_every_section_and_the_numbers(wri
     # Three seeds resolve neither a difference nor equivalence within ±0.005: undecided, and it says what would.
     assert "Recommendation: undecided." in verdict_text and 'That is not "no difference"' in verdict_text
     # ArcFace at its defaults, with its diverged seed, and the convergence comparison.
-    assert "1 of its 3 runs diverged" in verdict_text
+    assert "at the usual defaults (s = 64, m = 0.5 rad)" in verdict_text and "1 of its 3 runs diverged" in verdict_text
     assert "of its own final val score" in verdict_text
     # The softmax target that is never reached is shown as such, not as a number.
     assert "not reached [not reached, not reached] (0/3 seeds)" in text
