@@ -150,27 +150,6 @@ def first_reaching(curves, targets) -> np.ndarray:
     return np.where(reached.any(axis=1), np.argmax(reached, axis=1) + 1.0, np.inf)
 
 
-def break_even(expected_best, target: float, seconds_per_trial: float) -> dict:
-    """The fewest trials (and device-seconds) after which the expected-best curve reaches target."""
-    curve = np.asarray(expected_best, dtype=float)
-    if curve.ndim != 1 or curve.size == 0:
-        raise ValueError("expected_best must be a non-empty one-dimensional curve (n = 1…N)")
-    if not np.isfinite(target):
-        raise ValueError(f"target must be finite, got {target}")
-    if not (np.isfinite(seconds_per_trial) and seconds_per_trial >= 0):
-        raise ValueError(f"seconds_per_trial must be finite and non-negative, got {seconds_per_trial}")
-    reached = _reaches(curve, target)
-    if not reached.any():
-        return {"trials": None, "seconds": None, "reached": False, "max_trials": int(curve.size)}
-    trials = int(np.argmax(reached)) + 1
-    return {
-        "trials": trials,
-        "seconds": float(trials * seconds_per_trial),
-        "reached": True,
-        "max_trials": int(curve.size),
-    }
-
-
 def _aligned_curve(iterations, name: str, *curves) -> tuple[np.ndarray, ...]:
     """Iterations and curves as equal-length 1-D arrays, iterations non-decreasing."""
     steps = np.asarray(iterations)
