@@ -111,6 +111,10 @@ def _iterations(value) -> str:
     return "not reached" if _missing(value) else _iteration_number(value)
 
 
+def _p(value) -> str:
+    return "n/a" if _missing(value) else f"{value:.3g}"
+
+
 def _percent(value) -> str:
     return "n/a" if _missing(value) else f"{value:.2f}"
 
@@ -141,9 +145,8 @@ def _break_even_clause(even: dict, seconds_word: bool = True) -> str:
 def _comparison_clause(row: dict, confidence: float) -> str:
     """'+0.0030 (95% CI [-0.0016, +0.0076], paired over 10 seeds, p = 0.16 after Holm)'."""
     how = f"paired over {row['pairs']} seeds" if row["test"] == "paired" else "Welch, unpaired"
-    p = "n/a" if row["p_holm"] is None else f"{row['p_holm']:.3g}"
     return (f"{_signed(row['difference'])} ({confidence:.0%} CI {_interval(row['low'], row['high'])}, {how}, "
-            f"p = {p} after Holm)")
+            f"p = {_p(row['p_holm'])} after Holm)")
 
 
 def _judgement(row: dict) -> str:
@@ -151,7 +154,9 @@ def _judgement(row: dict) -> str:
     if row["significant"]:
         return "significant"
     if row["equivalent"]:
-        return f"equivalent within ±{row['margin']:g} (TOST p = {row['tost_p_value']:.3g})"
+        return f"equivalent within ±{row['margin']:g} (TOST p = {_p(row['tost_p_value'])})"
+    if _missing(row["low"]):
+        return "too few seeds to judge"
     return f"neither significant nor equivalent within ±{row['margin']:g}"
 
 
@@ -248,16 +253,19 @@ def _recommendation_sentences(facts: dict, searched: str, metric: str, confidenc
                 "costs no tuning.")
     if reason == "equivalent":
         return (f"Recommendation: use Fixed AdaCos. {comparison}: the two are equivalent within ±{row['margin']:g} "
-                f"(two one-sided tests, p = {row['tost_p_value']:.3g}), and Fixed AdaCos costs no tuning.")
+                f"(two one-sided tests, p = {_p(row['tost_p_value'])}), and Fixed AdaCos costs no tuning.")
     if reason == "alternative_better_than_fixed_adacos":
         alternative = method_name(facts["recommendation"])
         return (f"Recommendation: use {alternative}. {comparison}: {_judgement(row)}; {alternative} is "
                 f"significantly better than Fixed AdaCos on test {metric} and, like it, costs no tuning.")
+    if _missing(row["low"]):
+        return (f"Recommendation: undecided. {comparison}: with one seed per method nothing is known about "
+                "seed-to-seed spread, so no difference can be judged; list more seeds in runs.seeds.")
     seeds = (f"about {row['seeds_to_resolve']:,} seeds would resolve a difference of this size (to significance or "
              "to equivalence)" if row["seeds_to_resolve"] else "no practical number of seeds would resolve it")
     detectable = ("n/a" if row["detectable"] is None else f"{row['detectable']:.4f}")
     return (f"Recommendation: undecided. {comparison}: neither a significant difference nor equivalence within "
-            f"±{row['margin']:g} (TOST p = {row['tost_p_value']:.3g}). That is not \"no difference\": with "
+            f"±{row['margin']:g} (TOST p = {_p(row['tost_p_value'])}). That is not \"no difference\": with "
             f"{row['pairs']} seeds the smallest difference this study detects with {facts.get('power', 0.8):.0%} "
             f"power is {detectable}, and {seeds}.")
 
@@ -1262,7 +1270,7 @@ def _key_numbers(analysis: StudyAnalysis) -> pd.DataFrame:
         rows.append({"number": f"tuned {searched} − Fixed AdaCos, test {metric}", "value": _signed(row["difference"]),
                      f"{confidence} interval": _interval(row["low"], row["high"]),
                      "what the interval covers": f"seed-to-seed variation, {row['test']} over {row['pairs']} seeds; "
-                                                 f"{_judgement(row)}; Holm p = {row['p_holm']:.3g}"})
+                                                 f"{_judgement(row)}; Holm p = {_p(row['p_holm'])}"})
     even = facts["break_even"]
     if even and even["max_trials"]:
         rows.append({"number": f"{searched} trials until the val-selected trial matches one Fixed AdaCos run on test",

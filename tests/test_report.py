@@ -614,3 +614,12 @@ def test_the_revision_is_dirty_for_changed_code_or_params_but_not_for_the_pipeli
     for where in (tmp_path, tmp_path / "reports"):
         monkeypatch.chdir(where)
         assert git_revision() == f"{commit}-dirty"
+
+
+def test_one_seed_per_method_gives_an_undecided_verdict_that_says_why():
+    trials, runs, history = make_study()
+    runs, history = runs[runs["seed"] == 0], history[history["seed"] == 0]
+    analysis = analyse(trials, runs, history)
+    assert analysis.verdict_facts["recommendation"] == "undecided"
+    text = verdict(analysis)
+    assert text.startswith("Recommendation: undecided.") and "nothing is known about seed-to-seed spread" in text
