@@ -12,16 +12,17 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 from scipy.special import gammaln
 
 from study.config import HYPERPARAMETER_FREE_LOSSES, AnalysisConfig
 from study.losses import fixed_adacos_scale
 from study.statistics import (
     check_probability,
+    difference_ci,
     equivalence_test,
     finite_vector,
     holm_adjusted,
+    mean_ci,
     minimum_detectable_difference,
     paired_difference,
     seeds_to_detect,
@@ -180,57 +181,6 @@ def convergence_targets(best_final_score: float, fractions: Sequence[float] = (0
         if not 0.0 < fraction <= 1.0:
             raise ValueError(f"fractions must lie in (0, 1], got {fraction}")
     return {float(fraction): float(fraction * best_final_score) for fraction in fractions}
-
-
-def mean_ci(values, confidence: float = 0.95) -> tuple[float, float, float]:
-    """Mean and Student-t confidence interval (mean, low, high); the bounds are NaN for a single value."""
-    sample = finite_vector(values, "values")
-    check_probability(confidence, "confidence")
-    mean = float(sample.mean())
-    if sample.size < 2:
-        return mean, float("nan"), float("nan")
-    half_width = stats.t.ppf(0.5 + confidence / 2.0, sample.size - 1) * sample.std(ddof=1) / np.sqrt(sample.size)
-    return mean, float(mean - half_width), float(mean + half_width)
-
-
-def difference_ci(a, b, confidence: float = 0.95) -> dict:
-    """Welch's t interval and two-sided p-value for mean(a) − mean(b).
-
-    With fewer than two values in a group nothing about spread is known: the interval,
-    p-value and df are NaN and the difference is not significant. With zero variance in
-    both groups the interval collapses onto the observed difference (the limit of Welch's
-    interval), which is significant exactly when it is non-zero.
-    """
-    first, second = finite_vector(a, "a"), finite_vector(b, "b")
-    check_probability(confidence, "confidence")
-    difference = float(first.mean() - second.mean())
-    nan = float("nan")
-    if first.size < 2 or second.size < 2:
-        return {"difference": difference, "low": nan, "high": nan, "p_value": nan, "significant": False, "df": nan}
-    var_first = first.var(ddof=1) / first.size
-    var_second = second.var(ddof=1) / second.size
-    variance = var_first + var_second
-    if variance == 0.0:
-        return {
-            "difference": difference,
-            "low": difference,
-            "high": difference,
-            "p_value": 1.0 if difference == 0.0 else 0.0,
-            "significant": difference != 0.0,
-            "df": nan,
-        }
-    df = variance**2 / (var_first**2 / (first.size - 1) + var_second**2 / (second.size - 1))
-    standard_error = np.sqrt(variance)
-    half_width = stats.t.ppf(0.5 + confidence / 2.0, df) * standard_error
-    low, high = difference - half_width, difference + half_width
-    return {
-        "difference": difference,
-        "low": float(low),
-        "high": float(high),
-        "p_value": float(2.0 * stats.t.sf(abs(difference) / standard_error, df)),
-        "significant": bool(low > 0.0 or high < 0.0),
-        "df": float(df),
-    }
 
 
 def crossing_iteration(iterations, curve_a, curve_b) -> int | None:
@@ -451,7 +401,9 @@ def _trial_draws(group: pd.DataFrame) -> pd.DataFrame:
     complete = (finished["state"] == "COMPLETE") & np.isfinite(value)
     selection = np.where(complete, value, np.where(finished["state"] == "PRUNED", -np.inf, METRIC_FLOOR))
     reported = np.where(complete & np.isfinite(test), test, METRIC_FLOOR)
+    # `val` is what the val curve shows: the selection score, a pruned trial at the floor too.
     return pd.DataFrame({"repeat": finished["repeat"].to_numpy(), "selection": selection, "reported": reported,
+                         "val": np.where(np.isfinite(selection), selection, METRIC_FLOOR),
                          "value": value.where(complete).to_numpy()})
 
 
@@ -461,7 +413,8 @@ def _run_draws(runs: pd.DataFrame, method: str, objective: str) -> pd.DataFrame:
     val = pd.to_numeric(group["val_score"], errors="coerce").to_numpy(dtype=float)
     test = pd.to_numeric(group.get(f"{TEST_PREFIX}{objective}", pd.Series(np.nan, index=group.index)),
                          errors="coerce").to_numpy(dtype=float)
-    return pd.DataFrame({"seed": group["seed"].to_numpy(), "selection": np.where(np.isfinite(val), val, METRIC_FLOOR),
+    selection = np.where(np.isfinite(val), val, METRIC_FLOOR)
+    return pd.DataFrame({"seed": group["seed"].to_numpy(), "selection": selection, "val": selection,
                          "reported": np.where(np.isfinite(test), test, METRIC_FLOOR)})
 
 
@@ -476,9 +429,8 @@ def _pooled_curves(draws: pd.DataFrame, replacement: bool, config: AnalysisConfi
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Independent draws (random-search trials, or an untuned method's seeds): the selected-test curve, the
     expected-best val curve, and bootstrap replicates of the former."""
-    val = np.where(np.isfinite(draws["selection"]), draws["selection"], METRIC_FLOOR)
     return (expected_selected_after_n_trials(draws["selection"], draws["reported"], replacement),
-            expected_selected_after_n_trials(draws["selection"], val, replacement),
+            expected_selected_after_n_trials(draws["selection"], draws["val"], replacement),
             bootstrap_selected_curves(draws["selection"], draws["reported"], replacement, config.n_bootstrap,
                                       config.seed))
 
@@ -486,9 +438,7 @@ def _pooled_curves(draws: pd.DataFrame, replacement: bool, config: AnalysisConfi
 def _sequential_search_curves(draws: pd.DataFrame, config: AnalysisConfig
                               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A sequential sampler's repeats: the mean best-so-far test and val curves, and replicates over repeats."""
-    val = np.where(np.isfinite(draws["selection"]), draws["selection"], METRIC_FLOOR)
-    tests = _sequential_curves(draws, "reported")
-    vals = _sequential_curves(draws.assign(val=val), "val")
+    tests, vals = _sequential_curves(draws, "reported"), _sequential_curves(draws, "val")
     picks = np.random.default_rng(config.seed).integers(0, tests.shape[0], size=(config.n_bootstrap, tests.shape[0]))
     return tests.mean(axis=0), vals.mean(axis=0), tests[picks].mean(axis=1)
 
@@ -520,9 +470,9 @@ def _tuning_budget(trials: pd.DataFrame, runs: pd.DataFrame, summary: pd.DataFra
         rows.append(pd.DataFrame({"method": method, "kind": "control", "n": n, "expected_test": curve, "low": low,
                                   "high": high, "expected_val": val_curve,
                                   "seconds": n * run_seconds}))
-        picks = rng.integers(0, len(draws), size=(config.n_bootstrap, len(draws)))
         if method not in ADACOS_METHODS:
             continue  # the break-even is against what AdaCos delivers with no tuning
+        picks = rng.integers(0, len(draws), size=(config.n_bootstrap, len(draws)))
         references[method] = {"target": float(draws["reported"].mean()),
                               "replicates": draws["reported"].to_numpy()[picks].mean(axis=1),
                               "val_mean": _mean_or_nan(runs.loc[runs["method"] == method, "val_score"])}
@@ -630,7 +580,7 @@ DIFFERENCE_COLUMNS = ["method", "metric", "test", "pairs", "difference", "low", 
                       "significant", "welch_difference", "welch_low", "welch_high", "welch_p_value", "margin",
                       "tost_p_value", "equivalent", "detectable", "seeds_to_resolve", "higher_is_better"]
 # Which equivalence margin (analysis.equivalence_margin) each test metric takes.
-METRIC_KINDS = {"accuracy": "accuracy", "knn_accuracy": "accuracy", "precision_at_1": "retrieval",
+METRIC_KIND = {"accuracy": "accuracy", "knn_accuracy": "accuracy", "precision_at_1": "retrieval",
                 "r_precision": "retrieval", "map_at_r": "retrieval", "roc_auc": "verification", "eer": "verification",
                 "tar_at_far_1e-2": "verification", "tar_at_far_1e-3": "verification",
                 "verification_accuracy": "verification"}
@@ -638,9 +588,9 @@ METRIC_KINDS = {"accuracy": "accuracy", "knn_accuracy": "accuracy", "precision_a
 
 def equivalence_margin(metric: str, config: AnalysisConfig) -> float:
     """The equivalence margin of a test metric, by its kind (accuracy, retrieval or verification)."""
-    kind = METRIC_KINDS.get(metric.removeprefix(TEST_PREFIX))
+    kind = METRIC_KIND.get(metric.removeprefix(TEST_PREFIX))
     if kind is None:
-        raise KeyError(f"metric {metric!r} has no kind; known: {', '.join(METRIC_KINDS)}")
+        raise KeyError(f"metric {metric!r} has no kind; known: {', '.join(METRIC_KIND)}")
     return config.equivalence_margin[kind]
 
 
@@ -661,11 +611,9 @@ def _method_differences(group: pd.DataFrame, reference: pd.DataFrame, method: st
                                        config.confidence)
             standard_error, df, sd = result["standard_error"], result["df"], result["sd"]
         else:  # nothing pairs (e.g. different seeds): Welch alone
-            result = welch or {"difference": math.nan, "low": math.nan, "high": math.nan, "p_value": math.nan}
-            standard_error = (result["high"] - result["low"]) / (2 * stats.t.ppf(0.5 + config.confidence / 2,
-                                                                                  welch["df"])) \
-                if welch and np.isfinite(welch.get("df", math.nan)) else math.nan
-            df, sd = welch.get("df", math.nan) if welch else math.nan, math.nan
+            result = welch or {"difference": math.nan, "low": math.nan, "high": math.nan, "p_value": math.nan,
+                               "standard_error": math.nan, "df": math.nan}
+            standard_error, df, sd = result["standard_error"], result["df"], math.nan
         margin = equivalence_margin(metric, config)
         tost = (equivalence_test(result["difference"], standard_error, df, margin, alpha)
                 if np.isfinite(standard_error) else {"p_value": math.nan, "equivalent": False})
@@ -946,7 +894,7 @@ def _recommendation(tuned: str | None, comparison: dict | None, alternatives: li
 
 
 def _verdict_facts(objective: str, searched_losses, final, costs, differences, break_even_table, summary,
-                   tuning_curves, speed, estimator: dict, config: AnalysisConfig) -> dict:
+                   tuning_curves, speed, estimator: dict, default_hyperparameters: dict, config: AnalysisConfig) -> dict:
     """The numbers the verdict states and the recommendation they imply, as plain data (None where absent)."""
     metric = f"{TEST_PREFIX}{objective}"
     loss = primary_loss(searched_losses)
@@ -992,6 +940,7 @@ def _verdict_facts(objective: str, searched_losses, final, costs, differences, b
         "tuned_loss": loss, "tuned_method": tuned, "tuned_present": bool(tuned and (costs["method"] == tuned).any()),
         "tuned_test_mean": test_mean(tuned), "tuned": comparison,
         "default_method": "arcface_default", "default_test_mean": test_mean("arcface_default"),
+        "default_hyperparameters": default_hyperparameters,
         "default": _difference_row(differences, "arcface_default", metric),
         "default_diverged": int(costs.loc[costs["method"] == "arcface_default", "diverged"].sum()),
         "default_runs": int(costs.loc[costs["method"] == "arcface_default", "runs"].sum()),
@@ -1032,11 +981,10 @@ def analyse_study(trials: pd.DataFrame, runs: pd.DataFrame, history: pd.DataFram
     best, best_method, targets, per_run, per_method, speed = _convergence_tables(runs, history, objective, methods,
                                                                                  config)
     curves = _curves(history, objective, methods, config)
-    facts = _verdict_facts(objective, searched_losses, final, costs, differences, even, summary, tuning_curves, speed,
-                           estimator, config)
     default = runs.loc[runs["method"] == "arcface_default"].reindex(columns=["s", "m"])
-    facts["default_hyperparameters"] = ({key: float(value) for key, value in default.iloc[0].items()}
-                                        if len(default) else {})
+    default_hyperparameters = {key: float(value) for key, value in default.iloc[0].items()} if len(default) else {}
+    facts = _verdict_facts(objective, searched_losses, final, costs, differences, even, summary, tuning_curves, speed,
+                           estimator, default_hyperparameters, config)
     return StudyAnalysis(
         objective=objective, confidence=config.confidence, methods=methods, searched_losses=searched_losses,
         search_summary=summary, tuning_curves=tuning_curves, estimator=estimator, reference_bands=bands,

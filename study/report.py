@@ -126,16 +126,16 @@ def _plural(count: int, word: str) -> str:
 # --- the verdict: sentences chosen by the numbers ----------------------------------------
 
 
-def _trials_interval(low, high, max_trials) -> str:
-    """A break-even interval in trials; an end is "not within N" where those replicates never break even."""
-    lower = f"not within {max_trials}" if low is None else f"{low}"
-    upper = f"not within {max_trials}" if high is None else f"{high}"
+def trials_interval(low, high, max_trials) -> str:
+    """A break-even interval in trials; an end that is missing (never reached) reads "not within N"."""
+    lower, upper = (f"not within {max_trials}" if count_or_none(end) is None else f"{count_or_none(end)}"
+                    for end in (low, high))
     return f"[{lower}, {upper}]"
 
 
 def _break_even_clause(even: dict, seconds_word: bool = True) -> str:
     """'after 5 trials (95% interval [2, 12]; about 40 s)' or 'not within 32 trials (…)'."""
-    interval = _trials_interval(even["trials_low"], even["trials_high"], even["max_trials"])
+    interval = trials_interval(even["trials_low"], even["trials_high"], even["max_trials"])
     if even["reached"]:
         cost = f"; about {_seconds(even['seconds'])} of device time" if seconds_word and even["seconds"] else ""
         return f"after {_plural(even['trials'], 'trial')} (bootstrap interval {interval}{cost})"
@@ -505,7 +505,7 @@ def figure_tuning(analysis: StudyAnalysis, palette: dict, x: str, path: Path, dp
                         ax.errorbar(point["n"], point["expected_test"],
                                     xerr=[[point["n"] - low], [high - point["n"]]] if np.isfinite(low) else None,
                                     fmt="none", ecolor=colour, elinewidth=1.2, capsize=4)
-                        text += f" ({confidence} interval {_trials_interval(count_or_none(even.trials_low), count_or_none(even.trials_high), even.max_trials)})"
+                        text += f" ({confidence} interval {trials_interval(even.trials_low, even.trials_high, even.max_trials)})"
                     ax.plot(point[x], point["expected_test"], marker="*", markersize=15, color=colour,
                             markeredgecolor="black", linestyle="none", label=f"{loss_name(method)} {text}")
     target = curves[(curves["method"] == REFERENCE_METHOD) & (curves["kind"] == "control") & (curves["n"] == 1)]
@@ -890,7 +890,7 @@ def _tuning_section(analysis: StudyAnalysis, figures: dict) -> Section:
     rows = []
     for row in analysis.break_even.itertuples():
         reached = bool(row.reached)
-        interval = _trials_interval(count_or_none(row.trials_low), count_or_none(row.trials_high), row.max_trials)
+        interval = trials_interval(row.trials_low, row.trials_high, row.max_trials)
         rows.append({"searched loss": loss_name(row.loss), "reference": method_name(row.reference),
                      f"target: its mean test {objective} of one run": _score(row.target),
                      "break-even trials": _count(row.trials) if reached else f"not within {row.max_trials}",
@@ -1275,7 +1275,7 @@ def _key_numbers(analysis: StudyAnalysis) -> pd.DataFrame:
     if even and even["max_trials"]:
         rows.append({"number": f"{searched} trials until the val-selected trial matches one Fixed AdaCos run on test",
                      "value": _count(even["trials"]) if even["reached"] else f"not within {even['max_trials']}",
-                     f"{confidence} interval": _trials_interval(even["trials_low"], even["trials_high"],
+                     f"{confidence} interval": trials_interval(even["trials_low"], even["trials_high"],
                                                                 even["max_trials"]),
                      "what the interval covers": "bootstrap over the search's trials and Fixed AdaCos's seeds"
                                                  + (f"; about {_seconds(even['seconds'])} of device time"

@@ -59,6 +59,60 @@ def _smallest_n(satisfied, max_seeds: int) -> int | None:
     return high
 
 
+def mean_ci(values, confidence: float = 0.95) -> tuple[float, float, float]:
+    """Mean and Student-t confidence interval (mean, low, high); the bounds are NaN for a single value."""
+    sample = finite_vector(values, "values")
+    check_probability(confidence, "confidence")
+    mean = float(sample.mean())
+    if sample.size < 2:
+        return mean, float("nan"), float("nan")
+    half_width = stats.t.ppf(0.5 + confidence / 2.0, sample.size - 1) * sample.std(ddof=1) / np.sqrt(sample.size)
+    return mean, float(mean - half_width), float(mean + half_width)
+
+
+def difference_ci(a, b, confidence: float = 0.95) -> dict:
+    """Welch's t interval, two-sided p-value and standard error for mean(a) − mean(b) of two unpaired samples.
+
+    With fewer than two values in a group nothing about spread is known: the interval,
+    p-value and df are NaN and the difference is not significant. With zero variance in
+    both groups the interval collapses onto the observed difference (the limit of Welch's
+    interval), which is significant exactly when it is non-zero.
+    """
+    first, second = finite_vector(a, "a"), finite_vector(b, "b")
+    check_probability(confidence, "confidence")
+    difference = float(first.mean() - second.mean())
+    nan = float("nan")
+    if first.size < 2 or second.size < 2:
+        return {"difference": difference, "low": nan, "high": nan, "p_value": nan, "significant": False, "df": nan,
+                "standard_error": nan}
+    var_first = first.var(ddof=1) / first.size
+    var_second = second.var(ddof=1) / second.size
+    variance = var_first + var_second
+    if variance == 0.0:
+        return {
+            "difference": difference,
+            "low": difference,
+            "high": difference,
+            "p_value": 1.0 if difference == 0.0 else 0.0,
+            "significant": difference != 0.0,
+            "df": nan,
+            "standard_error": 0.0,
+        }
+    df = variance**2 / (var_first**2 / (first.size - 1) + var_second**2 / (second.size - 1))
+    standard_error = np.sqrt(variance)
+    half_width = stats.t.ppf(0.5 + confidence / 2.0, df) * standard_error
+    low, high = difference - half_width, difference + half_width
+    return {
+        "difference": difference,
+        "low": float(low),
+        "high": float(high),
+        "p_value": float(2.0 * stats.t.sf(abs(difference) / standard_error, df)),
+        "significant": bool(low > 0.0 or high < 0.0),
+        "df": float(df),
+        "standard_error": float(standard_error),
+    }
+
+
 def paired_difference(a, b, confidence: float = 0.95) -> dict:
     """Paired t interval and two-sided p-value for mean(a − b): t = mean(d)/(sd(d)/√n), df = n − 1.
 

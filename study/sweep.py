@@ -31,7 +31,16 @@ from study.analysis import REFERENCE_METHOD, TEST_PREFIX, fixed_scale_of, primar
 from study.config import ConfigError, StudyParams, load_params
 from study.data import _split_counts
 from study.presets import build_preset, write_params
-from study.report import FigureRef, Section, Table, loss_name, metric_name, render_html, render_markdown
+from study.report import (
+    FigureRef,
+    Section,
+    Table,
+    loss_name,
+    metric_name,
+    render_html,
+    render_markdown,
+    trials_interval,
+)
 from study.results import REPORT_DIR, SEARCH_DIR, read_csv, read_json, tuned_method, write_csv
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -332,12 +341,6 @@ def _break_even_text(row) -> str:
     return f"{int(row.break_even_trials)}" if row.break_even_reached else f"not within {row.search_trials}"
 
 
-def _break_even_interval(row) -> str:
-    low = "n/a" if not math.isfinite(row.break_even_low) else f"{int(row.break_even_low)}"
-    high = f"not within {row.search_trials}" if not math.isfinite(row.break_even_high) else f"{int(row.break_even_high)}"
-    return f"[{low}, {high}]"
-
-
 def trend_sentences(table: pd.DataFrame) -> str:
     """The trend with C, every clause chosen from the table's numbers: the difference's slope and the break-even."""
     if table.empty:
@@ -494,7 +497,8 @@ def _shown_table(table: pd.DataFrame) -> pd.DataFrame:
         rows.append({
             "C": row.C, "s_f": _cell(row.s_f, ".3f"), "best s": _cell(row.best_s, ".2f"),
             "best m (rad)": _cell(row.best_m, ".3f"),
-            "break-even trials [95% interval]": f"{_break_even_text(row)} {_break_even_interval(row)}",
+            "break-even trials [95% interval]": f"{_break_even_text(row)} "
+                                                f"{trials_interval(row.break_even_low, row.break_even_high, row.search_trials)}",
             "break-even seconds": _cell(row.break_even_seconds, ".1f", "—") if row.break_even_reached else "—",
             "search gain on test [95%]": f"{_cell(row.search_gain, '+.4f')} [{_cell(row.search_gain_low, '+.4f')}, "
                                          f"{_cell(row.search_gain_high, '+.4f')}]",

@@ -14,14 +14,12 @@ from study.analysis import (
     bootstrap_selected_curves,
     convergence_targets,
     crossing_iteration,
-    difference_ci,
     expected_best_after_n_trials,
     expected_selected_after_n_trials,
     first_reaching,
     fixed_scale_of,
     higher_is_better,
     iterations_to_target,
-    mean_ci,
     percentile_band,
     reproduction_table,
     summarise_runs,
@@ -323,99 +321,6 @@ def test_convergence_targets():
 def test_convergence_targets_rejects_bad_arguments(best, fractions):
     with pytest.raises(ValueError):
         convergence_targets(best, fractions)
-
-
-# --- confidence intervals --------------------------------------------------------------
-
-
-@pytest.mark.parametrize("confidence", [0.9, 0.95, 0.99])
-def test_mean_ci_matches_scipy_t_interval(confidence):
-    values = np.array([0.971, 0.968, 0.975, 0.962, 0.979])
-    mean, low, high = mean_ci(values, confidence)
-    ref_low, ref_high = stats.t.interval(confidence, values.size - 1, loc=values.mean(), scale=stats.sem(values))
-    assert mean == pytest.approx(values.mean())
-    assert low == pytest.approx(ref_low, abs=1e-12)
-    assert high == pytest.approx(ref_high, abs=1e-12)
-
-
-def test_mean_ci_single_value_has_nan_bounds_and_constant_values_collapse():
-    mean, low, high = mean_ci([0.9])
-    assert mean == 0.9 and np.isnan(low) and np.isnan(high)
-    assert mean_ci([0.7, 0.7, 0.7]) == (pytest.approx(0.7), pytest.approx(0.7), pytest.approx(0.7))
-
-
-@pytest.mark.parametrize("bad", [[], [0.1, np.nan]])
-def test_mean_ci_rejects_empty_or_non_finite(bad):
-    with pytest.raises(ValueError):
-        mean_ci(bad)
-
-
-def test_difference_ci_hand_computed_welch():
-    a, b = [1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 6.0]
-    # By hand: var_a/n_a = (5/3)/4 = 5/12, var_b/n_b = 4/3, se² = 21/12 = 1.75,
-    # df = 1.75² / ((5/12)²/3 + (4/3)²/2) = 3.0625 / (25/432 + 8/9).
-    df = 3.0625 / (25 / 432 + 8 / 9)
-    half_width = stats.t.ppf(0.975, df) * np.sqrt(1.75)
-    result = difference_ci(a, b)
-    assert result["difference"] == pytest.approx(-1.5)
-    assert result["df"] == pytest.approx(df, rel=1e-12)
-    assert result["low"] == pytest.approx(-1.5 - half_width, rel=1e-12)
-    assert result["high"] == pytest.approx(-1.5 + half_width, rel=1e-12)
-    assert result["significant"] is False
-    assert result["p_value"] == pytest.approx(stats.ttest_ind(a, b, equal_var=False).pvalue, rel=1e-10)
-
-
-@pytest.mark.parametrize("shift", [0.0, 0.004, 0.02])
-def test_difference_ci_matches_scipy_welch(shift):
-    rng = np.random.default_rng(7)
-    a = rng.normal(0.97 + shift, 0.005, size=5)
-    b = rng.normal(0.97, 0.01, size=4)
-    result = difference_ci(a, b, confidence=0.95)
-    reference = stats.ttest_ind(a, b, equal_var=False)
-    assert result["p_value"] == pytest.approx(reference.pvalue, rel=1e-10)
-    if hasattr(reference, "confidence_interval"):  # scipy ≥ 1.11
-        interval = reference.confidence_interval(0.95)
-        assert result["low"] == pytest.approx(interval.low, rel=1e-10)
-        assert result["high"] == pytest.approx(interval.high, rel=1e-10)
-        assert result["df"] == pytest.approx(reference.df, rel=1e-10)
-    # Significance at 95% ⇔ the interval excludes zero ⇔ p < 0.05.
-    assert result["significant"] == (result["low"] > 0 or result["high"] < 0)
-    assert result["significant"] == (reference.pvalue < 0.05)
-
-
-def test_difference_ci_clear_difference_is_significant():
-    result = difference_ci([0.98, 0.981, 0.979, 0.982], [0.95, 0.952, 0.949, 0.951])
-    assert result["significant"] is True and result["low"] > 0
-
-
-def test_difference_ci_small_groups_give_nan_interval():
-    result = difference_ci([0.9], [0.8, 0.85])
-    assert result["difference"] == pytest.approx(0.075)
-    assert np.isnan(result["low"]) and np.isnan(result["high"]) and np.isnan(result["p_value"])
-    assert np.isnan(result["df"]) and result["significant"] is False
-
-
-def test_difference_ci_zero_variance_in_both_groups():
-    equal = difference_ci([0.5, 0.5, 0.5], [0.5, 0.5])
-    assert equal["difference"] == 0.0 and equal["low"] == equal["high"] == 0.0
-    assert equal["significant"] is False and equal["p_value"] == 1.0
-    apart = difference_ci([0.75, 0.75, 0.75], [0.5, 0.5])
-    assert apart["low"] == apart["high"] == pytest.approx(0.25)
-    assert apart["significant"] is True and apart["p_value"] == 0.0
-
-
-# scipy warns about "catastrophic cancellation" for any constant sample; the reference value is still exact.
-@pytest.mark.filterwarnings("ignore:Precision loss occurred:RuntimeWarning")
-def test_difference_ci_zero_variance_in_one_group_is_ordinary_welch():
-    a, b = [0.875, 0.875, 0.875], [0.85, 0.87, 0.86, 0.88]
-    result = difference_ci(a, b)
-    assert result["df"] == pytest.approx(3.0)  # all the variance comes from b: df = n_b − 1
-    assert result["p_value"] == pytest.approx(stats.ttest_ind(a, b, equal_var=False).pvalue, rel=1e-10)
-
-
-def test_difference_ci_rejects_non_finite():
-    with pytest.raises(ValueError):
-        difference_ci([0.1, np.nan], [0.2, 0.3])
 
 
 # --- crossing --------------------------------------------------------------------------
