@@ -59,6 +59,13 @@ def _smallest_n(satisfied, max_seeds: int) -> int | None:
     return high
 
 
+def _without_spread(difference: float) -> dict:
+    """A difference measured without any spread: the interval collapses onto it (the limit of the t interval
+    as the standard error goes to 0), significant exactly when it is non-zero."""
+    return {"difference": difference, "low": difference, "high": difference,
+            "p_value": 1.0 if difference == 0.0 else 0.0, "significant": difference != 0.0, "standard_error": 0.0}
+
+
 def mean_ci(values, confidence: float = 0.95) -> tuple[float, float, float]:
     """Mean and Student-t confidence interval (mean, low, high); the bounds are NaN for a single value."""
     sample = finite_vector(values, "values")
@@ -89,15 +96,7 @@ def difference_ci(a, b, confidence: float = 0.95) -> dict:
     var_second = second.var(ddof=1) / second.size
     variance = var_first + var_second
     if variance == 0.0:
-        return {
-            "difference": difference,
-            "low": difference,
-            "high": difference,
-            "p_value": 1.0 if difference == 0.0 else 0.0,
-            "significant": difference != 0.0,
-            "df": nan,
-            "standard_error": 0.0,
-        }
+        return _without_spread(difference) | {"df": nan}
     df = variance**2 / (var_first**2 / (first.size - 1) + var_second**2 / (second.size - 1))
     standard_error = np.sqrt(variance)
     half_width = stats.t.ppf(0.5 + confidence / 2.0, df) * standard_error
@@ -147,17 +146,7 @@ def paired_difference(a, b, confidence: float = 0.95) -> dict:
     # Test identical values directly: the mean of equal floats can round away from them,
     # which would leave a spurious ~1e-17 sd and a meaningless huge t statistic.
     if np.all(differences == differences[0]):
-        return {
-            "difference": difference,
-            "low": difference,
-            "high": difference,
-            "p_value": 1.0 if difference == 0.0 else 0.0,
-            "significant": difference != 0.0,
-            "df": float(df),
-            "n": n,
-            "sd": 0.0,
-            "standard_error": 0.0,
-        }
+        return _without_spread(difference) | {"df": float(df), "n": n, "sd": 0.0}
     sd = float(differences.std(ddof=1))
     standard_error = sd / math.sqrt(n)
     half_width = float(stats.t.ppf(0.5 + confidence / 2.0, df)) * standard_error
