@@ -15,7 +15,6 @@ import json
 import math
 import os
 import struct
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -23,66 +22,17 @@ import numpy as np
 import torch
 from PIL import Image
 
+from study.glyphs import load_glyphs
+from study.image_set import ImageSet
+from study.results import write_bytes
+
+__all__ = ["ImageSet", "load_dataset", "split_dataset", "save_splits", "load_splits", "batches", "split_counts",
+           "keep_classes"]
+
 SPLIT_NAMES = ("train", "val", "test")
 PROTOCOLS = ("closed", "open")
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 DEFAULT_CACHE_DIR = "~/.cache/study"  # torchvision downloads go in torchvision/, generated glyphs in glyphs/
-
-
-@dataclass(frozen=True, eq=False)
-class ImageSet:
-    """Labelled images, held in memory (`images`) or as files on disk (`paths`)."""
-
-    labels: np.ndarray
-    class_names: list[str]
-    images: torch.Tensor | None = None
-    paths: list[str] | None = None
-    # Float copies of `images` per device, so each epoch does not convert again.
-    _device_cache: dict = field(default_factory=dict, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "labels", np.asarray(self.labels, dtype=np.int64).reshape(-1))
-        object.__setattr__(self, "class_names", [str(name) for name in self.class_names])
-        if (self.images is None) == (self.paths is None):
-            raise ValueError("an ImageSet needs exactly one of `images` or `paths`")
-        if self.images is not None and (self.images.dtype != torch.uint8 or self.images.ndim != 4):
-            raise ValueError(
-                f"ImageSet.images must be a uint8 tensor of shape (N, C, H, W), "
-                f"got {self.images.dtype} of shape {tuple(self.images.shape)}"
-            )
-        count = len(self.images) if self.images is not None else len(self.paths)
-        if count != len(self.labels):
-            raise ValueError(f"{count} images but {len(self.labels)} labels")
-        if len(self.labels) and (self.labels.min() < 0 or self.labels.max() >= self.num_classes):
-            raise ValueError(
-                f"labels must lie in 0..{self.num_classes - 1} (one per class name), "
-                f"found {self.labels.min()}..{self.labels.max()}"
-            )
-
-    @property
-    def num_classes(self) -> int:
-        """Number of label ids (length of `class_names`)."""
-        return len(self.class_names)
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    @property
-    def input_shape(self) -> tuple[int, int, int] | None:
-        """(C, H, W) of in-memory images; None for files, whose size is set when batching."""
-        return tuple(self.images.shape[1:]) if self.images is not None else None
-
-    def subset(self, indices: Sequence[int] | np.ndarray, relabel: bool) -> ImageSet:
-        """The samples at `indices`; with `relabel`, present classes become 0..k-1 in order."""
-        indices = np.asarray(indices, dtype=np.int64)
-        labels, class_names = self.labels[indices], self.class_names
-        if relabel:
-            present = np.unique(labels)
-            labels = np.searchsorted(present, labels)
-            class_names = [self.class_names[label] for label in present]
-        if self.images is not None:
-            return ImageSet(labels, class_names, images=self.images[torch.from_numpy(indices)])
-        return ImageSet(labels, class_names, paths=[self.paths[i] for i in indices])
 
 
 # ---------------------------------------------------------------------------------------
@@ -282,12 +232,6 @@ def _load_folder(argument: str, cache_dir: Path) -> ImageSet:
     return ImageSet(labels, [d.name for d in class_dirs], paths=paths)
 
 
-def _load_glyphs(argument: str, cache_dir: Path) -> ImageSet:
-    from study.glyphs import load_glyphs  # imported here: study.glyphs imports ImageSet from this module
-
-    return load_glyphs(argument, cache_dir)
-
-
 # The spec's part before ':' selects the loader; the part after it is the loader's argument.
 DATASETS: dict[str, Callable[[str, Path], ImageSet]] = {
     "digits": _load_digits,
@@ -295,7 +239,7 @@ DATASETS: dict[str, Callable[[str, Path], ImageSet]] = {
     "idx": _load_idx,
     "torchvision": _load_torchvision,
     "folder": _load_folder,
-    "glyphs": _load_glyphs,
+    "glyphs": load_glyphs,
 }
 
 
@@ -315,7 +259,8 @@ def load_dataset(spec: str, cache_dir: str | None = None) -> ImageSet:
 # Protocols
 
 
-def _split_counts(total: int, fractions: Sequence[float]) -> list[int]:
+def split_counts(total: int, fractions: Sequence[float]) -> list[int]:
+    """How many of `total` items go to train, val and test."""
     # Rounded cumulative boundaries: the counts always add up to `total`.
     bounds = [0] + [round(total * cut) for cut in np.cumsum(fractions)[:-1]] + [total]
     return [high - low for low, high in zip(bounds, bounds[1:])]
@@ -354,7 +299,7 @@ def split_dataset(
         parts = [[], [], []]
         for label in classes:
             members = rng.permutation(np.flatnonzero(image_set.labels == label))
-            counts = _split_counts(len(members), fractions)
+            counts = split_counts(len(members), fractions)
             if min(counts) < 1:
                 raise ValueError(
                     f"class '{image_set.class_names[label]}' has {len(members)} samples, too few to "
@@ -365,9 +310,9 @@ def split_dataset(
         # The head is sized by train's classes, so val/test keep the original label ids.
         return {name: image_set.subset(np.sort(np.concatenate(part)), relabel=False)
                 for name, part in zip(SPLIT_NAMES, parts)}
-    counts = _split_counts(len(classes), fractions)
+    counts = split_counts(len(classes), fractions)
     if min(counts) < 2:
-        needed = next(n for n in range(6, 100_000) if min(_split_counts(n, fractions)) >= 2)
+        needed = next(n for n in range(6, 100_000) if min(split_counts(n, fractions)) >= 2)
         raise ValueError(
             f"the open protocol needs at least 2 classes in each of train/val/test; with fractions "
             f"{fractions} that takes at least {needed} classes, this set has {len(classes)}"
@@ -380,16 +325,6 @@ def split_dataset(
 
 # ---------------------------------------------------------------------------------------
 # Persistence
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    # A crash mid-write must never leave a half-written file under the final name.
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temporary, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
 
 
 def save_splits(
@@ -414,7 +349,7 @@ def save_splits(
         buffer = io.BytesIO()
         torch.save(payload, buffer)
         data = buffer.getvalue()
-        _write_atomically(out_dir / f"{name}.pt", data)
+        write_bytes(data, out_dir / f"{name}.pt")
         manifest["splits"][name] = {
             "file": f"{name}.pt",
             "num_samples": len(image_set),
@@ -423,7 +358,7 @@ def save_splits(
             "sha256": hashlib.sha256(data).hexdigest(),
         }
     # The manifest goes last: an interrupted save leaves checksums that no longer match.
-    _write_atomically(out_dir / "manifest.json", json.dumps(manifest, indent=2).encode())
+    write_bytes(json.dumps(manifest, indent=2).encode(), out_dir / "manifest.json")
     return manifest
 
 

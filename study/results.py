@@ -38,10 +38,18 @@ def is_tuned(method: str) -> bool:
 
 
 def _replace_atomically(path: Path, write) -> None:
+    # A crash mid-write must never leave a half-written file under the final name.
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     write(tmp)
+    with open(tmp, "rb+") as handle:
+        os.fsync(handle.fileno())
     os.replace(tmp, path)
+
+
+def write_bytes(data: bytes, path: str | Path) -> None:
+    """Write bytes in one step, so an interrupted stage never leaves half a file."""
+    _replace_atomically(Path(path), lambda tmp: tmp.write_bytes(data))
 
 
 def write_csv(frame: pd.DataFrame, path: str | Path) -> None:
