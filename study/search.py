@@ -44,8 +44,10 @@ def study_name(loss: str, params: StudyParams, repeat: int = 0) -> str:
     """
     search = params.search.to_dict()
     excluded = ("n_trials", "max_failed_trials", "storage", "losses", "repeats")
+    space = {k: v for k, v in search.items() if k not in excluded}
+    space["m_range"] = search["m_range"].get(loss)  # only this loss's range: adding another loss's keeps its studies
     meaning = {"data": params.data.to_dict(), "model": params.model.to_dict(), "train": params.train.to_dict(),
-               "search": {k: v for k, v in search.items() if k not in excluded}, "loss": loss}
+               "search": space, "loss": loss}
     digest = hashlib.sha256(json.dumps(meaning, sort_keys=True, default=list).encode()).hexdigest()[:10]
     return f"{loss}-{digest}" + (f"-r{repeat}" if repeat else "")
 

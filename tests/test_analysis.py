@@ -1,6 +1,5 @@
 """Tests for study.analysis against brute force, closed forms and scipy's own statistics."""
 
-import dataclasses
 import itertools
 
 import numpy as np
@@ -472,7 +471,7 @@ def test_study_tuning_curve_is_the_test_score_of_the_trial_val_selects():
     np.testing.assert_allclose(curve["seconds"], 16.0 * np.arange(1, 6))
     assert analysis.estimator["kind"] == "pooled" and analysis.estimator["exact"]
     with_replacement = analyse_study(trials, runs, history, "accuracy",
-                                     dataclasses.replace(STUDY_CONFIG, estimator="with_replacement"))
+                                     STUDY_CONFIG.replace(estimator="with_replacement"))
     row = with_replacement.tuning_curves.query("kind == 'search' and n == 3").iloc[0]
     assert row["expected_test"] == pytest.approx(brute_force_selected(selection, reported, 3, True))
 

@@ -81,6 +81,9 @@ def test_margins_in_degrees_are_converted_explicitly():
     assert loss == "arcface" and hyperparameters == {"s": 64.0, "m": pytest.approx(0.49916, abs=1e-5)}
     with pytest.raises(ConfigError, match="give m .radians. or m_degrees, not both"):
         StudyParams.from_dict({"runs": {"fixed": {"x": {"loss": "arcface", "m": 0.5, "m_degrees": 28.6}}}})
+    # SphereFace's m multiplies the angle: a value in degrees would be converted into nonsense.
+    with pytest.raises(ConfigError, match="SphereFace's m multiplies the angle.*give m"):
+        StudyParams.from_dict({"runs": {"fixed": {"x": {"loss": "sphereface", "m_degrees": 90.0}}}})
 
 
 def test_load_params_reports_missing_and_broken_files(tmp_path):
@@ -94,3 +97,67 @@ def test_load_params_reports_missing_and_broken_files(tmp_path):
     listed.write_text(yaml.safe_dump([1, 2]))
     with pytest.raises(ConfigError, match="mapping of sections"):
         load_params(str(listed))
+
+
+def test_unknown_sections_are_refused_by_name_with_the_known_ones():
+    with pytest.raises(ConfigError) as error:
+        StudyParams.from_dict({"train": {}, "trainig": {"epochs": 3}, "serch": {}})
+    lines = str(error.value).splitlines()
+    known = "the sections are: data, model, train, search, runs, analysis, report"
+    assert lines == [f"unknown section 'trainig'; {known}", f"unknown section 'serch'; {known}"]
+
+
+def test_numbers_that_pyyaml_reads_as_strings_are_numbers(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text("train: {lr: 1e-4, weight_decay: 5e-4}\nsearch: {s_range: [1.0, 1.0e6]}\n")
+    assert yaml.safe_load(path.read_text())["train"]["lr"] == "1e-4"  # the YAML 1.1 reading this guards against
+    params = load_params(str(path))
+    assert (params.train.lr, params.train.weight_decay, params.search.s_range) == (1e-4, 5e-4, (1.0, 1e6))
+    assert isinstance(params.train.lr, float)
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"train": {"lr": "fast"}}, "train.lr: expected a finite number, got 'fast'"),
+    ({"train": {"lr": "nan"}}, "train.lr: expected a finite number, got 'nan'"),
+    ({"train": {"lr": True}}, "train.lr: expected a finite number, got True"),
+    ({"train": {"epochs": True}}, "train.epochs: expected an integer, got True"),
+    ({"train": {"epochs": "10"}}, "train.epochs: expected an integer, got '10'"),
+    ({"model": {"pretrained": 1}}, "model.pretrained: expected true or false, got 1"),
+    ({"data": {"dataset": ""}}, "data.dataset: expected a non-empty string, got ''"),
+    ({"search": {"losses": "arcface"}}, "search.losses: expected a list, got 'arcface'"),
+    ({"data": {"fractions": [0.5, "x", 0.25]}}, "data.fractions[1]: expected a finite number, got 'x'"),
+    ({"train": 3}, "train: expected a mapping of keys (epochs, batch_size,"),
+])
+def test_nothing_is_silently_converted(values, message):
+    with pytest.raises(ConfigError) as error:
+        StudyParams.from_dict(values)
+    assert message in str(error.value)
+
+
+def test_sphereface_is_searched_with_a_margin_of_at_least_one():
+    params = StudyParams.from_dict({"search": {"losses": ["arcface", "sphereface"]}})
+    assert params.search.m_range["sphereface"] == (1.0, 4.0)
+    with pytest.raises(ConfigError) as error:
+        StudyParams.from_dict({"search": {"losses": ["sphereface"], "m_range": {"sphereface": [0.5, 4.0]}}})
+    assert str(error.value) == ("search.m_range.sphereface: SphereFace multiplies the angle by m: "
+                                "give [low, high], 1 ≤ low")
+
+
+def test_each_problem_is_one_line_naming_the_key_the_problem_and_the_fix():
+    with pytest.raises(ConfigError) as error:
+        StudyParams.from_dict({"train": {"lr": -0.1, "optimizer": "adm"}, "analysis": {"confidence": 1.5}})
+    assert str(error.value).splitlines() == [
+        "train.optimizer: 'adm' is not allowed; choose one of 'adam', 'adamw', 'sgd'",
+        "train.lr: must be > 0",
+        "analysis.confidence: must be in [0.5, 1)",
+    ]
+    # A section checked on its own, as `replace` does, is still named as in params.yaml.
+    with pytest.raises(ConfigError, match=r"^unknown key train\.data_dir; the keys of train are: epochs, "):
+        StudyParams().train.replace(data_dir="x")
+
+
+def test_params_are_frozen():
+    params = StudyParams()
+    with pytest.raises(ValueError):
+        params.train.lr = 1.0
+    assert params.train.replace(lr=1.0).lr == 1.0 and params.train.lr == 3e-3

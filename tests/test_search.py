@@ -104,6 +104,11 @@ def test_changing_what_a_trial_means_starts_a_new_study():
     assert search.study_name("cosface", base) != search.study_name("arcface", base)
     assert search.study_name("arcface", params_with(search={"n_trials": 50, "storage": "sqlite:///x.db"})) == \
         search.study_name("arcface", base)
+    # Its own margin range gives a trial its meaning; another loss's range does not.
+    assert search.study_name("arcface", params_with(search={"m_range": {"arcface": [0.0, 0.5]}})) != \
+        search.study_name("arcface", base)
+    assert search.study_name("arcface", params_with(search={"m_range": {"arcface": [0.0, 1.0], "cosface": [0.1, 0.3]}})) \
+        == search.study_name("arcface", base)
 
 
 def use_fake_training(monkeypatch, statuses):
