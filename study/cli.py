@@ -37,6 +37,8 @@ def _train_command(args: argparse.Namespace) -> int:
     if args.m is not None:
         hyperparameters["m"] = args.m
     if args.m_degrees is not None:
+        if args.loss == "sphereface":
+            raise ValueError("SphereFace's m multiplies the angle and has no unit: give --m (≥ 1), not --m-degrees")
         hyperparameters["m"] = math.radians(args.m_degrees)
     data_config = DataConfig.from_dict({"dataset": args.dataset, "protocol": args.protocol, "seed": args.seed,
                                         "image_size": args.image_size}, "data")
@@ -89,8 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--model", default="cnn", help="backbone name (default: cnn)")
     train.add_argument("--embedding-size", type=int, default=64)
     train.add_argument("--loss", default="arcface", help="loss name (default: arcface)")
-    train.add_argument("--s", type=float, default=None, help="scale, for normface / cosface / arcface")
-    train.add_argument("--m", type=float, default=None, help="margin in radians, for cosface / arcface")
+    train.add_argument("--s", type=float, default=None, help="scale, for normface / cosface / arcface / sphereface")
+    train.add_argument("--m", type=float, default=None, help="margin: radians for cosface / arcface, an angle multiplier ≥ 1 for sphereface")
     train.add_argument("--m-degrees", type=float, default=None, help="margin in degrees, converted to radians")
     train.add_argument("--epochs", type=int, default=5)
     train.add_argument("--batch-size", type=int, default=128)
@@ -119,8 +121,14 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--trials", type=int, default=None, help="stop after this many trials (default: until the budget is met)")
     worker.set_defaults(handler=_worker_command)
 
-    sweep = commands.add_parser("sweep", help="run the whole study at several training class counts C and show "
-                                              "how the verdict moves with C")
+    sweep = commands.add_parser(
+        "sweep", help="run the whole study at several training class counts C through DVC and show how the verdict "
+                      "moves with C",
+        description="Writes, for every C, <out>/C<C>/params.yaml and a dvc.yaml generated from the repository's, and "
+                    "<out>/dvc.yaml whose `aggregate` stage reads every C's report; then runs `dvc repro` on them. "
+                    "DVC skips every stage that is up to date: a finished C costs nothing on a rerun, a change to the "
+                    "report reruns only the report stages and the aggregate, and a failed stage keeps every finished "
+                    "one. Run it inside the study's git + DVC checkout.")
     sweep.add_argument("--classes", type=int, nargs="+", required=True, metavar="C",
                        help="training class counts, e.g. --classes 10 30 100")
     sweep.add_argument("--preset", default="glyphs-sweep", help="the preset every C starts from (default: glyphs-sweep)")
@@ -131,7 +139,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "training classes (e.g. 'glyphs:{total}:40'); without it, e.g. 'folder:/data/faces', "
                             "data.classes keeps that many of its classes (default: the preset's dataset, a glyphs "
                             "spec with {total})")
-    sweep.add_argument("--out", default="sweeps", help="one folder per C is made here (default: sweeps)")
+    sweep.add_argument("--out", default="sweeps", help="one folder per C is made here, and the sweep's own dvc.yaml "
+                                                       "(default: sweeps; it must not be git-ignored: DVC refuses "
+                                                       "pipelines there)")
     sweep.add_argument("--report-dir", default="reports/sweep", help="where the aggregate goes (default: reports/sweep)")
     sweep.set_defaults(handler=_sweep_command)
     return parser

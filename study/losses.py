@@ -2,7 +2,8 @@
 
 Every cosine loss is one head with normalised class weights and two choices: how the
 target logit is modified (the margin) and where the scale `s` comes from. The shared path
-is written once in `CosineSoftmaxLoss`; each loss overrides one small method.
+is written once in `CosineSoftmaxLoss`; each loss overrides one small method. The margin losses
+(CosFace, ArcFace, SphereFace) are one head, `CombinedMarginLoss`, each setting one of its three margins.
 """
 
 from __future__ import annotations
@@ -105,41 +106,76 @@ class NormFaceLoss(CosineSoftmaxLoss):
         super().__init__(num_classes, embedding_size, s)
 
 
-class CosFaceLoss(CosineSoftmaxLoss):
-    """CosFace: target logit s·(cos θ − m)."""
+class CombinedMarginLoss(CosineSoftmaxLoss):
+    """Target logit s·(cos(m1·θ + m2) − m3): SphereFace is m1, ArcFace m2, CosFace m3, and NormFace none of them.
+
+    Past m1·θ + m2 = π, cos would rise again and reward a larger angle, so the target is continued to keep it
+    decreasing in θ: with ArcFace's usual fallback cos θ − m2·sin m2 when m1 = 1 (ArcFace as published), otherwise
+    with SphereFace's ψ = (−1)^k·cos(m1·θ + m2) − 2k, k = ⌊(m1·θ + m2)/π⌋, continuous and decreasing on [0, π].
+    """
+
+    hyperparameters = ("s", "m1", "m2", "m3")
+
+    def __init__(self, num_classes: int, embedding_size: int, s: float, *, m1: float = 1.0, m2: float = 0.0,
+                 m3: float = 0.0):
+        super().__init__(num_classes, embedding_size, s)
+        # Errors name the loss and its margin as the user wrote them: plain m for the one-margin losses below.
+        loss = type(self).__name__.removesuffix("Loss")
+        named = {slot: "m" if "m" in self.hyperparameters else slot for slot in ("m1", "m2", "m3")}
+        if not (math.isfinite(m1) and m1 >= 1):
+            raise ValueError(
+                f"{loss} margin {named['m1']} multiplies the angle and must be a finite number ≥ 1, got {m1}; "
+                "use 1 for no margin or about 1.5 to 4 for SphereFace (an angle added in radians is ArcFace's m)"
+            )
+        if not (math.isfinite(m2) and 0 <= m2 < math.pi):
+            raise ValueError(
+                f"{loss} margin {named['m2']} must be in radians within [0, π), got {m2}; "
+                "a margin in degrees (e.g. 28.6) must be converted with math.radians first"
+            )
+        if not (math.isfinite(m3) and m3 >= 0):
+            raise ValueError(f"{loss} margin {named['m3']} must be a finite number ≥ 0, got {m3}")
+        self.m1, self.m2, self.m3 = float(m1), float(m2), float(m3)
+        self.fallback_offset = self.m2 * math.sin(self.m2)
+
+    def target_with_margin(self, cos_target: torch.Tensor) -> torch.Tensor:
+        if self.m1 != 1 or self.m2 != 0:
+            cos_target = self._angular_margin(cos_target)
+        return cos_target - self.m3
+
+    def _angular_margin(self, cos_target: torch.Tensor) -> torch.Tensor:
+        cos_target = cos_target.clamp(-1 + COS_EPS, 1 - COS_EPS)
+        phi = self.m1 * torch.acos(cos_target) + self.m2
+        if self.m1 == 1:
+            return torch.where(phi <= math.pi, torch.cos(phi), cos_target - self.fallback_offset)
+        k = torch.floor(phi.detach() / math.pi)  # which half-turn φ is in; a constant of the step, not differentiated
+        return (1 - 2 * (k % 2)) * torch.cos(phi) - 2 * k
+
+
+class CosFaceLoss(CombinedMarginLoss):
+    """CosFace: target logit s·(cos θ − m) (m3)."""
 
     hyperparameters = ("s", "m")
 
     def __init__(self, num_classes: int, embedding_size: int, *, s: float = 64.0, m: float = 0.35):
-        super().__init__(num_classes, embedding_size, s)
-        if not (math.isfinite(m) and m >= 0):
-            raise ValueError(f"CosFace margin m must be a finite number ≥ 0, got {m}")
-        self.m = float(m)
-
-    def target_with_margin(self, cos_target: torch.Tensor) -> torch.Tensor:
-        return cos_target - self.m
+        super().__init__(num_classes, embedding_size, s, m3=m)
 
 
-class ArcFaceLoss(CosineSoftmaxLoss):
-    """ArcFace: target logit s·cos(θ + m), m in radians, with the usual fallback where θ + m > π."""
+class ArcFaceLoss(CombinedMarginLoss):
+    """ArcFace: target logit s·cos(θ + m), m in radians (m2), with the usual fallback where θ + m > π."""
 
     hyperparameters = ("s", "m")
 
     def __init__(self, num_classes: int, embedding_size: int, *, s: float = 64.0, m: float = 0.5):
-        super().__init__(num_classes, embedding_size, s)
-        if not (math.isfinite(m) and 0 <= m < math.pi):
-            raise ValueError(
-                f"ArcFace margin m must be in radians within [0, π), got {m}; "
-                "a margin in degrees (e.g. 28.6) must be converted with math.radians first"
-            )
-        self.m = float(m)
-        # Past θ = π − m, cos(θ + m) would start rising again; the fallback keeps the logit decreasing.
-        self.fallback_offset = m * math.sin(m)
+        super().__init__(num_classes, embedding_size, s, m2=m)
 
-    def target_with_margin(self, cos_target: torch.Tensor) -> torch.Tensor:
-        cos_target = cos_target.clamp(-1 + COS_EPS, 1 - COS_EPS)
-        theta = torch.acos(cos_target)
-        return torch.where(theta + self.m <= math.pi, torch.cos(theta + self.m), cos_target - self.fallback_offset)
+
+class SphereFaceLoss(CombinedMarginLoss):
+    """SphereFace, normalised: target logit s·ψ(θ), ψ = (−1)^k·cos(m·θ) − 2k, k = ⌊m·θ/π⌋, m ≥ 1 (m1)."""
+
+    hyperparameters = ("s", "m")
+
+    def __init__(self, num_classes: int, embedding_size: int, *, s: float = 30.0, m: float = 1.5):
+        super().__init__(num_classes, embedding_size, s, m1=m)
 
 
 class FixedAdaCosLoss(CosineSoftmaxLoss):
@@ -217,13 +253,14 @@ LOSSES: dict[str, type[nn.Module]] = {
     "normface": NormFaceLoss,
     "cosface": CosFaceLoss,
     "arcface": ArcFaceLoss,
+    "sphereface": SphereFaceLoss,
     "fixed_adacos": FixedAdaCosLoss,
     "dynamic_adacos": DynamicAdaCosLoss,
 }
 
 
 def build_loss(name: str, num_classes: int, embedding_size: int, **hyperparameters: float) -> nn.Module:
-    """The loss registered as `name`, with its hyperparameters (s, m in radians) validated."""
+    """The loss registered as `name`, its hyperparameters validated (s; m in radians, SphereFace's a factor ≥ 1)."""
     if name not in LOSSES:
         raise ValueError(f"unknown loss {name!r}; known losses: {', '.join(LOSSES)}")
     loss_class = LOSSES[name]

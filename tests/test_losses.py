@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from pytorch_metric_learning import losses as pml_losses
 
-from study.losses import LOSSES, build_loss, fixed_adacos_scale
+from study.losses import LOSSES, CombinedMarginLoss, build_loss, fixed_adacos_scale
 
 C, D, N = 10, 8, 32
 
@@ -121,6 +121,216 @@ def test_arcface_target_logit_is_monotonic_and_finite_past_the_fallback(m):
     assert (target.diff() >= 0).all()
     fallback = cos.detach() < math.cos(math.pi - m) - 1e-6
     torch.testing.assert_close(target.detach()[fallback], cos.detach()[fallback] - m * math.sin(m))
+
+
+def sphereface_psi(cos_value, m):
+    """SPEC's SphereFace target for one cosine, in float64 scalars: (−1)^k·cos(m·θ) − 2k with k = ⌊m·θ/π⌋."""
+    theta = math.acos(min(max(cos_value, -1 + 1e-7), 1 - 1e-7))
+    k = math.floor(m * theta / math.pi)
+    return (-1) ** k * math.cos(m * theta) - 2 * k
+
+
+def combined_target(cos_value, m1, m2, m3):
+    """cos(m1·θ + m2) − m3 for one cosine, continued past π as SPEC says: ArcFace's fallback at m1 = 1, else ψ."""
+    theta = math.acos(min(max(cos_value, -1 + 1e-7), 1 - 1e-7))
+    phi = m1 * theta + m2
+    if m1 == 1:
+        angular = math.cos(phi) if phi <= math.pi else math.cos(theta) - m2 * math.sin(m2)
+    else:
+        k = math.floor(phi / math.pi)
+        angular = (-1) ** k * math.cos(phi) - 2 * k
+    return angular - m3
+
+
+def elementwise_loss(x, w, labels, s, target):
+    """Mean cross-entropy over s·cos θ_ij with the target logit s·target(cos θ_iy), one float64 scalar at a time."""
+    rows = []
+    for xi, yi in zip(x.tolist(), labels.tolist()):
+        x_norm = math.sqrt(math.fsum(v * v for v in xi))
+        logits = []
+        for j, wj in enumerate(w.tolist()):
+            cos = math.fsum(a * b for a, b in zip(xi, wj)) / (x_norm * math.sqrt(math.fsum(v * v for v in wj)))
+            logits.append(s * (target(cos) if j == yi else cos))
+        top = max(logits)
+        rows.append(top + math.log(math.fsum(math.exp(v - top) for v in logits)) - logits[yi])
+    return math.fsum(rows) / len(rows)
+
+
+def central_differences(f, array, h=1e-6):
+    """∂f/∂array by central differences, one element at a time."""
+    grad = np.zeros_like(array)
+    for index in np.ndindex(array.shape):
+        plus, minus = array.copy(), array.copy()
+        plus[index] += h
+        minus[index] -= h
+        grad[index] = (f(plus) - f(minus)) / (2 * h)
+    return grad
+
+
+def embeddings_at_angles(weight, labels, angles, seed=0):
+    """Embeddings at the given angles θ_iy from their class weights, with random norms and directions otherwise."""
+    rng = np.random.default_rng(seed)
+    w = weight[labels] / np.linalg.norm(weight[labels], axis=1, keepdims=True)
+    r = rng.standard_normal(w.shape)
+    u = r - (r * w).sum(axis=1, keepdims=True) * w
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    x = np.cos(angles)[:, None] * w + np.sin(angles)[:, None] * u
+    return x * rng.uniform(0.5, 3.0, (len(labels), 1))
+
+
+SPHEREFACE_MARGINS = [1.0, 1.5, 2.0, 4.0]
+
+
+def angle_grid(m):
+    """Angles over [0, π], the k = ⌊m·θ/π⌋ boundaries among them, kept off the clamped ends."""
+    boundaries = [j * math.pi / m for j in range(1, math.ceil(m))]
+    return np.sort(np.concatenate([np.linspace(1e-3, math.pi - 1e-3, 2001), boundaries]))
+
+
+@pytest.mark.parametrize("m", SPHEREFACE_MARGINS)
+def test_sphereface_target_equals_psi_at_every_angle(m):
+    loss = build_loss("sphereface", C, D, s=30.0, m=m).double()
+    theta = angle_grid(m)
+    cos = np.cos(theta)
+    ours = loss.target_with_margin(torch.from_numpy(cos)).numpy()
+    expected = np.array([sphereface_psi(c, m) for c in cos])
+    np.testing.assert_allclose(ours, expected, rtol=1e-12, atol=1e-12)
+    k = np.floor(m * theta / np.pi)
+    # The k ≥ 1 pieces, θ > π/m, are a share 1 − 1/m of the grid: not only k = 0 is checked.
+    assert (k >= 1).mean() == pytest.approx(1 - 1 / m, abs=0.01)
+    assert k.max() == math.ceil(m) - 1
+
+
+@pytest.mark.parametrize("m", SPHEREFACE_MARGINS + [2.5, 3.3])
+def test_sphereface_target_decreases_in_the_angle_and_has_finite_gradients(m):
+    loss = build_loss("sphereface", C, D, s=30.0, m=m).double()
+    cos = torch.linspace(-1.0, 1.0, 20001, dtype=torch.float64, requires_grad=True)
+    target = loss.target_with_margin(cos)
+    target.sum().backward()
+    assert torch.isfinite(target).all() and torch.isfinite(cos.grad).all()
+    # Increasing in cos θ over all of [−1, 1], so decreasing in θ over [0, π].
+    assert (target.diff() >= 0).all()
+    theta = torch.linspace(0.0, math.pi, 20001, dtype=torch.float64)
+    assert (loss.target_with_margin(torch.cos(theta)).diff() <= 0).all()
+    # Continuous: at each boundary θ = jπ/m both pieces meet (ψ = −(2j − 1) there).
+    for j in range(1, math.ceil(m)):
+        boundary = torch.tensor([j * math.pi / m - 1e-9, j * math.pi / m + 1e-9], dtype=torch.float64)
+        values = loss.target_with_margin(torch.cos(boundary))
+        torch.testing.assert_close(values, torch.full_like(values, 1.0 - 2 * j), rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize("s, m", [(30.0, 1.0), (30.0, 1.5), (16.0, 2.0), (10.0, 4.0)])
+def test_sphereface_loss_value_and_gradient_match_the_formula(s, m):
+    n = 12
+    g = torch.Generator().manual_seed(7)
+    labels = torch.randint(0, C, (n,), generator=g)
+    loss = build_loss("sphereface", C, D, s=s, m=m).double()
+    weight = loss.weight.detach().numpy().copy()
+    angles = np.linspace(0.02, math.pi - 0.02, n)  # target angles over [0, π], k ≥ 1 for the larger ones
+    embeddings = embeddings_at_angles(weight, labels.numpy(), angles)
+    assert max(np.floor(m * angles / np.pi)) == math.ceil(m) - 1
+
+    x = torch.from_numpy(embeddings.copy()).requires_grad_(True)
+    value = loss(x, labels)
+    value.backward()
+    target = lambda c: sphereface_psi(c, m)
+    expected = elementwise_loss(embeddings, weight, labels, s, target)
+    assert value.item() == pytest.approx(expected, rel=1e-11)
+    assert torch.isfinite(x.grad).all() and torch.isfinite(loss.weight.grad).all()
+    expected_x_grad = central_differences(lambda e: elementwise_loss(e, weight, labels, s, target), embeddings)
+    expected_w_grad = central_differences(lambda w: elementwise_loss(embeddings, w, labels, s, target), weight)
+    np.testing.assert_allclose(x.grad.numpy(), expected_x_grad, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(loss.weight.grad.numpy(), expected_w_grad, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sphereface_with_m_1_is_normface(dtype):
+    embeddings, labels = make_inputs(seed=8, dtype=dtype)
+    torch.manual_seed(0)
+    sphereface = build_loss("sphereface", C, D, s=20.0, m=1.0).to(dtype).train()
+    normface = build_loss("normface", C, D, s=20.0).to(dtype).train()
+    normface.weight.data.copy_(sphereface.weight.data)
+    x1, x2 = embeddings.clone().requires_grad_(True), embeddings.clone().requires_grad_(True)
+    ours, theirs = sphereface(x1, labels), normface(x2, labels)
+    ours.backward()
+    theirs.backward()
+    assert torch.equal(ours, theirs)
+    assert torch.equal(x1.grad, x2.grad) and torch.equal(sphereface.weight.grad, normface.weight.grad)
+    assert sphereface.last_stats == normface.last_stats
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("m", SPHEREFACE_MARGINS)
+def test_sphereface_gradient_is_finite_at_zero_and_pi(m, dtype):
+    loss = build_loss("sphereface", C, D, s=30.0, m=m).to(dtype).train()
+    labels = torch.arange(C)
+    directions = loss.weight.detach()[labels]
+    # θ = 0 and θ = π exactly (up to rounding): the acos clamp keeps the gradient finite.
+    embeddings = torch.cat([2.0 * directions, -0.5 * directions]).requires_grad_(True)
+    value = loss(embeddings, torch.cat([labels, labels]))
+    value.backward()
+    assert torch.isfinite(value) and torch.isfinite(embeddings.grad).all() and torch.isfinite(loss.weight.grad).all()
+    stats = loss.last_stats
+    assert stats["s"] == 30.0 and 0.0 <= stats["theta_med_deg"] <= 180.0
+
+
+def test_sphereface_is_searchable_with_s_and_m():
+    assert LOSSES["sphereface"].hyperparameters == ("s", "m")
+    loss = build_loss("sphereface", C, D)
+    assert (float(loss.s), loss.m1) == (30.0, 1.5)
+
+
+def _same_weights(*losses):
+    for loss in losses[1:]:
+        loss.weight.data.copy_(losses[0].weight.data)
+    return losses
+
+
+@pytest.mark.parametrize(
+    "name, hyperparameters, margins",
+    [("sphereface", {"s": 30.0, "m": 1.5}, {"m1": 1.5}), ("sphereface", {"s": 10.0, "m": 4.0}, {"m1": 4.0}),
+     ("arcface", {"s": 30.0, "m": 0.5}, {"m2": 0.5}), ("arcface", {"s": 10.0, "m": 2.0}, {"m2": 2.0}),
+     ("cosface", {"s": 30.0, "m": 0.35}, {"m3": 0.35}), ("normface", {"s": 16.0}, {})],
+)
+def test_the_combined_margin_reproduces_each_margin_loss(name, hyperparameters, margins):
+    embeddings, labels = make_inputs(seed=9)
+    embeddings[:4] = -embeddings[:4]  # some large angles, past ArcFace's fallback and SphereFace's first boundary
+    single = build_loss(name, C, D, **hyperparameters).double().train()
+    combined = CombinedMarginLoss(C, D, hyperparameters["s"], **margins).double().train()
+    single, combined = _same_weights(single, combined)
+    embeddings[:4] = -single.weight.detach()[labels[:4]]
+    x1, x2 = embeddings.clone().requires_grad_(True), embeddings.clone().requires_grad_(True)
+    a, b = single(x1, labels), combined(x2, labels)
+    a.backward()
+    b.backward()
+    assert torch.equal(a, b) and torch.equal(x1.grad, x2.grad) and torch.equal(single.weight.grad, combined.weight.grad)
+    assert single.last_stats == combined.last_stats
+    cos = torch.linspace(-1.0, 1.0, 2001, dtype=torch.float64)
+    assert torch.equal(single.target_with_margin(cos), combined.target_with_margin(cos))
+
+
+@pytest.mark.parametrize("m1, m2, m3", [(1.0, 0.3, 0.2), (1.0, 1.0, 0.1), (2.0, 0.3, 0.0), (1.35, 0.5, 0.15)])
+def test_combined_margins_follow_the_formula_and_keep_decreasing(m1, m2, m3):
+    loss = CombinedMarginLoss(C, D, 30.0, m1=m1, m2=m2, m3=m3).double()
+    theta = np.linspace(1e-3, math.pi - 1e-3, 4001)
+    ours = loss.target_with_margin(torch.from_numpy(np.cos(theta))).numpy()
+    expected = np.array([combined_target(c, m1, m2, m3) for c in np.cos(theta)])
+    np.testing.assert_allclose(ours, expected, rtol=1e-12, atol=1e-12)
+    assert (m1 * theta + m2 > math.pi).any()  # past π, where the continuation matters
+    cos = torch.linspace(-1.0, 1.0, 20001, dtype=torch.float64, requires_grad=True)
+    target = loss.target_with_margin(cos)
+    target.sum().backward()
+    assert (target.diff() >= 0).all() and torch.isfinite(cos.grad).all()
+
+
+@pytest.mark.parametrize(
+    "margins, message",
+    [({"m1": 0.9}, "CombinedMargin margin m1 .* ≥ 1"), ({"m2": math.pi}, r"margin m2 must be in radians within \[0, π\)"),
+     ({"m2": 28.6}, "degrees"), ({"m3": -0.1}, "margin m3 must be a finite number ≥ 0")],
+)
+def test_combined_margin_refuses_bad_margins_by_name(margins, message):
+    with pytest.raises(ValueError, match=message):
+        CombinedMarginLoss(C, D, 30.0, **margins)
 
 
 @pytest.mark.parametrize("num_classes, expected", [(10, 3.107), (16, 3.829), (100, 6.499), (10575, 13.10), (85742, 16.06)])
@@ -235,7 +445,7 @@ def test_every_loss_reports_its_statistics_after_a_training_step():
 @pytest.mark.parametrize(
     "name, kwargs, message",
     [
-        ("arcfce", {}, "known losses: softmax, normface, cosface, arcface, fixed_adacos, dynamic_adacos"),
+        ("arcfce", {}, "known losses: softmax, normface, cosface, arcface, sphereface, fixed_adacos, dynamic_adacos"),
         ("arcface", {"s": 30.0, "m": -0.1}, r"within \[0, π\)"),
         ("arcface", {"s": 30.0, "m": math.pi}, r"within \[0, π\)"),
         ("arcface", {"s": 30.0, "m": 28.6}, "degrees"),
@@ -244,6 +454,13 @@ def test_every_loss_reports_its_statistics_after_a_training_step():
         ("normface", {"s": float("nan")}, "s must be"),
         ("fixed_adacos", {"s": 3.0}, "hyperparameter-free"),
         ("cosface", {"margin": 0.3}, "accepts: s, m"),
+        ("sphereface", {"s": 30.0, "m": 0.5}, r"SphereFace margin m multiplies the angle .* ≥ 1, got 0.5; use 1"),
+        ("sphereface", {"m": 0.0}, "≥ 1"),
+        ("sphereface", {"m": -2.0}, "≥ 1"),
+        ("sphereface", {"m": float("inf")}, "≥ 1"),
+        ("sphereface", {"m": float("nan")}, "≥ 1"),
+        ("sphereface", {"s": 0.0, "m": 2.0}, "s must be"),
+        ("sphereface", {"m1": 2.0}, "accepts: s, m"),
     ],
 )
 def test_bad_hyperparameters_get_clear_errors(name, kwargs, message):
