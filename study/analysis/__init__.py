@@ -1,0 +1,82 @@
+"""The study's numbers: tuning-budget curves, break-even, convergence and confidence intervals.
+
+Pure functions on numpy arrays and pandas frames: no file I/O, no plotting. Scores are
+"higher is better" throughout (the study objective is accuracy or MAP@R); the test metrics
+carry their direction (EER is an error rate). One room per concern:
+
+- `common`: the reference method, the test-metric prefix and direction, and small shared helpers;
+- `tuning`: selection-aware tuning-budget estimators, the tuning curves and the break-even;
+- `comparison`: the final runs' tables, method − Fixed AdaCos differences, runs at chance, reproduction;
+- `convergence`: iterations to targets, convergence speed, val curves, crossings and angle dynamics;
+- `verdict`: the verdict's facts and the recommendation rule;
+- `study`: `StudyAnalysis` and `analyse_study`, which builds it, with the searches' summary and landscape.
+"""
+
+from study.analysis.common import (
+    ADACOS_METHODS,
+    ARCFACE_METHODS,
+    FINISHED_STATES,
+    LOWER_IS_BETTER_METRICS,
+    REFERENCE_METHOD,
+    TEST_PREFIX,
+    count_or_none,
+    fixed_scale_of,
+    higher_is_better,
+    primary_loss,
+)
+from study.analysis.comparison import (
+    CHANCE_LEVEL,
+    CHANCE_METRIC,
+    DIFFERENCE_COLUMNS,
+    METRIC_KIND,
+    REPRODUCTION_SPREAD_STDS,
+    equivalence_margin,
+    reproduction_table,
+    runs_at_chance,
+    summarise_runs,
+)
+from study.analysis.convergence import (
+    ANGLE_COLUMNS,
+    CONVERGENCE_COLUMNS,
+    CROSSING_COLUMNS,
+    SPEED_COLUMNS,
+    convergence_targets,
+    crossing_iteration,
+    crossings_table,
+    iterations_to_target,
+)
+from study.analysis.study import StudyAnalysis, analyse_study
+from study.analysis.tuning import (
+    BREAK_EVEN_COLUMNS,
+    INDEPENDENT_SAMPLERS,
+    METRIC_FLOOR,
+    TUNING_CURVE_COLUMNS,
+    best_so_far_selected,
+    bootstrap_selected_curves,
+    estimator_description,
+    expected_best_after_n_trials,
+    expected_selected_after_n_trials,
+    first_reaching,
+    percentile_band,
+)
+from study.analysis.verdict import FACT_KEYS, RECOMMENDATIONS
+
+__all__ = [
+    # common
+    "ADACOS_METHODS", "ARCFACE_METHODS", "FINISHED_STATES", "LOWER_IS_BETTER_METRICS", "REFERENCE_METHOD",
+    "TEST_PREFIX", "count_or_none", "fixed_scale_of", "higher_is_better", "primary_loss",
+    # comparison
+    "CHANCE_LEVEL", "CHANCE_METRIC", "DIFFERENCE_COLUMNS", "METRIC_KIND", "REPRODUCTION_SPREAD_STDS",
+    "equivalence_margin", "reproduction_table", "runs_at_chance", "summarise_runs",
+    # convergence
+    "ANGLE_COLUMNS", "CONVERGENCE_COLUMNS", "CROSSING_COLUMNS", "SPEED_COLUMNS", "convergence_targets",
+    "crossing_iteration", "crossings_table", "iterations_to_target",
+    # study
+    "StudyAnalysis", "analyse_study",
+    # tuning
+    "BREAK_EVEN_COLUMNS", "INDEPENDENT_SAMPLERS", "METRIC_FLOOR", "TUNING_CURVE_COLUMNS", "best_so_far_selected",
+    "bootstrap_selected_curves", "estimator_description", "expected_best_after_n_trials",
+    "expected_selected_after_n_trials", "first_reaching", "percentile_band",
+    # verdict
+    "FACT_KEYS", "RECOMMENDATIONS",
+]

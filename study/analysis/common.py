@@ -1,0 +1,83 @@
+"""What every part of the study's analysis shares: the reference method, the test-metric prefix and direction,
+the trial states that cost device time, and the small helpers on scores that all of them use."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from study.config import HYPERPARAMETER_FREE_LOSSES
+from study.losses import fixed_adacos_scale
+from study.results import is_tuned
+
+REFERENCE_METHOD = "fixed_adacos"
+LOWER_IS_BETTER_METRICS = frozenset({"eer"})
+TEST_PREFIX = "test_"
+# Trials that ran to an end and spent their device time; RUNNING ones were interrupted and left no cost.
+FINISHED_STATES = ("COMPLETE", "PRUNED", "FAIL")
+# The pairs of the convergence claim ("AdaCos overtakes ArcFace only late"), each compared where both are present.
+ADACOS_METHODS = ("fixed_adacos", "dynamic_adacos")
+ARCFACE_METHODS = ("arcface_tuned", "arcface_default")
+
+# Curves are built by floating-point sums, so a curve that reaches its target exactly can
+# land one rounding step below it; "reached" forgives that much and no more.
+_REACH_RTOL = 1e-9
+_REACH_ATOL = 1e-12
+
+
+def reaches(values: np.ndarray, target) -> np.ndarray:
+    """Elementwise values ≥ target (a number, or an array that broadcasts), forgiving rounding; NaN never reaches."""
+    tolerance = _REACH_ATOL + _REACH_RTOL * abs(target)
+    return values >= target - tolerance
+
+
+def higher_is_better(metric: str) -> bool:
+    """Whether a larger value of the metric (with or without the test_ prefix) is better; EER is not."""
+    return metric.removeprefix(TEST_PREFIX) not in LOWER_IS_BETTER_METRICS
+
+
+def fixed_scale_of(num_classes: int | None) -> float | None:
+    """AdaCos's s_f for C training classes, or None where C is unknown or below 3."""
+    if num_classes is None or num_classes < 3:
+        return None
+    return fixed_adacos_scale(num_classes)
+
+
+def finite_values(values) -> np.ndarray:
+    """The finite entries of values as a float array (NaN marks a diverged run or an unfinished trial)."""
+    array = pd.to_numeric(pd.Series(values), errors="coerce").to_numpy(dtype=float)
+    return array[np.isfinite(array)]
+
+
+def mean_or_nan(values) -> float:
+    """The mean of the finite entries of values, or NaN where there are none."""
+    finite = finite_values(values)
+    return float(finite.mean()) if finite.size else math.nan
+
+
+def untuned_methods(methods) -> list[str]:
+    """The methods that cost no search: hyperparameter-free losses first, then fixed runs as they appear."""
+    methods = list(dict.fromkeys(methods))
+    return ([m for m in HYPERPARAMETER_FREE_LOSSES if m in methods]
+            + [m for m in methods if m not in HYPERPARAMETER_FREE_LOSSES and not is_tuned(m)])
+
+
+def percentile_pick(samples: np.ndarray, confidence: float) -> tuple[float, float]:
+    """Percentile interval whose bounds are observed values (so inf, "not reached", stays inf, never averaged)."""
+    tail = 50.0 * (1.0 - confidence)
+    return (float(np.percentile(samples, tail, method="lower")),
+            float(np.percentile(samples, 100.0 - tail, method="higher")))
+
+
+def count_or_none(value) -> int | None:
+    """A trial count as a plain int, or None where it is not reached (inf) or unknown."""
+    return int(value) if value is not None and not pd.isna(value) and np.isfinite(value) else None
+
+
+def primary_loss(searched_losses: list[str]) -> str | None:
+    """ArcFace when it was searched (the study's question is about it), else the first searched loss."""
+    if "arcface" in searched_losses:
+        return "arcface"
+    return searched_losses[0] if searched_losses else None
