@@ -128,7 +128,8 @@ def test_every_figure_is_a_valid_png(written):
 
 def test_every_table_is_written_with_its_columns(written):
     _, paths, out_dir = written
-    for name in ("tuning_curves", "tuning_wide", "break_even", "run_scores", "final_test", "differences",
+    for name in ("tuning_curves", "tuning_search_wide", "tuning_controls_wide", "break_even", "run_scores",
+                 "final_test", "differences",
                  "convergence", "convergence_speed", "curves", "angles", "landscape", "curves_wide", "crossings"):
         assert paths[f"tables/{name}.csv"].is_file()
     assert "tables/reproduction.csv" not in paths  # report.reproduce is not set
@@ -145,8 +146,13 @@ def test_every_table_is_written_with_its_columns(written):
     # The wide layouts dvc.yaml's plots read: one column per method.
     wide = pd.read_csv(out_dir / "tables" / "curves_wide.csv")
     assert list(wide.columns) == ["iteration", *FINAL_SCORES]
-    assert {"n", "arcface_search", "fixed_adacos", "dynamic_adacos"} <= set(
-        pd.read_csv(out_dir / "tables" / "tuning_wide.csv").columns)
+    searches = pd.read_csv(out_dir / "tables" / "tuning_search_wide.csv")
+    controls = pd.read_csv(out_dir / "tables" / "tuning_controls_wide.csv")
+    assert list(searches.columns) == ["n", "arcface_search"]
+    assert searches["n"].tolist() == list(range(1, len(ARCFACE_VALUES) + 3))  # failed and pruned trials count
+    assert {"n", "fixed_adacos", "dynamic_adacos"} <= set(controls.columns)
+    # A control stops at its number of seeds: no empty cell that a plot would draw as zero.
+    assert controls["n"].tolist() == list(range(1, len(SEEDS) + 1)) and not controls.isna().any().any()
 
 
 def selected_by_enumeration(selection, reported, n):
@@ -388,9 +394,10 @@ def test_crossing_sentences_for_a_late_overtake_and_none():
     assert final_gap_significant(runs, "fixed_adacos", "arcface_tuned")
     assert final_gap_significant(runs, "dynamic_adacos", "arcface_tuned")
     analysis = analyse(trials, runs, history)
-    from study.report import _crossings_section, render_markdown  # the section alone: no figures to draw
+    from study.report.sections import crossings_section
+    from study.report import render_markdown  # the section alone: no figures to draw
 
-    text = render_markdown("t", [_crossings_section(analysis, {})])
+    text = render_markdown("t", [crossings_section(analysis, {})])
     curves = mean_val_curves(history)
     assert independent_crossing(curves, "fixed_adacos", "arcface_tuned")[0] == max(ITERATIONS)
     assert f"Fixed AdaCos overtakes ArcFace tuned for good at iteration {max(ITERATIONS)} of {max(ITERATIONS)}" in text
@@ -403,7 +410,7 @@ def test_crossing_sentences_for_a_late_overtake_and_none():
     # A curve that never leads is said to be never ahead, with where it fell behind for good.
     history.loc[dynamic, OBJECTIVE] = 0.01 + 0.001 * history.loc[dynamic, "seed"]
     runs = sync_final_val(runs, history)
-    text = render_markdown("t", [_crossings_section(analyse(trials, runs, history), {})])
+    text = render_markdown("t", [crossings_section(analyse(trials, runs, history), {})])
     assert (f"Dynamic AdaCos is never ahead of ArcFace tuned (level at most, then behind for good from iteration "
             f"{min(ITERATIONS)})") in text
 
@@ -420,9 +427,10 @@ def test_runs_past_20000_iterations_count_the_late_overtakes_on_either_side():
     history.loc[dynamic & (history["iteration"] == last), OBJECTIVE] = 0.2 + 0.001 * history.loc[
         dynamic & (history["iteration"] == last), "seed"]
     runs = sync_final_val(runs, history)
-    from study.report import _crossings_section, render_markdown
+    from study.report.sections import crossings_section
+    from study.report import render_markdown
 
-    text = render_markdown("t", [_crossings_section(analyse(trials, runs, history), {})])
+    text = render_markdown("t", [crossings_section(analyse(trials, runs, history), {})])
     curves = mean_val_curves(history)
     pairs = [(a, b) for a in ("fixed_adacos", "dynamic_adacos") for b in ("arcface_tuned", "arcface_default")]
     late_adacos = late_arcface = 0
@@ -514,12 +522,13 @@ def test_reproduction_section_when_report_reproduce_is_set(study, tmp_path):
 def test_reproduction_data_note_without_a_fallback(study):
     from study.analysis import reproduction_table
     from study.published import SEED003_MNIST
-    from study.report import _reproduction_section, render_markdown  # the section alone: no figures to draw
+    from study.report.reproduction import reproduction_section
+    from study.report import render_markdown  # the section alone: no figures to draw
 
     manifest = {**MANIFEST, "source": "torchvision:MNIST", "requested_source": "torchvision:MNIST",
                 "fallback_reason": None}
     analysis = analyse(*study)
-    text = render_markdown("t", [_reproduction_section(SEED003_MNIST, reproduction_table(analysis.run_scores,
+    text = render_markdown("t", [reproduction_section(SEED003_MNIST, reproduction_table(analysis.run_scores,
                                                                                           SEED003_MNIST), manifest)])
     assert "This run used `torchvision:MNIST`" in text and "as requested" in text
     assert "could not be had" not in text and "re-split by our prepare stage" in text
@@ -532,7 +541,8 @@ def test_reproduction_data_note_without_a_fallback(study):
 
 def test_a_collapsed_network_scores_roc_auc_one_half_and_is_reported_at_chance():
     from study.metrics import verification_metrics
-    from study.report import _final_section, metrics_summary, render_markdown
+    from study.report.sections import final_section
+    from study.report import metrics_summary, render_markdown
 
     # One output for every input: every pair ties, so genuine and impostor pairs cannot be told apart.
     labels = np.repeat(np.arange(5), 8)
@@ -543,7 +553,7 @@ def test_a_collapsed_network_scores_roc_auc_one_half_and_is_reported_at_chance()
     analysis = analyse(trials, runs, history)
     costs = analysis.costs.set_index("method")
     assert costs.loc["softmax", "at_chance"] == 2 and costs.drop(index="softmax")["at_chance"].eq(0).all()
-    text = render_markdown("t", [_final_section(analysis, {})])
+    text = render_markdown("t", [final_section(analysis, {})])
     assert "| Softmax | " in text and "(2 at chance)" in text
     assert f"Runs at chance: Softmax 2 of {len(SEEDS)}." in text
     summary = metrics_summary(analysis)
@@ -623,3 +633,53 @@ def test_one_seed_per_method_gives_an_undecided_verdict_that_says_why():
     assert analysis.verdict_facts["recommendation"] == "undecided"
     text = verdict(analysis)
     assert text.startswith("Recommendation: undecided.") and "nothing is known about seed-to-seed spread" in text
+
+
+# --- rendering and figure styles ------------------------------------------------------------
+
+
+def test_html_escapes_text_renders_inline_marks_and_keeps_numbers_on_one_line(tmp_path):
+    from study.report import Bullets, Section, Table, render_html, render_markdown
+
+    sections = [Section("A & B", ["x < y, **bold**, *emphasis* and `code`", Bullets(["<script>alert(1)</script>"]),
+                                  Table(pd.DataFrame({"mean ± std": ["0.9850 ± 0.0015"],
+                                                      "note": ["a long sentence " * 4]}), "the | caption")])]
+    page = render_html("T <1>", sections, tmp_path)
+    assert "<title>T &lt;1&gt;</title>" in page and "<h2>A &amp; B</h2>" in page
+    assert "<p>x &lt; y, <strong>bold</strong>, <em>emphasis</em> and <code>code</code></p>" in page
+    assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    # A short numeric cell never wraps; a long prose cell may; wide tables scroll inside their own box.
+    assert '<td class="short">0.9850 ± 0.0015</td>' in page and "<td>a long sentence" in page
+    assert '<div class="table-box"><table>' in page and "overflow-x: auto" in page
+    assert 'name="viewport"' in page
+    markdown = render_markdown("T", sections)
+    assert "| mean ± std | note |\n|---|---|\n| 0.9850 ± 0.0015 | a long sentence" in markdown
+    assert "## A & B\n\nx < y, **bold**" in markdown and "- <script>alert(1)</script>" in markdown
+
+
+@pytest.mark.parametrize("values, expected", [
+    # One low outlier: the scale follows the other trials (Tukey's fences at 1.5 IQR of the quartiles).
+    ([0.84, 0.95, 0.952, 0.954, 0.956, 0.958, 0.96], (0.95, 0.96)),
+    ([0.1, 0.2, 0.3, 0.4], (0.1, 0.4)),  # no outlier: the whole range
+    ([0.5, 0.5, 0.5], (0.49, 0.51)),  # every trial alike: a small range around them
+])
+def test_robust_colour_range_clips_outliers_only(values, expected):
+    from study.report.figures import robust_colour_range
+
+    q1, q3 = np.percentile(values, [25, 75])
+    low, high = robust_colour_range(pd.Series(values))
+    assert (low, high) == pytest.approx(expected)
+    if expected != (0.49, 0.51):
+        inside = [v for v in values if q1 - 1.5 * (q3 - q1) <= v <= q3 + 1.5 * (q3 - q1)]
+        assert (low, high) == pytest.approx((min(inside), max(inside)))
+
+
+def test_every_method_has_its_own_colour_line_style_and_marker(written):
+    from study.report import method_styles
+
+    analysis = written[0]
+    styles = method_styles(analysis, "colorblind")
+    assert set(styles) >= set(analysis.methods)
+    for attribute in ("colour", "linestyle", "marker"):
+        values = [repr(getattr(style, attribute)) for style in styles.values()]
+        assert len(set(values)) == len(values), attribute

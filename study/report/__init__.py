@@ -1,0 +1,21 @@
+"""The study's report, one room per concern.
+
+- `formats`: names and numbers as the reader sees them;
+- `verdict`: the sentences of the verdict, chosen by the analysis's numbers;
+- `figures`: every figure;
+- `sections`, `reproduction`: the report's sections;
+- `document`: sections rendered to Markdown and to one self-contained HTML page, through templates;
+- `writer`: everything written to disk, metrics.json included.
+
+Everything is drawn from a `StudyAnalysis` (study.analysis); nothing is computed twice.
+"""
+
+from study.report.document import Bullets, FigureRef, Section, Table, render_html, render_markdown
+from study.report.figures import method_styles, plain_log_ticks
+from study.report.formats import loss_name, method_name, metric_name, trials_interval
+from study.report.verdict import verdict, verdict_sentences
+from study.report.writer import metrics_summary, write_report
+
+__all__ = ["Bullets", "FigureRef", "Section", "Table", "loss_name", "method_name", "method_styles", "metric_name",
+           "metrics_summary", "plain_log_ticks", "render_html", "render_markdown", "trials_interval", "verdict",
+           "verdict_sentences", "write_report"]

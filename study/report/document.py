@@ -1,0 +1,86 @@
+"""The report as a document: sections of paragraphs, tables, figures and bullets, rendered through the Jinja2
+templates in templates/ to Markdown and to one self-contained HTML page."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+import pandas as pd
+from markdown_it import MarkdownIt
+from markupsafe import Markup
+
+
+@dataclass
+class Table:
+    """A table of already formatted cells, with an optional caption."""
+
+    frame: pd.DataFrame
+    caption: str = ""
+
+
+@dataclass
+class FigureRef:
+    """A figure file (relative to the report folder) and what it shows."""
+
+    path: str
+    caption: str
+
+
+@dataclass
+class Bullets:
+    """A bulleted list of short lines."""
+
+    items: list[str]
+
+
+@dataclass
+class Section:
+    """A heading and its blocks: paragraphs (str), Table, FigureRef or Bullets."""
+
+    heading: str
+    blocks: list = field(default_factory=list)
+
+
+# Cells up to this many characters never wrap in HTML ("0.9850 ± 0.0015", "[+0.0012, +0.0040]"); longer prose may.
+SHORT_CELL = 40
+_INLINE = MarkdownIt("commonmark", {"html": False})  # raw HTML in a caption is text, not markup
+
+
+def _kind(block) -> str:
+    return {Table: "table", FigureRef: "figure", Bullets: "bullets"}.get(type(block), "paragraph")
+
+
+def _markdown_cell(value) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _inline_html(text) -> str:
+    """Inline Markdown (**bold**, *emphasis*, `code`) as HTML, everything else escaped."""
+    return _INLINE.renderInline(str(text))
+
+
+def _environment(base_dir: Path | None) -> jinja2.Environment:
+    environment = jinja2.Environment(loader=jinja2.PackageLoader("study.report", "templates"),
+                                     autoescape=jinja2.select_autoescape(["html.j2"]), undefined=jinja2.StrictUndefined,
+                                     trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    environment.filters.update(
+        kind=_kind, cell=_markdown_cell, inline=lambda text: Markup(_inline_html(text)),
+        rows=lambda frame: list(frame.itertuples(index=False)), columns=lambda frame: list(frame.columns),
+        # Figures go into the page itself, so report.html is one file that opens anywhere, offline.
+        png_data=lambda path: base64.b64encode((base_dir / path).read_bytes()).decode("ascii"))
+    environment.globals["SHORT_CELL"] = SHORT_CELL
+    return environment
+
+
+def render_markdown(title: str, sections: list[Section]) -> str:
+    """The sections as a Markdown document; figures are linked by their relative paths."""
+    text = _environment(None).get_template("report.md.j2").render(title=title, sections=sections)
+    return text.rstrip() + "\n"
+
+
+def render_html(title: str, sections: list[Section], base_dir: Path) -> str:
+    """The sections as one self-contained HTML page: figures inlined as base64 PNG, styles inline, no links out."""
+    return _environment(Path(base_dir)).get_template("report.html.j2").render(title=title, sections=sections)

@@ -1,0 +1,411 @@
+"""The report's sections, each built from the analysis's tables: setup, tuning cost, final comparison,
+convergence, the convergence claim, angle dynamics, the landscape and the reproducibility footer."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from study.analysis import REFERENCE_METHOD, TEST_PREFIX, StudyAnalysis, count_or_none
+from study.config import StudyParams
+from study.published import ADACOS_PAPER_CROSSOVER_ITERATIONS, published_setup
+from study.report import formats as fmt
+from study.report.document import Bullets, Section, Table
+from study.report.formats import loss_name, method_name, metric_name, trials_interval
+from study.report.reproduction import reproduction_section
+from study.report.verdict import key_numbers, verdict_sentences
+
+
+def setup_section(analysis: StudyAnalysis, params: StudyParams, manifest: dict) -> Section:
+    train, search = params.train, params.search
+    splits = manifest.get("splits", {})
+    split_table = pd.DataFrame([{"split": name, "samples": entry.get("num_samples", "n/a"),
+                                 "classes": entry.get("num_classes", "n/a")} for name, entry in splits.items()])
+    budget = (f"budget {search.n_trials} trials per loss" + (f" in each of {search.repeats} independent repeats"
+                                                             if search.repeats > 1 else "")
+              + f", {search.sampler} sampler (seed {search.seed}), pruner {search.pruner}, "
+              f"s log-uniform in [{search.s_range[0]:g}, {search.s_range[1]:g}]")
+    ranges = ", ".join(f"m for {loss_name(loss)} in [{low:g}, {high:g}] rad"
+                       for loss, (low, high) in search.m_range.items() if loss in search.losses)
+    bullets = [
+        f"Data: `{manifest.get('source', params.data.dataset)}`, {manifest.get('protocol', params.data.protocol)} "
+        f"protocol, split seed {manifest.get('seed', params.data.seed)}, fractions "
+        f"{', '.join(f'{f:g}' for f in manifest.get('fractions', params.data.fractions))} (train, val, test).",
+        f"Model: `{params.model.name}`, {params.model.embedding_size}-d embedding"
+        + (", pretrained" if params.model.pretrained else "") + ".",
+        f"Training (identical for every loss): {train.optimizer}, lr {train.lr:g}, weight decay "
+        f"{train.weight_decay:g}, {train.schedule} schedule, {train.epochs} epochs"
+        + (f" capped at {train.max_iterations} iterations" if train.max_iterations else "")
+        + f", batch {train.batch_size}, val evaluated every {train.eval_every} iterations.",
+        f"Objective: val {metric_name(analysis.objective)} (`{analysis.objective}`) selects; final runs at seeds "
+        f"{', '.join(map(str, params.runs.seeds))}, every method at the same seeds (same initialisation and data "
+        "order, so the comparisons pair by seed). Each search trial trains at its own seed, derived from the search "
+        "seed and the trial number and never one of these.",
+        f"Search: {', '.join(loss_name(loss) for loss in search.losses)}; {budget}"
+        + (f"; {ranges}" if ranges else "") + ".",
+    ]
+    if manifest.get("fallback_reason"):
+        bullets.insert(1, f"`{manifest.get('requested_source')}` was asked for but could not be had, so this study "
+                          f"ran on the fallback `{manifest.get('source')}` ({manifest['fallback_reason']}).")
+    if analysis.num_classes is not None:
+        bullets.append(f"Training classes C = {analysis.num_classes}, so AdaCos's fixed scale s_f = √2·ln(C−1) = "
+                       + (f"{analysis.s_f:.3f}." if analysis.s_f is not None else "undefined (C < 3)."))
+    blocks = [Bullets(bullets)]
+    if len(split_table):
+        blocks.append(Table(split_table, "Splits (from the prepare stage's manifest)"))
+    if len(analysis.search_summary):
+        table = pd.DataFrame({
+            "loss": analysis.search_summary["loss"].map(loss_name),
+            "repeats": analysis.search_summary["repeats"],
+            "trials": analysis.search_summary["trials"],
+            "completed": analysis.search_summary["complete"],
+            "pruned": analysis.search_summary["pruned"],
+            "failed": analysis.search_summary["failed"],
+            "device-seconds": analysis.search_summary["seconds"].map(fmt.seconds),
+            "per trial": analysis.search_summary["seconds_per_trial"].map(fmt.seconds),
+            f"best val {metric_name(analysis.objective)}": analysis.search_summary["best_value"].map(fmt.score),
+            "best s": analysis.search_summary["best_s"].map(lambda v: "n/a" if fmt.missing(v) else f"{v:.3g}"),
+            "best m (rad)": analysis.search_summary["best_m"].map(lambda v: "n/a" if fmt.missing(v) else f"{v:.3g}"),
+        })
+        blocks.append(Table(table, "The searches as run"))
+    return Section("Setup", blocks)
+
+
+def tuning_section(analysis: StudyAnalysis, figures: dict) -> Section:
+    objective = metric_name(analysis.objective)
+    confidence = f"{analysis.confidence:.0%}"
+    blocks = [
+        f"A practitioner who runs n tuning trials keeps the one val prefers and deploys it; what they get is that "
+        f"trial's **test** {objective}. Each trial trained at its own seed and was scored on test once trained, "
+        "recorded but never used to choose. Failed (diverged) trials enter at the metric's floor (a user pays for "
+        "them), pruned ones are paid for but never selected. "
+        f"Estimator: {analysis.estimator['text']}. Bands: {confidence} percentile bootstrap over "
+        + ("trials." if analysis.estimator["kind"] == "pooled" else "repeats."),
+        "The untuned methods get the same treatment over their seeds (train n seeds, keep the one val prefers): "
+        "this budget-matched control separates what tuning s and m buys from what picking among n trainings buys.",
+    ]
+    blocks += [figures[name] for name in ("tuning_trials", "tuning_seconds") if name in figures]
+    rows = []
+    for row in analysis.break_even.itertuples():
+        reached = bool(row.reached)
+        interval = trials_interval(row.trials_low, row.trials_high, row.max_trials)
+        rows.append({"searched loss": loss_name(row.loss), "reference": method_name(row.reference),
+                     f"target: its mean test {objective} of one run": fmt.score(row.target),
+                     "break-even trials": fmt.count(row.trials) if reached else f"not within {row.max_trials}",
+                     f"{confidence} interval": interval,
+                     "device-seconds": fmt.seconds(row.seconds) if reached else "n/a",
+                     f"gain of the whole search on test [{confidence}]":
+                         f"{fmt.signed(row.gain)} {fmt.interval(row.gain_low, row.gain_high)}",
+                     "old: expected best val − mean val": fmt.signed(row.old_val_gain),
+                     "old break-even": fmt.count(row.old_trials) if count_or_none(row.old_trials) else
+                     f"not within {row.max_trials}"})
+    if rows:
+        blocks.append(Table(pd.DataFrame(rows), "Break-even: the fewest trials whose val-selected test score reaches "
+                                                "the reference's mean test score of one run"))
+        blocks.append("The last two columns are the classic quantities, for contrast: the expected *maximum* of n val "
+                      "scores against the reference's *mean* val score. The maximum includes the best of n draws of "
+                      "seed noise, so it shows a gain and an early break-even even where tuning buys nothing on "
+                      "held-out data.")
+    else:
+        blocks.append("No loss was searched, so there is no tuning curve.")
+    if "tuning_val" in figures:
+        blocks.append(figures["tuning_val"])
+    return Section("Tuning cost versus accuracy", blocks)
+
+
+def _difference_cell(row) -> str:
+    if fmt.missing(row["difference"]):
+        return "n/a (no finished runs)"
+    cell = f"{fmt.signed(row['difference'])} {fmt.interval(row['low'], row['high'])}"
+    if row["significant"]:
+        return cell
+    return cell + (" (equivalent)" if row["equivalent"] else " (n.s.)")
+
+
+def final_section(analysis: StudyAnalysis, figures: dict) -> Section:
+    objective = f"{TEST_PREFIX}{analysis.objective}"
+    final = analysis.final.set_index(["method", "metric"])
+    differences = analysis.differences.set_index(["method", "metric"])
+    costs = analysis.costs.set_index("method")
+    ci = f"{analysis.confidence:.0%} CI"
+
+    def mean_std(method, metric):
+        if (method, metric) not in final.index:
+            return "n/a"
+        row = final.loc[(method, metric)]
+        return "n/a" if row["n"] == 0 else f"{fmt.score(row['mean'])} ± {fmt.score(row['std'])}"
+
+    headline = []
+    for method in analysis.methods:
+        cost = costs.loc[method] if method in costs.index else None
+        n = int(final.loc[(method, objective), "n"]) if (method, objective) in final.index else 0
+        notes = [f"{int(cost[key])} {word}" for key, word in (("diverged", "diverged"), ("at_chance", "at chance"))
+                 if cost is not None and cost[key]]
+        seeds = f"{n}" + (f" ({', '.join(notes)})" if notes else "")
+        row = differences.loc[(method, objective)] if (method, objective) in differences.index else None
+        headline.append({"method": method_name(method), f"test {metric_name(objective)} (mean ± std)":
+                         mean_std(method, objective), "seeds": seeds,
+                         f"− Fixed AdaCos [{ci}]": "reference" if method == REFERENCE_METHOD else
+                         "n/a" if row is None else _difference_cell(row),
+                         "p (Holm)": "" if row is None or fmt.missing(row["p_holm"]) else f"{row['p_holm']:.3g}",
+                         "detectable at 80% power": "" if row is None or fmt.missing(row["detectable"]) else
+                         f"{row['detectable']:.4f}",
+                         "tuning trials": fmt.count(cost["tuning_trials"]) if cost is not None else "n/a",
+                         "tuning device-seconds": fmt.seconds(cost["tuning_seconds"]) if cost is not None else "n/a",
+                         "one run": fmt.seconds(cost["run_seconds"]) if cost is not None else "n/a"})
+    metrics = list(dict.fromkeys(analysis.final["metric"]))
+    every_metric = pd.DataFrame([{"method": method_name(method),
+                                  **{metric_name(metric): mean_std(method, metric) for metric in metrics}}
+                                 for method in analysis.methods])
+    every_difference = pd.DataFrame([{
+        "method": method_name(row.method), "metric": metric_name(row.metric),
+        "difference": fmt.signed(row.difference), f"{ci} ({row.test})": fmt.interval(row.low, row.high),
+        "p": "n/a" if fmt.missing(row.p_value) else f"{row.p_value:.3g}",
+        "p (Holm)": "n/a" if fmt.missing(row.p_holm) else f"{row.p_holm:.3g}",
+        "Welch": f"{fmt.signed(row.welch_difference)} {fmt.interval(row.welch_low, row.welch_high)}",
+        "margin": f"±{row.margin:g}",
+        "TOST p": "n/a" if fmt.missing(row.tost_p_value) else f"{row.tost_p_value:.3g}",
+        "verdict": ("significant" if row.significant else "equivalent" if row.equivalent else "undecided"),
+        "detectable": "n/a" if fmt.missing(row.detectable) else f"{row.detectable:.4f}",
+        "seeds to resolve": "n/a" if pd.isna(row.seeds_to_resolve) else f"{int(row.seeds_to_resolve):,}",
+        "direction": "higher is better" if row.higher_is_better else "lower is better",
+    } for row in analysis.differences.itertuples()])
+    alpha = 1 - analysis.confidence
+    blocks = [
+        f"Every run of the final comparison evaluated once on test; every method ran at the same seeds, so each "
+        f"difference to Fixed AdaCos is paired by seed (same initialisation and data order), with Welch's unpaired "
+        f"interval beside it. Each method's differences on the {len(metrics)} test metrics are one family: p-values "
+        f"are Holm-corrected and \"significant\" means Holm p < {alpha:.2g}. A difference that is not significant "
+        f"is called equivalent only when two one-sided tests put it inside the metric's margin (analysis."
+        f"equivalence_margin); otherwise it is undecided, and the table says the smallest difference these seeds "
+        f"detect with 80% power and about how many seeds would resolve it. Diverged runs are left out of the means "
+        "and counted. Tuning cost is the whole search behind a tuned method, failed and pruned trials included.",
+        Table(pd.DataFrame(headline), f"Test {metric_name(objective)}, tuning cost and the difference to Fixed AdaCos"),
+    ]
+    at_chance = analysis.costs[analysis.costs["at_chance"] > 0]
+    if len(at_chance):
+        blocks.append(
+            "Runs at chance: " + ", ".join(f"{method_name(row.method)} {row.at_chance} of {row.runs}"
+                                           for row in at_chance.itertuples())
+            + ". They finished without a NaN but ended with test ROC AUC 0.5: every test embedding scores every pair "
+              "alike, the mark of a network collapsed to one output (dead ReLUs under a too large learning rate, "
+              "for example). They stay in the means above, as what the method delivered on those seeds.")
+    if "final_test" in figures:
+        blocks.append(figures["final_test"])
+    if len(metrics) > 1:
+        blocks.append(Table(every_metric, "Every test metric (mean ± std over seeds; per-seed scores in "
+                                          "tables/run_scores.csv)"))
+    if len(every_difference):
+        blocks.append(Table(every_difference, "Every test metric: method − Fixed AdaCos (for EER, lower is better, "
+                                              "so a negative difference favours the method)"))
+    return Section("Final comparison on test", blocks)
+
+
+def convergence_section(analysis: StudyAnalysis, figures: dict) -> Section:
+    objective = metric_name(analysis.objective)
+    if not analysis.targets:
+        return Section("Convergence", ["No run finished with a finite val score, so there are no targets."])
+    confidence = f"{analysis.confidence:.0%}"
+    best = (f"{fmt.score(analysis.best_final_val)}, the mean final val {objective} of "
+            f"{method_name(analysis.best_final_method)}")
+    tables = []
+    for basis, title in (("own", "of each method's own final val score"),
+                         ("best", "of the best method's final val score (the same targets for every method)")):
+        rows = []
+        for method in analysis.methods:
+            row = {"method": method_name(method)}
+            for found in analysis.convergence[(analysis.convergence["method"] == method)
+                                              & (analysis.convergence["basis"] == basis)].itertuples():
+                column = f"to {found.fraction:.0%}" + (f" ({found.target:.4f})" if basis == "best" else "")
+                row[column] = (f"{fmt.iterations(found.median_iteration)} [{fmt.iterations(found.low)}, "
+                               f"{fmt.iterations(found.high)}] ({found.seeds_reached}/{found.seeds} seeds)")
+            speed = analysis.convergence_speed[(analysis.convergence_speed["method"] == method)
+                                               & (analysis.convergence_speed["basis"] == basis)]
+            for found in speed.itertuples():
+                judged = "faster" if found.faster == method else "slower" if pd.notna(found.faster) else "n.s."
+                row[f"− Fixed AdaCos at {found.fraction:.0%}"] = (
+                    f"{fmt.signed_iterations(found.difference)} [{fmt.signed_iterations(found.low)}, "
+                    f"{fmt.signed_iterations(found.high)}] ({judged})")
+            rows.append(row)
+        tables.append(Table(pd.DataFrame(rows).fillna("—"), f"Median iterations to fractions {title}, with "
+                                                            f"{confidence} bootstrap intervals over seeds"))
+    blocks = [
+        "Iterations to a target, per run the first evaluated iteration at or above it; per method the median over "
+        "seeds with a percentile-bootstrap interval over seeds. A seed that never reached the target counts as "
+        "slower than every seed that did, so a median is \"not reached\" when half the seeds or more missed it. "
+        "Two kinds of target: fractions of each method's *own* mean final val score (how fast it gets near where it "
+        f"ends), and fractions of the best method's ({best}). A method is called faster or slower than Fixed AdaCos "
+        "only where the bootstrap interval of the difference of medians (seeds resampled together, since runs at "
+        "one seed pair) excludes zero.",
+        *tables,
+    ]
+    if "convergence" in figures:
+        blocks.append(figures["convergence"])
+    return Section("Convergence", blocks)
+
+
+def _crossing_sentence(pair, objective: str) -> str:
+    """What one (AdaCos, ArcFace) pair's curves show, from its row of `analysis.crossings`."""
+    adacos, arcface = method_name(pair.adacos_method), method_name(pair.arcface_method)
+    first, last = fmt.iteration_number(pair.first_iteration), fmt.iteration_number(pair.last_iteration)
+    if not fmt.missing(pair.gap_at_end) and not pair.gap_significant:
+        return (f"{adacos} and {arcface} end level within seed noise: the final val gap {fmt.signed(pair.gap_at_end)} "
+                f"(CI {fmt.interval(pair.gap_low, pair.gap_high)} over seeds) is not significant, so no lasting "
+                "overtake is claimed either way.")
+    if pd.isna(pair.crossing_iteration):
+        if fmt.missing(pair.gap_at_end):
+            return (f"{adacos} does not overtake {arcface} for good within the run's {last} iterations: it has no "
+                    "val score at the end (every seed diverged).")
+        behind = f"behind by {-pair.gap_at_end:.4f} at the last evaluation"
+        if pair.adacos_led_before:
+            return (f"{adacos} leads {arcface} early, but {arcface} overtakes it for good at iteration "
+                    f"{fmt.iteration_number(pair.arcface_ahead_from)} of {last} and {adacos} ends {behind}: the "
+                    "opposite order to the paper's figure, where AdaCos is the one that overtakes late.")
+        return (f"{adacos} is never ahead of {arcface} (level at most, then behind for good from iteration "
+                f"{fmt.iteration_number(pair.arcface_ahead_from)}) and does not overtake it within the run's {last} "
+                f"iterations; it ends {behind}.")
+    gap = "" if fmt.missing(pair.gap_at_end) else f" (ahead by {pair.gap_at_end:.4f} at the end)"
+    if pair.ahead_from_start:
+        return (f"{adacos} is at or above {arcface} at every evaluation from iteration {first} to the end of the run "
+                f"at iteration {last}{gap}: ahead from the start, it never needs to overtake.")
+    share = pair.crossing_iteration / pair.last_iteration if pair.last_iteration else math.nan
+    return (f"{adacos} overtakes {arcface} for good at iteration {fmt.iteration_number(pair.crossing_iteration)} of "
+            f"{last} ({share:.0%} of the run) and stays at or above it to the end{gap}; before that its mean val "
+            f"{objective} fell below {arcface}'s at least once.")
+
+
+def crossings_section(analysis: StudyAnalysis, figures: dict) -> Section:
+    objective = metric_name(analysis.objective)
+    paper = fmt.iteration_number(ADACOS_PAPER_CROSSOVER_ITERATIONS)
+    blocks = [
+        f"The AdaCos paper's training curves suggest that AdaCos only overtakes ArcFace after about {paper} "
+        f"iterations. For each AdaCos variant against each ArcFace variant run here, the mean val {objective} over "
+        "seeds is compared at every iteration both were evaluated at; the crossing is where the final stretch "
+        "begins in which AdaCos stays at or above ArcFace to the end of the run (a lead that is lost again does not "
+        "count, and ties count as not behind). Where AdaCos ends behind, the reverse is reported: where ArcFace's "
+        "final lead begins, and whether AdaCos led before it. A lead is claimed only where the final val gap is "
+        "significant across seeds (paired by seed): mean curves that end a hair apart say nothing about who ends "
+        "ahead."]
+    crossings = analysis.crossings
+    if crossings.empty:
+        blocks.append("No Fixed or Dynamic AdaCos run and no tuned or default ArcFace run recorded val curves side "
+                      "by side, so there is nothing to compare.")
+        return Section("Convergence claim", blocks)
+    rows = [{"AdaCos": method_name(row.adacos_method), "ArcFace": method_name(row.arcface_method),
+             "overtakes for good at iteration": "not within the run" if pd.isna(row.crossing_iteration) else
+             fmt.iteration_number(row.crossing_iteration) + (" (ahead from the start)" if row.ahead_from_start else ""),
+             "ahead from the start": "yes" if row.ahead_from_start else "no",
+             "ArcFace ahead for good from": "—" if pd.isna(row.arcface_ahead_from) else
+             fmt.iteration_number(row.arcface_ahead_from) + (" (AdaCos led before)" if row.adacos_led_before else ""),
+             "evaluated iterations": f"{fmt.iteration_number(row.first_iteration)}–{fmt.iteration_number(row.last_iteration)}",
+             f"AdaCos − ArcFace at the end (val {objective}) [CI over seeds]":
+                 f"{fmt.signed(row.gap_at_end)} {fmt.interval(row.gap_low, row.gap_high)}"
+                 + ("" if row.gap_significant else " (n.s.: no lasting lead claimed)")}
+            for row in crossings.itertuples()]
+    blocks.append(Table(pd.DataFrame(rows), "Where AdaCos's mean val curve overtakes ArcFace's for good, or ArcFace's "
+                                            "overtakes AdaCos's"))
+    blocks.append(" ".join(_crossing_sentence(row, objective) for row in crossings.itertuples()))
+    longest = int(crossings["last_iteration"].max())
+    # Only a final gap that is significant across seeds supports a claim about who ends ahead.
+    resolved = crossings[crossings["gap_significant"]]
+    at_or_above = resolved[resolved["crossing_iteration"].notna()]
+    reversed_order = int(resolved["adacos_led_before"].sum())
+    summary = (f"{len(resolved)} of {fmt.plural(len(crossings), 'pair')} end with a significant gap; "
+               f"{len(at_or_above)} with AdaCos ahead"
+               + (f", and in {reversed_order} ArcFace overtakes an early AdaCos lead" if reversed_order else ""))
+    late = ADACOS_PAPER_CROSSOVER_ITERATIONS
+    late_adacos = int(((~at_or_above["ahead_from_start"]) & (at_or_above["crossing_iteration"] >= late)).sum())
+    # The mirror image of the paper's claim: ArcFace taking over an AdaCos lead only that late.
+    late_arcface = int((resolved["adacos_led_before"] & (resolved["arcface_ahead_from"] >= late)).sum())
+    if longest < late:
+        blocks.append(f"These runs end by iteration {fmt.iteration_number(longest)}, before the ~{paper} of the paper's "
+                      f"figure, so they cannot show a crossing that late. Within them, {summary}.")
+    else:
+        blocks.append(f"These runs reach iteration {fmt.iteration_number(longest)}, past the ~{paper} of the paper's "
+                      f"figure: {summary}. In {late_adacos} of the {fmt.plural(len(crossings), 'pair')} AdaCos overtakes "
+                      f"ArcFace for good only at iteration {paper} or later, as in the paper's figure"
+                      + (f"; in {late_arcface} ArcFace overtakes an AdaCos lead that late instead" if late_arcface
+                         else "") + ".")
+    if "crossings" in figures:
+        blocks.append(figures["crossings"])
+    return Section("Convergence claim", blocks)
+
+
+def angles_section(analysis: StudyAnalysis, figures: dict) -> Section:
+    blocks = ["The median angle between each embedding and its own class weight, and the mean cosine to the other "
+              "classes, over training (mean over seeds; measured on the training batch of the step before each "
+              "evaluation). AdaCos's argument is that a well-chosen scale keeps the target angle falling steadily "
+              "while the non-target cosines stay near zero."]
+    blocks += [figures[name] for name in ("angles", "dynamic_scale") if name in figures]
+    if "dynamic_scale" not in figures:
+        blocks.append("No Dynamic AdaCos runs recorded their scale, so its scale curve is not shown.")
+    return Section("Angle dynamics", blocks)
+
+
+def landscape_section(analysis: StudyAnalysis, figures: dict) -> Section:
+    if "landscape" not in figures:
+        return Section("The (s, m) landscape", ["No loss was searched."])
+    s_f = f" AdaCos's s_f = {analysis.s_f:.3f} is the dashed vertical line." if analysis.s_f is not None else ""
+    return Section("The (s, m) landscape", [
+        f"Every finished trial of each search, coloured by its val {metric_name(analysis.objective)}; failed "
+        f"(diverged) and pruned trials in grey, the best trial as a red star.{s_f} The colour scale spans the trials' "
+        "central range (within 1.5 interquartile ranges of the quartiles), so one outlier cannot give every other "
+        "trial the same colour; trials outside it are marked ▼ (below) or ▲ (above), their scores in the legend.",
+        figures["landscape"],
+    ])
+
+
+def footer_section(environment: dict) -> Section:
+    def describe(value) -> str:
+        if isinstance(value, dict):
+            return ", ".join(f"{key} {item}" for key, item in value.items())
+        if isinstance(value, (list, tuple)):
+            return ", ".join(map(str, value))
+        return str(value)
+
+    items = [f"{key.replace('_', ' ')}: `{describe(value)}`" for key, value in environment.items()]
+    return Section("Reproducibility", [Bullets(items or ["no environment recorded"])])
+
+
+def answer_section(analysis: StudyAnalysis, figures: dict) -> Section:
+    """The answer first: the recommendation, the figure that shows it, the numbers behind it, then the full verdict."""
+    sentences = verdict_sentences(analysis)
+    blocks = [f"**{sentences[0]}**"]
+    if "tuning_trials" in figures:
+        blocks.append(figures["tuning_trials"])
+    numbers = key_numbers(analysis)
+    if len(numbers):
+        blocks.append(Table(numbers, "The numbers behind the recommendation"))
+    if len(sentences) > 1:
+        blocks.append(" ".join(sentences[1:]))
+    return Section("Verdict", blocks)
+
+
+def report_sections(analysis: StudyAnalysis, params: StudyParams, manifest: dict, environment: dict,
+              figures: dict, reproduction: pd.DataFrame | None = None) -> list[Section]:
+    objective = metric_name(analysis.objective)
+    answers = (
+        "ArcFace has two hyperparameters, the scale s and the margin m, that practitioners tune over many runs; "
+        "AdaCos claims to need none (a fixed scale from the class count, or one that adapts every step). This report "
+        f"measures, on this data, what a search of n trials buys on the held-out test split (the test {objective} of "
+        "the trial val selects) and after how many trials it matches Fixed AdaCos, how tuned ArcFace retrained at "
+        f"fresh seeds compares with Fixed AdaCos on every test metric (paired by seed, with "
+        f"{analysis.confidence:.0%} intervals, Holm-corrected, and equivalence tests), how ArcFace at its usual "
+        "defaults fares, and how many iterations each method needs to converge. Val selects; test only reports."
+    )
+    figures_after_answer = {name: figure for name, figure in figures.items() if name != "tuning_trials"}
+    return [
+        answer_section(analysis, figures),
+        Section("What this answers", [answers]),
+        setup_section(analysis, params, manifest),
+        tuning_section(analysis, figures_after_answer),
+        final_section(analysis, figures),
+        convergence_section(analysis, figures),
+        crossings_section(analysis, figures),
+        angles_section(analysis, figures),
+        landscape_section(analysis, figures),
+        *([reproduction_section(published_setup(params.report.reproduce), reproduction, manifest)]
+          if params.report.reproduce and reproduction is not None else []),
+        footer_section(environment),
+    ]

@@ -1,0 +1,191 @@
+"""The whole report on disk: figures/, tables/, report.md, report.html and metrics.json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from study.analysis import REPRODUCTION_SPREAD_STDS, TEST_PREFIX, StudyAnalysis, count_or_none, reproduction_table
+from study.config import StudyParams
+from study.published import published_setup
+from study.report import formats as fmt
+from study.report.document import FigureRef, render_html, render_markdown
+from study.report.figures import (figure_angles, figure_convergence, figure_crossings, figure_dynamic_scale,
+                                  figure_expected_best_val, figure_final_test, figure_landscape, figure_tuning,
+                                  method_styles)
+from study.report.sections import report_sections
+from study.results import write_csv, write_json
+
+
+def _final_test_table(analysis: StudyAnalysis) -> pd.DataFrame:
+    return analysis.final.merge(analysis.costs[["method", "tuning_trials", "tuning_seconds", "run_seconds"]],
+                                on="method", how="left")
+
+
+def _curves_wide(analysis: StudyAnalysis) -> pd.DataFrame:
+    """Mean val objective per iteration, one column per method (the layout `dvc plots` draws)."""
+    wide = analysis.curves.pivot(index="iteration", columns="method", values="mean")
+    return wide.reindex(columns=[m for m in analysis.methods if m in wide.columns]).reset_index()
+
+
+def metrics_summary(analysis: StudyAnalysis, reproduction: pd.DataFrame | None = None) -> dict:
+    """What `dvc metrics show` reads: the verdict with its numbers, the break-even of each searched loss with its
+    interval, per method the objective's test mean and costs, the crossings and (when given) the reproduction.
+    Per-seed scores of every run are in tables/run_scores.csv, every metric in tables/final_test.csv."""
+    def number(value):
+        return None if fmt.missing(value) or pd.isna(value) else float(value)
+
+    facts = analysis.verdict_facts
+    row = facts["tuned"] or {}
+    even = facts["break_even"] or {}
+    summary = {"verdict": {
+        "recommendation": facts["recommendation"], "reason": facts["reason"], "metric": facts["metric"],
+        "margin": row.get("margin"), "seeds": row.get("pairs"), "difference": row.get("difference"),
+        "low": row.get("low"), "high": row.get("high"), "test": row.get("test"), "p_holm": row.get("p_holm"),
+        "equivalent": row.get("equivalent"), "tost_p_value": row.get("tost_p_value"),
+        "detectable": row.get("detectable"), "seeds_to_resolve": row.get("seeds_to_resolve"),
+        "search_gain": even.get("gain"), "search_gain_low": even.get("gain_low"),
+        "search_gain_high": even.get("gain_high"), "estimator": facts["estimator_kind"],
+        "estimator_exact": facts["estimator_exact"]}}
+    summary["break_even"] = {
+        loss: {reference.reference: {"trials": count_or_none(reference.trials),
+                                     "low": count_or_none(reference.trials_low),
+                                     "high": count_or_none(reference.trials_high),
+                                     "seconds": number(reference.seconds), "reached": bool(reference.reached),
+                                     "max_trials": int(reference.max_trials), "target": number(reference.target)}
+               for reference in group.itertuples()}
+        for loss, group in analysis.break_even.groupby("loss", sort=False)
+    }
+    metric = f"{TEST_PREFIX}{analysis.objective}"
+    for method in analysis.methods:
+        rows = analysis.final[(analysis.final["method"] == method) & (analysis.final["metric"] == metric)]
+        entry = {metric: {"mean": number(row.mean), "std": number(row.std), "n": int(row.n)} for row in rows.itertuples()}
+        cost = analysis.costs[analysis.costs["method"] == method]
+        if len(cost):
+            cost = cost.iloc[0]
+            entry.update({"tuning_trials": number(cost["tuning_trials"]),
+                          "tuning_seconds": number(cost["tuning_seconds"]),
+                          "run_seconds": number(cost["run_seconds"]), "diverged_runs": int(cost["diverged"]),
+                          "runs_at_chance": int(cost["at_chance"])})
+        summary[method] = entry
+    summary["crossings"] = {
+        f"{row.adacos_method}_vs_{row.arcface_method}": {
+            "crossing_iteration": None if pd.isna(row.crossing_iteration) else int(row.crossing_iteration),
+            "arcface_ahead_from": None if pd.isna(row.arcface_ahead_from) else int(row.arcface_ahead_from),
+            "gap_at_end": number(row.gap_at_end), "gap_significant": bool(row.gap_significant)}
+        for row in analysis.crossings.itertuples()
+    }
+    if reproduction is not None:
+        summary["reproduction"] = {
+            "setup": reproduction["setup"].iloc[0] if len(reproduction) else None,
+            "spread": f"mean ± {REPRODUCTION_SPREAD_STDS:g} std over seeds",
+            "results": {row.method: {"published_label": row.published_label, "metric": row.metric,
+                                     "published_percent": number(row.published_percent),
+                                     "mean_percent": number(row.mean_percent), "std_percent": number(row.std_percent),
+                                     "seeds": int(row.seeds), "difference_points": number(row.difference_points),
+                                     "within_spread": None if pd.isna(row.within_spread) else bool(row.within_spread)}
+                        for row in reproduction.itertuples()},
+        }
+    return summary
+
+
+def _tuning_wide(analysis: StudyAnalysis, kind: str) -> pd.DataFrame:
+    """The expected test score of the val-selected run per n, one column per search (`<loss>_search`) or per
+    untuned control, for `dvc plots`: searches and controls apart, since a control stops at its number of seeds
+    and vega would draw the missing cells as zeros."""
+    curves = analysis.tuning_curves[analysis.tuning_curves["kind"] == kind]
+    curves = curves.assign(column=curves["method"] + ("_search" if kind == "search" else ""))
+    return curves.pivot(index="n", columns="column", values="expected_test").dropna().reset_index()
+
+
+def write_report(analysis: StudyAnalysis, params: StudyParams, manifest: dict, environment: dict,
+                 out_dir: Path) -> dict[str, Path]:
+    """Write figures/, tables/, report.md, report.html (when params.report.html) and metrics.json; return their paths.
+
+    `environment` is printed in the reproducibility footer as given (git revision, params hash, package
+    versions, device...). The returned dict maps each file's path relative to out_dir to its full path.
+    """
+    out_dir = Path(out_dir)
+    figures_dir, tables_dir = out_dir / "figures", out_dir / "tables"
+    dpi = params.report.dpi
+    styles = method_styles(analysis, params.report.palette)
+    written: dict[str, Path] = {}
+
+    figure_paths = {
+        "tuning_trials": figure_tuning(analysis, styles, "n", figures_dir / "tuning_trials.png", dpi)
+        if len(analysis.tuning_curves) else None,
+        "tuning_seconds": figure_tuning(analysis, styles, "seconds", figures_dir / "tuning_seconds.png", dpi)
+        if len(analysis.tuning_curves) else None,
+        "tuning_val": figure_expected_best_val(analysis, styles, figures_dir / "expected_best_val.png", dpi)
+        if (analysis.tuning_curves["kind"] == "search").any() else None,
+        "convergence": figure_convergence(analysis, styles, figures_dir / "convergence.png", dpi),
+        "crossings": figure_crossings(analysis, styles, figures_dir / "crossings.png", dpi),
+        "angles": figure_angles(analysis, styles, figures_dir / "angles.png", dpi),
+        "dynamic_scale": figure_dynamic_scale(analysis, styles, figures_dir / "dynamic_scale.png", dpi),
+        "landscape": figure_landscape(analysis, params, figures_dir / "landscape.png", dpi),
+        "final_test": figure_final_test(analysis, styles, figures_dir / "final_test.png", dpi),
+    }
+    captions = {
+        "tuning_trials": "What n runs buy on held-out data: the expected test score of the run val selects among n "
+                         "tuning trials (solid) or among n seeds of an untuned method (dashed, the budget-matched "
+                         "control); bands are bootstrap intervals. The dotted line is Fixed AdaCos's mean test score "
+                         "of one run, the star the break-even with its interval.",
+        "tuning_seconds": "The same against the device-seconds those runs cost (log scale).",
+        "tuning_val": "For contrast, the classic curve: the expected best val score of n trials against the untuned "
+                      "methods' mean val (bands: their CI over seeds). It includes the maximum of n draws of seed "
+                      "noise, so it overstates what tuning buys.",
+        "convergence": "Val score against iteration, mean over seeds with its band; dotted lines: the targets.",
+        "crossings": "AdaCos minus ArcFace, mean val score over seeds, against iteration (symlog: linear within ±0.01); "
+                     "dotted lines mark where the lead settles for good, on whichever side.",
+        "angles": "Median target angle θ and mean non-target cosine against iteration, mean over seeds.",
+        "dynamic_scale": "Dynamic AdaCos's scale s against iteration, with Fixed AdaCos's s_f for reference.",
+        "landscape": "The searched (s, m) plane: colour is the val score, the star the best trial, the dashed line "
+                     "AdaCos's s_f.",
+        "final_test": "Test score of every seed (points) and mean ± std over seeds (black) per method.",
+    }
+    figures = {}
+    for name, path in figure_paths.items():
+        if path is not None:
+            written[f"figures/{path.name}"] = path
+            figures[name] = FigureRef(f"figures/{path.name}", captions[name])
+
+    tables = {
+        "tuning_curves.csv": analysis.tuning_curves,
+        "tuning_search_wide.csv": _tuning_wide(analysis, "search"),
+        "tuning_controls_wide.csv": _tuning_wide(analysis, "control"),
+        "break_even.csv": analysis.break_even,
+        "run_scores.csv": analysis.run_scores,
+        "convergence_speed.csv": analysis.convergence_speed,
+        "final_test.csv": _final_test_table(analysis),
+        "differences.csv": analysis.differences,
+        "convergence.csv": analysis.convergence,
+        "convergence_runs.csv": analysis.convergence_runs,
+        "curves.csv": analysis.curves,
+        "curves_wide.csv": _curves_wide(analysis),
+        "angles.csv": analysis.angles,
+        "landscape.csv": analysis.landscape,
+        "reference_bands.csv": analysis.reference_bands,
+        "search.csv": analysis.search_summary,
+        "crossings.csv": analysis.crossings,
+    }
+    reproduction = (reproduction_table(analysis.run_scores, published_setup(params.report.reproduce))
+                    if params.report.reproduce else None)
+    if reproduction is not None:
+        tables["reproduction.csv"] = reproduction
+    for name, frame in tables.items():
+        write_csv(frame, tables_dir / name)
+        written[f"tables/{name}"] = tables_dir / name
+
+    sections = report_sections(analysis, params, manifest, environment, figures, reproduction)
+    markdown_path = out_dir / "report.md"
+    markdown_path.write_text(render_markdown(params.report.title, sections), encoding="utf-8")
+    written["report.md"] = markdown_path
+    if params.report.html:
+        html_path = out_dir / "report.html"
+        html_path.write_text(render_html(params.report.title, sections, out_dir), encoding="utf-8")
+        written["report.html"] = html_path
+    metrics_path = out_dir / "metrics.json"
+    write_json(metrics_summary(analysis, reproduction), metrics_path)
+    written["metrics.json"] = metrics_path
+    return written
