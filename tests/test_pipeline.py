@@ -18,7 +18,7 @@ from PIL import Image
 from study.analysis import expected_best_after_n_trials
 
 REPO = Path(__file__).resolve().parents[1]
-COPIED = ["dvc.yaml", "params.yaml", "stages", "study", ".dvc/config", ".dvcignore"]
+COPIED = ["dvc.yaml", "params.yaml", "stages", "study", ".dvc/config", ".dvcignore", "reports/plots_template.html"]
 
 pytestmark = pytest.mark.skipif(shutil.which("dvc") is None, reason="dvc is not installed")
 
