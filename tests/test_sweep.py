@@ -1,7 +1,11 @@
-"""The class-count sweep: C → dataset class count, the stage list, skip-if-finished, the aggregate, and one real sweep."""
+"""The class-count sweep: C → dataset class count, the generated DVC pipelines, the aggregate, and one real sweep."""
 
 import json
 import math
+import os
+import posixpath
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -9,17 +13,21 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+import yaml
 from PIL import Image
 
+import study.report
 from study.cli import main
 from study.config import load_params
 from study.data import ImageSet, split_dataset
-from study.presets import build_preset, write_params
-from study.sweep import (SweepError, class_count_dir, class_count_params, class_count_table, default_dataset_template,
-                         is_finished, pipeline_stages, run_sweep, total_classes_for, trend_sentences,
-                         write_sweep_report)
+from study.presets import build_preset
+from study.sweep import (AGGREGATE_MODULES, SweepError, aggregate_sweep, class_count_dir, class_count_params,
+                         class_count_pipeline, class_count_table, default_dataset_template, module_source, reproduce,
+                         total_classes_for, trend_sentences, write_sweep, write_sweep_report)
 
 REPO = Path(__file__).resolve().parents[1]
+# What a repository needs for the sweep's pipelines: the study's pipeline, its params and the code its stages declare.
+COPIED = ["dvc.yaml", "params.yaml", ".dvcignore", "stages", "study"]
 
 
 def one_image_per_class(num_classes: int) -> ImageSet:
@@ -95,28 +103,16 @@ def test_the_glyphs_sweep_preset_is_an_open_map_at_r_study_on_glyphs():
     assert "{total}" in default_dataset_template(params.data.dataset)
 
 
-# --- the stages, from dvc.yaml ----------------------------------------------------------------
-
-
-def test_stages_come_from_dvc_yaml_in_order_with_foreach_expanded():
-    params = build_preset("default", ["search.losses=[arcface, cosface]", "runs.methods=[fixed_adacos, softmax]"])
-    stages = pipeline_stages(params, REPO / "dvc.yaml")
-    assert [stage.name for stage in stages] == [
-        "prepare", "search@arcface", "search@cosface", "runs@fixed_adacos", "runs@softmax", "tuned@arcface",
-        "tuned@cosface", "evaluate", "report"]
-    named = {stage.name: stage.argv for stage in stages}
-    assert named["search@cosface"] == (sys.executable, "-m", "stages.search", "--loss", "cosface")
-    assert named["runs@softmax"] == (sys.executable, "-m", "stages.runs", "--method", "softmax")
-    assert named["tuned@arcface"] == (sys.executable, "-m", "stages.runs", "--tuned", "arcface")
-
-
-# --- synthetic finished studies ---------------------------------------------------------------
+# --- the aggregate, on synthetic finished studies ---------------------------------------------------------------
 
 
 def write_finished_study(directory: Path, *, difference: float, half_width: float = 0.005,
                          break_even: int | None = 3, max_trials: int = 12, best_s: float = 20.0,
-                         best_m: float = 0.4) -> None:
-    """The three files the aggregate reads, as the report and search stages write them."""
+                         best_m: float = 0.4, train_classes: int = 10) -> None:
+    """The four files the aggregate reads, as the prepare, report and search stages write them."""
+    (directory / "data" / "prepared").mkdir(parents=True, exist_ok=True)
+    (directory / "data" / "prepared" / "manifest.json").write_text(json.dumps(
+        {"source": f"glyphs:{train_classes}", "splits": {"train": {"num_classes": train_classes}}}))
     adacos, tuned = 0.80, 0.80 + difference
     metrics = {
         "fixed_adacos": {"test_map_at_r": {"mean": adacos, "std": 0.01, "n": 3}},
@@ -147,11 +143,12 @@ def write_finished_study(directory: Path, *, difference: float, half_width: floa
          "hyperparameters": {"s": best_s, "m": best_m}, "complete_trials": max_trials}))
 
 
-def synthetic_sweep(root: Path, differences, break_evens=(2, 5, None)) -> dict[int, Path]:
+def synthetic_sweep(root: Path, differences, break_evens=(2, 5, None), best_s=(8.0, 16.0, 40.0)) -> dict[int, Path]:
     directories = {}
-    for classes, difference, even, best_s in zip((10, 30, 100), differences, break_evens, (8.0, 16.0, 40.0)):
+    for classes, difference, even, s in zip((10, 30, 100), differences, break_evens, best_s):
         directories[classes] = class_count_dir(root, classes)
-        write_finished_study(directories[classes], difference=difference, break_even=even, best_s=best_s)
+        write_finished_study(directories[classes], difference=difference, break_even=even, best_s=s,
+                             train_classes=classes)
     return directories
 
 
@@ -210,74 +207,218 @@ def test_the_trend_sentence_follows_the_numbers(tmp_path):
             "at C = 30, 40 against s_f = 6.5 at C = 100.") in growing
 
 
-# --- skip-if-finished and failures ---------------------------------------------------------------
+
+def test_the_best_s_sentence_says_where_it_stays_and_where_it_moves(tmp_path):
+    def scale_sentence(name, best_s):
+        sentences = trend_sentences(class_count_table(synthetic_sweep(tmp_path / name, (0.0, 0.0, 0.0),
+                                                                      best_s=best_s)))
+        return sentences[sentences.index("The search's best s"):]
+
+    # Two class counts share their best s: it does not grow from C = 10 to 30.
+    assert scale_sentence("a", (8.0, 8.0, 40.0)).startswith(
+        "The search's best s stays at 8 from C = 10 to 30, then grows from C = 30 to 100, while s_f grows throughout: "
+        "8 against s_f = 3.11 at C = 10, 8 against s_f = 4.76 at C = 30, 40 against s_f = 6.5 at C = 100.")
+    assert scale_sentence("b", (16.0, 16.0, 16.0)).startswith("The search's best s stays at 16 at every C, while s_f "
+                                                              "grows:")
+    assert scale_sentence("c", (40.0, 16.0, 8.0)).startswith("The search's best s shrinks as C grows, while s_f grows:")
+    assert scale_sentence("d", (8.0, 40.0, 16.0)).startswith(
+        "The search's best s grows from C = 10 to 30, then shrinks from C = 30 to 100, while s_f grows throughout")
+    # Compared as printed: 8.001 and 8.0 both read 8.
+    assert "stays at 8 from C = 10 to 30" in scale_sentence("e", (8.0, 8.001, 40.0))
 
 
-def failing_pipeline(path: Path) -> Path:
-    path.write_text("stages:\n  prepare:\n    cmd: python -c \"print('loading the data'); raise SystemExit(3)\"\n")
-    return path
+def test_the_aggregate_stage_checks_each_cs_training_classes(tmp_path):
+    synthetic_sweep(tmp_path / "sweeps", (-0.03, -0.01, 0.02))
+    written = aggregate_sweep([100, 10, 30], tmp_path / "sweeps", tmp_path / "agg", label="sweeps")
+    assert pd.read_csv(written["class_count.csv"])["C"].tolist() == [10, 30, 100]
+    assert "under `sweeps`" in written["report.md"].read_text()
+    write_finished_study(class_count_dir(tmp_path / "sweeps", 30), difference=0.0, train_classes=29)
+    with pytest.raises(SweepError, match=r"C=30: data.dataset=glyphs:29 gives 29 training classes, not 30"):
+        aggregate_sweep([10, 30, 100], tmp_path / "sweeps", tmp_path / "agg")
 
 
-def test_is_finished_needs_the_metrics_and_the_same_params(tmp_path):
-    params = build_preset("default", ["data.dataset=digits"])
-    directory = tmp_path / "C10"
-    directory.mkdir()
-    write_params(params, directory / "params.yaml", "default")
-    assert not is_finished(directory, params)  # interrupted: no metrics.json yet
-    write_finished_study(directory, difference=0.0)
-    assert is_finished(directory, params)
-    assert not is_finished(directory, build_preset("default", ["data.dataset=digits", "train.epochs=2"]))
-    (directory / "params.yaml").write_text("train: {epochs: 0}\n")
-    assert not is_finished(directory, params)
+# --- the pipelines DVC runs ------------------------------------------------------------------------
 
 
-def test_a_finished_c_is_skipped_and_a_failing_stage_stops_the_sweep_saying_where(tmp_path):
-    pipeline = failing_pipeline(tmp_path / "dvc.yaml")
-    common = dict(preset="default", dataset_template="digits", out_dir=tmp_path / "sweeps",
-                  report_dir=tmp_path / "report", dvc_file=pipeline, log=lambda message: None)
-    assignments = ["data.dataset=digits"]
-    params = class_count_params(build_preset("default", assignments), 10, "digits")
-    directory = class_count_dir(tmp_path / "sweeps", 10)
-    directory.mkdir(parents=True)
-    write_params(params, directory / "params.yaml", "default")
-    write_finished_study(directory, difference=0.01)
-    # Finished with the same params: no stage runs (the only stage would fail), the aggregate is written.
-    written = run_sweep([10], assignments=assignments, **common)
-    assert pd.read_csv(written["class_count.csv"])["C"].tolist() == [10]
-    # Changed params: the study runs again, and the failing stage stops the sweep.
+def stage_bodies(pipeline: dict) -> dict:
+    return {name: stage.get("do", stage) for name, stage in pipeline["stages"].items()}
+
+
+def entry_paths(entries) -> list[str]:
+    return [next(iter(entry)) if isinstance(entry, dict) else entry for entry in entries]
+
+
+def test_each_cs_pipeline_is_the_repositorys_with_the_code_taken_from_the_root():
+    root = yaml.safe_load((REPO / "dvc.yaml").read_text())
+    folder = REPO / "sweeps" / "glyphs" / "C10"  # three levels down: the code is ../../../stages/…
+    generated = class_count_pipeline(root, posixpath.relpath(REPO, folder))
+    assert "plots" not in generated and list(generated["stages"]) == list(root["stages"])
+    for name, stage in root["stages"].items():
+        assert generated["stages"][name].get("foreach") == stage.get("foreach")
+    rebased = 0
+    for name, body in stage_bodies(root).items():
+        copy = stage_bodies(generated)[name]
+        # Same command, params and outputs: the stage runs unchanged in the C's folder, on the C's params.yaml.
+        assert {key: value for key, value in copy.items() if key != "deps"} == \
+               {key: value for key, value in body.items() if key != "deps"}
+        assert len(copy["deps"]) == len(body["deps"])
+        for dep, mine in zip(entry_paths(body["deps"]), entry_paths(copy["deps"])):
+            # Every dep is the same file: the root's code, or the C's own data and results.
+            shared = os.path.normpath(folder / mine) == os.path.normpath(REPO / dep)
+            assert shared or mine == dep, (name, dep, mine)
+            if shared:
+                rebased += 1
+                assert mine.startswith("../../../") and dep.startswith(("stages/", "study/"))
+            else:
+                assert dep.startswith(("data/", "results/", "reports/")), (name, dep)
+    assert rebased >= len(root["stages"])  # every stage runs the code of its stages/ module at least
+
+
+def study_repository(root: Path, pipeline: str | None = None, *, init: bool = True) -> Path:
+    """The study's pipeline, params and code (or only the dvc.yaml `pipeline`) in a git + DVC repository, or
+    (`init=False`) in a folder with the .dvc folder the sweep looks for."""
+    root.mkdir(parents=True, exist_ok=True)
+    for name in (COPIED if pipeline is None else []):
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(REPO / name, root / name)
+    if pipeline is not None:
+        (root / "dvc.yaml").write_text(pipeline)
+    if not init:
+        (root / ".dvc").mkdir()
+        return root
+    for command in (["git", "init", "-q"], [sys.executable, "-m", "dvc", "init", "-q"]):
+        subprocess.run(command, cwd=root, check=True, env={**os.environ, "DVC_NO_ANALYTICS": "1"})
+    return root
+
+
+def test_the_sweep_writes_every_cs_pipeline_and_the_aggregate_reading_declared_inputs(tmp_path, monkeypatch):
+    root = study_repository(tmp_path, init=False)
+    monkeypatch.chdir(root)
+    arguments = dict(preset="glyphs-sweep", assignments=["search.losses=[arcface, cosface]", "report.dpi=90"],
+                     out_dir="sweeps/glyphs", report_dir="reports/sweep", log=lambda message: None)
+    sweep = write_sweep([30, 10], **arguments)
+    out = root / "sweeps" / "glyphs"
+    assert sweep.pipelines == (out / "C10" / "dvc.yaml", out / "C30" / "dvc.yaml", out / "dvc.yaml")
+    assert load_params(str(out / "C10" / "params.yaml")).data.dataset == "glyphs:19:40"
+    assert load_params(str(out / "C30" / "params.yaml")).data.dataset == "glyphs:59:40"
+    stage = yaml.safe_load((out / "dvc.yaml").read_text())["stages"]["aggregate"]
+    assert stage["cmd"] == ("python -m stages.sweep_report --classes 10 30 --report-dir ../../reports/sweep "
+                            "--label sweeps/glyphs --dpi 90")
+    inputs = ["data/prepared/manifest.json", "reports/metrics.json", "reports/tables/differences.csv",
+              "results/search/arcface/best.json", "results/search/cosface/best.json"]
+    # The code it runs, from the root: stages/sweep_report.py, the study.sweep and study.report packages, ...
+    code = [f"../../{module_source(root, module)}" for module in AGGREGATE_MODULES]
+    assert stage["deps"] == [f"C{c}/{path}" for c in (10, 30) for path in inputs] + code
+    assert code[:2] == ["../../stages/sweep_report.py", "../../study/sweep"]
+    assert all((out / path).exists() for path in code)
+    assert stage["outs"] == [{f"../../reports/sweep/{name}": {"cache": False}} for name in sweep.outputs]
+    assert sweep.outputs["report.md"] == root / "reports" / "sweep" / "report.md"
+    # Rewritten unchanged: the same bytes, so DVC sees nothing new.
+    before = {path: path.read_bytes() for path in out.rglob("*.yaml")}
+    write_sweep([10, 30], **arguments)
+    assert {path: path.read_bytes() for path in out.rglob("*.yaml")} == before
+
+
+def test_the_sweep_refuses_what_it_must_not_overwrite(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    common = dict(preset="default", assignments=["data.dataset=digits", "data.protocol=closed"],
+                  dataset_template="digits", log=lambda message: None)
+    with pytest.raises(SweepError, match="not inside a DVC repository"):
+        write_sweep([10], out_dir="outside", **common)
+    study_repository(tmp_path / "repo", init=False)
+    with pytest.raises(ValueError, match="--out must be a folder inside the repository"):
+        write_sweep([10], out_dir="repo", report_dir="repo/reports", **common)  # would replace the study's dvc.yaml
+    (tmp_path / "repo" / "mine").mkdir()
+    (tmp_path / "repo" / "mine" / "dvc.yaml").write_text("stages: {}\n")
+    with pytest.raises(SweepError, match="was not written by `study sweep`"):
+        write_sweep([10], out_dir="repo/mine", report_dir="repo/reports", **common)
+
+
+def dvc_status(root: Path, *targets: Path) -> set[str]:
+    """The stages DVC would run (each judged on its own deps, params and command), by DVC's name."""
+    done = subprocess.run([sys.executable, "-m", "dvc", "status", "--json", *map(str, targets)], cwd=root,
+                          capture_output=True, text=True, check=True)
+    return set(json.loads(done.stdout))
+
+
+def ran_stages(output: str) -> set[str]:
+    return {line.split("'")[1] for line in output.splitlines() if "Running stage '" in line}
+
+
+FAILING = """stages:
+  prepare:
+    cmd: python -c "import os; os.makedirs('data/prepared'); open('data/prepared/manifest.json', 'w').write('{}')"
+    outs: [data/prepared]
+  report:
+    cmd: python -c "print('drawing the figures'); raise SystemExit(3)"
+    deps: [data/prepared/manifest.json]
+    outs: [reports/metrics.json]
+"""
+
+
+def test_a_failing_stage_stops_the_sweep_saying_where_and_keeps_what_finished(tmp_path, monkeypatch):
+    root = study_repository(tmp_path / "repo", FAILING)
+    monkeypatch.chdir(root)
+    messages = []
+    sweep = write_sweep([10], "default", ["data.dataset=digits", "data.protocol=closed"], "digits",
+                        log=messages.append)
     with pytest.raises(SweepError) as failure:
-        run_sweep([10], assignments=assignments + ["train.epochs=2"], **common)
+        reproduce(sweep, log=messages.append)
     message = str(failure.value)
-    assert "C=10: stage prepare failed (exit 3)" in message and "loading the data" in message
-    assert "finished class counts are kept" in message
-    # The stale metrics.json is gone, so the rerun with the old params is not mistaken for finished.
-    assert not is_finished(directory, params)
+    assert message.startswith("C=10: stage report failed") and "Every stage that finished is kept" in message
+    assert "drawing the figures" in messages and "$ dvc repro --keep-going sweeps/C10/dvc.yaml sweeps/dvc.yaml" in messages
+    # prepare finished and is recorded: the rerun skips it and fails at the same stage.
+    assert dvc_status(root, *sweep.pipelines) == {"sweeps/C10/dvc.yaml:report", "sweeps/dvc.yaml:aggregate"}
+    messages.clear()
+    with pytest.raises(SweepError, match="C=10: stage report failed"):
+        reproduce(sweep, log=messages.append)
+    assert ran_stages("\n".join(messages)) == {"sweeps/C10/dvc.yaml:report"}
 
 
 # --- the real thing -----------------------------------------------------------------------------
 
 
-def test_end_to_end_sweep_on_digits_runs_the_real_stages(tmp_path, monkeypatch, capsys):
-    """SLOW (about a minute on 2 cores): `study sweep` runs every real stage as a subprocess, tiny budgets; a rerun skips."""
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_a_real_sweep_through_dvc_reruns_nothing_when_unchanged_and_only_the_reports_after_a_report_change(
+        tmp_path, monkeypatch, capsys):
+    """SLOW (about a minute on 2 cores): `study sweep` runs every real stage through `dvc repro`, tiny budgets."""
+    root = study_repository(tmp_path / "repo")
+    tiny = ["data.dataset=digits", "data.protocol=closed", "model.name=mlp", "model.embedding_size=16", "train.epochs=1",
+            "train.eval_every=5", "train.device=cpu", "search.n_trials=2", "runs.seeds=[0]",
+            "runs.methods=[fixed_adacos]", "analysis.n_bootstrap=100"]
     arguments = ["sweep", "--classes", "10", "--preset", "default", "--dataset-template", "digits", "--out", "sweeps",
-                 "--report-dir", "agg"]
-    for assignment in ("data.dataset=digits", "data.protocol=closed", "model.name=mlp", "model.embedding_size=16", "train.epochs=1",
-                       "train.eval_every=5", "train.device=cpu", "search.n_trials=2", "runs.seeds=[0]",
-                       "runs.methods=[fixed_adacos]", "analysis.n_bootstrap=100"):
-        arguments += ["--set", assignment]
-    monkeypatch.chdir(tmp_path)
+                 "--report-dir", "agg", *(word for assignment in tiny for word in ("--set", assignment))]
+    monkeypatch.chdir(root)
     assert main(arguments) == 0, capsys.readouterr().err
-    progress = capsys.readouterr().err
-    study = tmp_path / "sweeps" / "C10"
-    for stage in ("prepare", "search@arcface", "runs@fixed_adacos", "tuned@arcface", "evaluate", "report"):
-        assert f"C=10: {stage} done in" in progress
-        assert (study / "logs" / f"{stage}.log").is_file()
-    assert load_params(str(study / "params.yaml")).train.epochs == 1
-    assert json.loads((study / "reports" / "metrics.json").read_text())["break_even"]["arcface"]["fixed_adacos"]["max_trials"] == 2
-    table = pd.read_csv(tmp_path / "agg" / "class_count.csv")
+    stages = {f"sweeps/C10/dvc.yaml:{stage}" for stage in ("prepare", "search@arcface", "runs@fixed_adacos",
+                                                           "tuned@arcface", "evaluate", "report")}
+    aggregate = {"sweeps/dvc.yaml:aggregate"}
+    assert ran_stages(capsys.readouterr().err) == stages | aggregate
+    study_dir = root / "sweeps" / "C10"
+    assert load_params(str(study_dir / "params.yaml")).train.epochs == 1
+    metrics = json.loads((study_dir / "reports" / "metrics.json").read_text())
+    assert metrics["break_even"]["arcface"]["fixed_adacos"]["max_trials"] == 2
+    table = pd.read_csv(root / "agg" / "class_count.csv")
     assert table["C"].tolist() == [10] and table["s_f"].iloc[0] == pytest.approx(3.107, abs=1e-3)
     assert math.isfinite(table["difference"].iloc[0]) and math.isfinite(table["best_s"].iloc[0])
-    assert "data:image/png;base64," in (tmp_path / "agg" / "report.html").read_text()
+    assert "data:image/png;base64," in (root / "agg" / "report.html").read_text()
+    pipelines = [study_dir / "dvc.yaml", root / "sweeps" / "dvc.yaml"]
+    written = {path: path.read_bytes() for path in [*pipelines, study_dir / "params.yaml"]}
+
+    # (1) The same command again: every file as it was, and DVC runs nothing.
     assert main(arguments) == 0
-    again = capsys.readouterr().err
-    assert "finished earlier with the same params, skipped" in again and "prepare (1/" not in again
+    assert ran_stages(capsys.readouterr().err) == set()
+    assert {path: path.read_bytes() for path in written} == written
+
+    # (2) The report's code changes: only the C's report stage and the aggregate are out of date, and only they run.
+    report_code = root / Path(study.report.__file__).relative_to(REPO)
+    report_code.write_text(report_code.read_text() + "# a comment: the report's code changed\n")
+    assert dvc_status(root, *pipelines) == {"sweeps/C10/dvc.yaml:report"} | aggregate
+    assert main(arguments) == 0
+    assert ran_stages(capsys.readouterr().err) == {"sweeps/C10/dvc.yaml:report"} | aggregate
+    assert dvc_status(root, *pipelines) == set()
+    # A report param changed at every C (the figures' dpi) makes the same two stages out of date, nothing else.
+    write_sweep([10], "default", [*tiny, "report.dpi=60"], "digits", "sweeps", "agg", log=lambda message: None)
+    assert dvc_status(root, *pipelines) == {"sweeps/C10/dvc.yaml:report"} | aggregate

@@ -1,281 +1,23 @@
-"""Class-count sweep: the whole study at several training class counts C, and how the verdict moves with C.
-
-Each C gets a folder (`sweeps/C<C>/`) holding its own params.yaml; the DVC stages run unchanged
-inside it, in dvc.yaml's order, and write their usual files there (see study/results.py). The
-aggregate then reads three of those files per C — reports/metrics.json, reports/tables/
-differences.csv and results/search/<loss>/best.json — and writes one table, one figure and a
-report with a trend sentence computed from the numbers.
-"""
+"""The sweep's aggregate: every C's study in one table, one figure and a report whose trend sentences are
+computed from the numbers."""
 
 from __future__ import annotations
 
 import math
-import os
-import re
-import shlex
-import subprocess
-import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
-import yaml
 from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from study.analysis import REFERENCE_METHOD, TEST_PREFIX, fixed_scale_of, primary_loss
-from study.config import ConfigError, StudyParams, load_params
-from study.data import _split_counts
-from study.presets import build_preset, write_params
-from study.report import (
-    FigureRef,
-    Section,
-    Table,
-    loss_name,
-    metric_name,
-    render_html,
-    render_markdown,
-    trials_interval,
-)
-from study.results import REPORT_DIR, SEARCH_DIR, read_csv, read_json, tuned_method, write_csv
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DVC_FILE = REPO_ROOT / "dvc.yaml"
-DEFAULT_SWEEP_DIR = Path("sweeps")
-DEFAULT_REPORT_DIR = Path("reports/sweep")
-TOTAL_PLACEHOLDER = "{total}"
-# The three files of a finished study that the aggregate reads (relative to one C's folder).
-METRICS_FILE = REPORT_DIR / "metrics.json"
-DIFFERENCES_FILE = REPORT_DIR / "tables" / "differences.csv"
-MANIFEST_FILE = Path("data/prepared/manifest.json")
-LOG_TAIL_LINES = 40
-TABLE_COLUMNS = ["C", "s_f", "tuned_loss", "best_s", "best_m", "search_trials", "break_even_reached",
-                 "break_even_trials", "break_even_low", "break_even_high", "break_even_seconds", "search_gain",
-                 "search_gain_low", "search_gain_high", "recommendation", "objective", "difference", "difference_low",
-                 "difference_high", "p_value", "significant", "tuned_test_mean", "adacos_test_mean"]
-
-Log = Callable[[str], None]
-
-
-class SweepError(RuntimeError):
-    """A class count that cannot be set up, or a stage that failed during the sweep."""
-
-
-def _stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-# --- which dataset gives exactly C training classes ---------------------------------------
-
-
-def total_classes_for(train_classes: int, protocol: str, fractions: Sequence[float]) -> int:
-    """The class count the dataset must have so that the protocol's train split holds exactly `train_classes`.
-
-    Closed: every split has every class, so it is C itself. Open: the smallest total whose class
-    split, computed by the data module's own `_split_counts` (the function `split_dataset` uses),
-    gives C train classes and the ≥ 2 val and test classes the open protocol requires.
-    """
-    if train_classes < 3:
-        raise ValueError(f"C = {train_classes} training classes is too few: Fixed AdaCos's s_f = √2·ln(C−1) "
-                         "needs C ≥ 3")
-    if protocol == "closed":
-        return train_classes
-    if protocol != "open":
-        raise ValueError(f"unknown protocol {protocol!r}; known: closed, open")
-    total = train_classes
-    while True:
-        counts = _split_counts(total, fractions)
-        if counts[0] > train_classes:  # the train count only grows with the total: C was skipped
-            break
-        if counts[0] == train_classes and min(counts[1:]) >= 2:
-            return total
-        total += 1
-    raise ValueError(f"no class count gives exactly {train_classes} training classes and ≥ 2 val and test classes "
-                     f"under the open protocol with fractions {list(fractions)}")
-
-
-def default_dataset_template(dataset: str) -> str:
-    """The template a sweep varies when none is given: a glyphs spec with its class count replaced, else the dataset."""
-    name, _, argument = dataset.partition(":")
-    if name == "glyphs":
-        return ":".join(["glyphs", TOTAL_PLACEHOLDER, *argument.split(":")[1:]])
-    return dataset  # a fixed source: each C keeps that many of its classes (data.classes)
-
-
-def class_count_params(base: StudyParams, train_classes: int, template: str) -> StudyParams:
-    """`base` made to give exactly `train_classes` training classes: data.dataset from `template` when it has
-    {total} (a source generated at that size, such as glyphs), else data.classes keeps that many of the source's."""
-    total = total_classes_for(train_classes, base.data.protocol, base.data.fractions)
-    values = base.to_dict()
-    if TOTAL_PLACEHOLDER in template:
-        values["data"]["dataset"] = template.replace(TOTAL_PLACEHOLDER, str(total))
-    else:
-        values["data"].update(dataset=template, classes=total)
-    return StudyParams.from_dict(values)
-
-
-# --- the stages, from dvc.yaml -------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StageCommand:
-    """One stage of the pipeline as DVC names it (`search@arcface`) and the command that runs it."""
-
-    name: str
-    argv: tuple[str, ...]
-
-
-def _lookup(values: dict, reference) -> list:
-    """A `foreach` list: given literally, or as `${section.key}` into the params."""
-    if isinstance(reference, list):
-        return reference
-    match = re.fullmatch(r"\$\{([\w.]+)\}", str(reference).strip())
-    if not match:
-        raise ValueError(f"dvc.yaml: cannot expand foreach {reference!r}; the sweep understands ${{section.key}}")
-    value = values
-    for key in match.group(1).split("."):
-        value = value[key]
-    return list(value)
-
-
-def _argv(command: str) -> tuple[str, ...]:
-    if "${" in command:
-        raise ValueError(f"dvc.yaml: the command {command!r} uses an interpolation the sweep cannot expand")
-    words = shlex.split(command)
-    if words and words[0] in ("python", "python3"):
-        words[0] = sys.executable  # the interpreter running the sweep, so the stages see the same packages
-    return tuple(words)
-
-
-def pipeline_stages(params: StudyParams, dvc_file: Path = DVC_FILE) -> list[StageCommand]:
-    """The study's stage commands in dvc.yaml's order, each `foreach` expanded over its params list."""
-    stages = yaml.safe_load(Path(dvc_file).read_text(encoding="utf-8"))["stages"]
-    values = params.to_dict()
-    commands = []
-    for name, stage in stages.items():
-        if "foreach" in stage:
-            for item in _lookup(values, stage["foreach"]):
-                commands.append(StageCommand(f"{name}@{item}", _argv(stage["do"]["cmd"].replace("${item}", str(item)))))
-        else:
-            commands.append(StageCommand(name, _argv(stage["cmd"])))
-    return commands
-
-
-# --- running one class count ---------------------------------------------------------------
-
-
-def class_count_dir(out_dir: str | Path, train_classes: int) -> Path:
-    """The folder of one class count's study."""
-    return Path(out_dir) / f"C{train_classes}"
-
-
-def is_finished(directory: Path, params: StudyParams) -> bool:
-    """Whether the folder holds a finished study (its metrics.json) made from exactly these params."""
-    if not (directory / METRICS_FILE).is_file():
-        return False
-    try:
-        return load_params(str(directory / "params.yaml")) == params
-    except (FileNotFoundError, ConfigError):
-        return False
-
-
-def _duration(seconds: float) -> str:
-    minutes, seconds = divmod(int(round(seconds)), 60)
-    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
-
-
-def _log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    text = path.read_text(encoding="utf-8", errors="replace").rstrip().splitlines()
-    return "\n".join(text[-lines:]) or "(no output)"
-
-
-def run_stage(stage: StageCommand, directory: Path, repo_root: Path = REPO_ROOT) -> tuple[int, Path]:
-    """Run one stage in `directory` with the repository on PYTHONPATH; its output goes to logs/<stage>.log."""
-    log_path = directory / "logs" / f"{stage.name}.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")]))}
-    with open(log_path, "w", encoding="utf-8") as log:
-        completed = subprocess.run(stage.argv, cwd=directory, env=env, stdout=log, stderr=subprocess.STDOUT)
-    return completed.returncode, log_path
-
-
-def run_class_count(train_classes: int, params: StudyParams, directory: Path, origin: str, *,
-                    dvc_file: Path = DVC_FILE, repo_root: Path = REPO_ROOT, log: Log = _stderr,
-                    progress: Callable[[], str] = lambda: "") -> None:
-    """Write the folder's params.yaml and run every stage there; a failing stage raises SweepError with its output."""
-    directory.mkdir(parents=True, exist_ok=True)
-    write_params(params, directory / "params.yaml", origin)
-    # A stale metrics.json would mark an interrupted rerun as finished.
-    (directory / METRICS_FILE).unlink(missing_ok=True)
-    stages = pipeline_stages(params, dvc_file)
-    started = time.monotonic()
-    for number, stage in enumerate(stages, 1):
-        stage_started = time.monotonic()
-        log(f"{progress()}C={train_classes}: {stage.name} ({number}/{len(stages)}) ...")
-        returncode, log_path = run_stage(stage, directory.resolve(), repo_root)
-        if returncode != 0:
-            raise SweepError(f"C={train_classes}: stage {stage.name} failed (exit {returncode}). Its output ends:\n"
-                             f"{_log_tail(log_path)}\n(full log: {log_path})")
-        log(f"{progress()}C={train_classes}: {stage.name} done in {_duration(time.monotonic() - stage_started)} "
-            f"({_duration(time.monotonic() - started)} for C={train_classes})")
-        if stage.name == "prepare":
-            _check_train_classes(directory, train_classes, params.data.dataset)
-
-
-def _check_train_classes(directory: Path, train_classes: int, dataset: str) -> None:
-    manifest = read_json(directory / MANIFEST_FILE, "prepare")
-    prepared = manifest["splits"]["train"]["num_classes"]
-    if prepared != train_classes:
-        raise SweepError(f"C={train_classes}: data.dataset={dataset} gives {prepared} training classes, not "
-                         f"{train_classes}; give a --dataset-template whose {TOTAL_PLACEHOLDER} sets the class count, "
-                         f"e.g. 'glyphs:{TOTAL_PLACEHOLDER}:40'")
-
-
-def run_sweep(classes: Sequence[int], preset: str = "glyphs-sweep", assignments: Sequence[str] = (),
-              dataset_template: str | None = None, out_dir: str | Path = DEFAULT_SWEEP_DIR,
-              report_dir: str | Path = DEFAULT_REPORT_DIR, *, dvc_file: Path = DVC_FILE,
-              repo_root: Path = REPO_ROOT, log: Log = _stderr) -> dict[str, Path]:
-    """Run the study for every class count C (skipping finished ones), then write the aggregate report."""
-    classes = sorted(set(int(c) for c in classes))
-    if not classes:
-        raise ValueError("give at least one class count, e.g. --classes 10 30 100")
-    base = build_preset(preset, list(assignments))
-    template = dataset_template or default_dataset_template(base.data.dataset)
-    out_dir = Path(out_dir)
-    # Every C's params first, so a bad class count stops before any training.
-    plan = {c: class_count_params(base, c, template) for c in classes}
-    started, finished = time.monotonic(), []
-    for index, (train_classes, params) in enumerate(plan.items(), 1):
-        directory = class_count_dir(out_dir, train_classes)
-
-        def progress(index=index) -> str:
-            return f"[{index}/{len(plan)}, sweep {_duration(time.monotonic() - started)}] "
-
-        if is_finished(directory, params):
-            log(f"{progress()}C={train_classes}: finished earlier with the same params, skipped ({directory})")
-            finished.append(train_classes)
-            continue
-        log(f"{progress()}C={train_classes}: data.dataset={params.data.dataset} ({params.data.protocol} protocol) "
-            f"in {directory}")
-        # The header of its params.yaml: the `study preset` command that writes the same params.
-        origin = " ".join([preset, *(f"--set {shlex.quote(a)}" for a in assignments
-                                     if not a.startswith("data.dataset=")),
-                           f"--set {shlex.quote('data.dataset=' + params.data.dataset)}"])
-        try:
-            run_class_count(train_classes, params, directory, origin,
-                            dvc_file=dvc_file, repo_root=repo_root, log=log, progress=progress)
-        except SweepError as error:
-            kept = ", ".join(f"C={c}" for c in finished) or "none"
-            raise SweepError(f"{error}\nThe sweep stopped; finished class counts are kept ({kept}) and are skipped "
-                             "when the same command runs again.") from None
-        finished.append(train_classes)
-    log(f"sweep of {len(plan)} class counts done in {_duration(time.monotonic() - started)}; writing the aggregate")
-    return write_sweep_report(class_count_table({c: class_count_dir(out_dir, c) for c in classes}), report_dir,
-                              sweep_dir=out_dir, dpi=base.report.dpi)
+from study.report import (FigureRef, Section, Table, loss_name, metric_name, plain_log_ticks, render_html,
+                          render_markdown, trials_interval)
+from study.results import SEARCH_DIR, read_csv, read_json, tuned_method, write_csv
+from study.sweep.pipelines import (DEFAULT_REPORT_DIR, DIFFERENCES_FILE, MANIFEST_FILE, METRICS_FILE, REPORT_FILES,
+                                   TABLE_COLUMNS,
+                                   TOTAL_PLACEHOLDER, SweepError, class_count_dir)
 
 
 # --- the aggregate -------------------------------------------------------------------------
@@ -328,6 +70,26 @@ def class_count_table(directories: dict[int, Path]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=TABLE_COLUMNS)
 
 
+def check_train_classes(train_classes: int, directory: Path) -> None:
+    """Refuse a class count whose prepared data (its manifest) does not hold exactly C training classes."""
+    manifest = read_json(Path(directory) / MANIFEST_FILE, "prepare")
+    prepared, dataset = manifest["splits"]["train"]["num_classes"], manifest.get("requested_source", manifest["source"])
+    if prepared != train_classes:
+        raise SweepError(f"C={train_classes}: data.dataset={dataset} gives {prepared} training "
+                         f"classes, not {train_classes}; give a --dataset-template whose {TOTAL_PLACEHOLDER} sets the "
+                         f"class count, e.g. 'glyphs:{TOTAL_PLACEHOLDER}:40'")
+
+
+def aggregate_sweep(classes: Sequence[int], sweep_dir: str | Path = ".", report_dir: str | Path = DEFAULT_REPORT_DIR,
+                    *, label: str | None = None, dpi: int = 120) -> dict[str, Path]:
+    """The aggregate stage: every C's study in `sweep_dir` (named `label` in the report) to table, figure, report."""
+    directories = {c: class_count_dir(sweep_dir, c) for c in sorted(set(classes))}
+    for train_classes, directory in directories.items():
+        check_train_classes(train_classes, directory)
+    return write_sweep_report(class_count_table(directories), report_dir,
+                              sweep_dir=sweep_dir if label is None else label, dpi=dpi)
+
+
 def _slope_per_decade(classes, values) -> float:
     """Least-squares slope of `values` against log10 C (NaN where fewer than two finite points)."""
     x, y = np.log10(np.asarray(classes, dtype=float)), np.asarray(values, dtype=float)
@@ -339,6 +101,24 @@ def _slope_per_decade(classes, values) -> float:
 
 def _break_even_text(row) -> str:
     return f"{int(row.break_even_trials)}" if row.break_even_reached else f"not within {row.search_trials}"
+
+
+def _scale_course(classes: list[int], values: list[float]) -> str:
+    """How the best s moves from C to C, runs of steps the same way merged; compared as printed (3 digits)."""
+    shown = [float(f"{value:.3g}") for value in values]
+    course = []  # [step, first C, last C]
+    for before, after, start, end in zip(shown, shown[1:], classes, classes[1:]):
+        step = "grows" if after > before else "shrinks" if after < before else f"stays at {before:g}"
+        if course and course[-1][0] == step:
+            course[-1][2] = end
+        else:
+            course.append([step, start, end])
+    if len(course) > 1:
+        return ", then ".join(f"{step} from C = {start} to {end}" for step, start, end in course) + \
+            ", while s_f grows throughout"
+    step = course[0][0]
+    return {"grows": "grows with C, as s_f does",
+            "shrinks": "shrinks as C grows, while s_f grows"}.get(step, f"{step} at every C, while s_f grows")
 
 
 def trend_sentences(table: pd.DataFrame) -> str:
@@ -389,20 +169,12 @@ def trend_sentences(table: pd.DataFrame) -> str:
         sentences.append(f"Break-even: {listing} trials.")
     scales = table[np.isfinite(table["best_s"]) & np.isfinite(table["s_f"])]
     if len(scales) > 1:
-        # Both scales on log C, per tenfold C: does the searched s grow with C the way AdaCos's s_f does?
-        searched = _slope_per_decade(scales["C"], np.log10(scales["best_s"]))
+        # Does the searched s grow with C the way AdaCos's s_f = √2·ln(C−1) does, at every step?
         pairs = ", ".join(f"{row.best_s:.3g} against s_f = {row.s_f:.3g} at C = {row.C}"
                           for row in scales.itertuples())
-        direction = ("grows with C, as s_f does" if searched > 0 else "shrinks as C grows, while s_f grows"
-                     if searched < 0 else "stays level as C grows, while s_f grows")
-        sentences.append(f"The search's best s {direction}: {pairs}.")
+        sentences.append(f"The search's best s {_scale_course(scales['C'].tolist(), scales['best_s'].tolist())}: "
+                         f"{pairs}.")
     return " ".join(sentences)
-
-
-def _plain_log_ticks(axis) -> None:
-    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 3.0, 5.0)))
-    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-    axis.set_minor_formatter(NullFormatter())
 
 
 def figure_class_count(table: pd.DataFrame, path: Path, dpi: int = 120) -> Path:
@@ -460,7 +232,7 @@ def figure_class_count(table: pd.DataFrame, path: Path, dpi: int = 120) -> Path:
     finite = table[np.isfinite(table["difference"])]
     ax.plot(finite["C"], finite["difference"], "-", color="C2", alpha=0.5)
     ax.set_ylabel(f"test {metric}: {tuned} − Fixed AdaCos\n(score difference, 95% CI)")
-    ax.set_title(f"Above 0: tuning pays; below 0: Fixed AdaCos is better", fontsize="medium")
+    ax.set_title("Above 0: tuning pays; below 0: Fixed AdaCos is better", fontsize="medium")
     ax.legend(fontsize="small", loc="best")
 
     ax = axes[2]
@@ -471,12 +243,12 @@ def figure_class_count(table: pd.DataFrame, path: Path, dpi: int = 120) -> Path:
     ax.plot(table["C"], table["s_f"], "o", color="C1")
     ax.plot(table["C"], table["best_s"], "D", color="C0", markersize=8, label=f"{tuned}: best s of the search")
     ax.set_yscale("log")
-    _plain_log_ticks(ax.yaxis)
+    plain_log_ticks(ax.yaxis)
     ax.set_ylabel("scale s (log scale)")
     ax.set_title("AdaCos's fixed scale and the searched scale", fontsize="medium")
     ax.legend(fontsize="small", loc="best")
     for ax in axes:
-        _plain_log_ticks(ax.xaxis)
+        plain_log_ticks(ax.xaxis)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=dpi, bbox_inches="tight")
     return path
@@ -517,14 +289,13 @@ def write_sweep_report(table: pd.DataFrame, report_dir: str | Path = DEFAULT_REP
     """Write class_count.csv, class_count.png, report.md and a self-contained report.html; return their paths."""
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
-    written = {"class_count.csv": report_dir / "class_count.csv", "class_count.png": report_dir / "class_count.png",
-               "report.md": report_dir / "report.md", "report.html": report_dir / "report.html"}
+    written = {name: report_dir / name for name in REPORT_FILES}
     write_csv(table, written["class_count.csv"])
     figure_class_count(table, written["class_count.png"], dpi)
     tuned = f"tuned {loss_name(table['tuned_loss'].iloc[0])}" if len(table) else "the tuned loss"
     metric = metric_name(table["objective"].iloc[0]) if len(table) else "objective"
     blocks = [
-        f"The whole study was run once per training class count C, each in its own folder"
+        "The whole study was run once per training class count C, each in its own folder"
         + (f" under `{sweep_dir}`" if sweep_dir is not None else "")
         + f"; every number below comes from that folder's report. s_f = √2·ln(C−1) is Fixed AdaCos's scale; "
           f"the difference is {tuned} minus Fixed AdaCos on test {metric}, paired by seed, with its 95% CI over "
