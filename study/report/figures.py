@@ -15,7 +15,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocat
 from study.analysis import REFERENCE_METHOD, TEST_PREFIX, StudyAnalysis
 from study.config import StudyParams
 from study.published import ADACOS_PAPER_CROSSOVER_ITERATIONS
-from study.report import formats as fmt
+import study.report.formats as fmt
 from study.report.formats import loss_name, method_name, metric_name, trials_interval
 from study.results import tuned_method
 

@@ -6,7 +6,7 @@ import pandas as pd
 
 from study.analysis import REPRODUCTION_SPREAD_STDS
 from study.published import PublishedSetup
-from study.report import formats as fmt
+import study.report.formats as fmt
 from study.report.document import Bullets, Section, Table
 
 

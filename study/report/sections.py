@@ -10,7 +10,7 @@ import pandas as pd
 from study.analysis import REFERENCE_METHOD, TEST_PREFIX, StudyAnalysis, count_or_none
 from study.config import StudyParams
 from study.published import ADACOS_PAPER_CROSSOVER_ITERATIONS, published_setup
-from study.report import formats as fmt
+import study.report.formats as fmt
 from study.report.document import Bullets, Section, Table
 from study.report.formats import loss_name, method_name, metric_name, trials_interval
 from study.report.reproduction import reproduction_section

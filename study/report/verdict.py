@@ -7,7 +7,7 @@ import math
 import pandas as pd
 
 from study.analysis import REFERENCE_METHOD, StudyAnalysis
-from study.report import formats as fmt
+import study.report.formats as fmt
 from study.report.formats import loss_name, method_name, metric_name, trials_interval
 
 

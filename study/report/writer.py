@@ -9,7 +9,7 @@ import pandas as pd
 from study.analysis import REPRODUCTION_SPREAD_STDS, TEST_PREFIX, StudyAnalysis, count_or_none, reproduction_table
 from study.config import StudyParams
 from study.published import published_setup
-from study.report import formats as fmt
+import study.report.formats as fmt
 from study.report.document import FigureRef, render_html, render_markdown
 from study.report.figures import (figure_angles, figure_convergence, figure_crossings, figure_dynamic_scale,
                                   figure_expected_best_val, figure_final_test, figure_landscape, figure_tuning,
