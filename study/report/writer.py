@@ -133,8 +133,8 @@ def write_report(analysis: StudyAnalysis, params: StudyParams, manifest: dict, e
                          "of one run, the star the break-even with its interval.",
         "tuning_seconds": "The same against the device-seconds those runs cost (log scale).",
         "tuning_val": "For contrast, the classic curve: the expected best val score of n trials against the untuned "
-                      "methods' mean val (bands: their CI over seeds). It includes the maximum of n draws of seed "
-                      "noise, so it overstates what tuning buys.",
+                      "methods' mean val (error bars on the right: their CIs over seeds). It includes the maximum of n "
+                      "draws of seed noise, so it overstates what tuning buys.",
         "convergence": "Val score against iteration, mean over seeds with its band; dotted lines: the targets.",
         "crossings": "AdaCos minus ArcFace, mean val score over seeds, against iteration (symlog: linear within ±0.01); "
                      "dotted lines mark where the lead settles for good, on whichever side.",
