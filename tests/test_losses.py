@@ -108,17 +108,23 @@ def test_arcface_equals_pytorch_metric_learning_with_margin_in_degrees():
     torch.testing.assert_close(ours.weight.grad, theirs.W.grad.T, rtol=1e-4, atol=1e-5)
 
 
-# The usual fallback keeps the curve monotonic while cos m + m·sin m ≥ 1, i.e. m up to about 2.3 rad,
-# far past the searched range [0, 1].
-@pytest.mark.parametrize("m", [0.5, 1.0, 2.0])
-def test_arcface_target_logit_is_monotonic_and_finite_past_the_fallback(m):
-    loss = build_loss("arcface", C, D, s=10.0, m=m).double()
+def target_over_every_angle(name: str, m: float):
+    """The loss, cos θ over all of [−1, 1] and its target logit there, checked finite with finite gradients and
+    increasing in cos θ (so decreasing in θ: a larger angle is never rewarded)."""
+    loss = build_loss(name, C, D, s=30.0, m=m).double()
     cos = torch.linspace(-1.0, 1.0, 20001, dtype=torch.float64, requires_grad=True)
     target = loss.target_with_margin(cos)
     target.sum().backward()
     assert torch.isfinite(target).all() and torch.isfinite(cos.grad).all()
-    # Increasing in cos θ everywhere, so decreasing in θ: a larger angle is never rewarded.
     assert (target.diff() >= 0).all()
+    return loss, cos, target
+
+
+# The usual fallback keeps the curve monotonic while cos m + m·sin m ≥ 1, i.e. m up to about 2.3 rad,
+# far past the searched range [0, 1].
+@pytest.mark.parametrize("m", [0.5, 1.0, 2.0])
+def test_arcface_target_logit_is_monotonic_and_finite_past_the_fallback(m):
+    loss, cos, target = target_over_every_angle("arcface", m)
     fallback = cos.detach() < math.cos(math.pi - m) - 1e-6
     torch.testing.assert_close(target.detach()[fallback], cos.detach()[fallback] - m * math.sin(m))
 
@@ -203,13 +209,7 @@ def test_sphereface_target_equals_psi_at_every_angle(m):
 
 @pytest.mark.parametrize("m", SPHEREFACE_MARGINS + [2.5, 3.3])
 def test_sphereface_target_decreases_in_the_angle_and_has_finite_gradients(m):
-    loss = build_loss("sphereface", C, D, s=30.0, m=m).double()
-    cos = torch.linspace(-1.0, 1.0, 20001, dtype=torch.float64, requires_grad=True)
-    target = loss.target_with_margin(cos)
-    target.sum().backward()
-    assert torch.isfinite(target).all() and torch.isfinite(cos.grad).all()
-    # Increasing in cos θ over all of [−1, 1], so decreasing in θ over [0, π].
-    assert (target.diff() >= 0).all()
+    loss, cos, target = target_over_every_angle("sphereface", m)
     theta = torch.linspace(0.0, math.pi, 20001, dtype=torch.float64)
     assert (loss.target_with_margin(torch.cos(theta)).diff() <= 0).all()
     # Continuous: at each boundary θ = jπ/m both pieces meet (ψ = −(2j − 1) there).
