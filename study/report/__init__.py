@@ -11,11 +11,11 @@ Everything is drawn from a `StudyAnalysis` (study.analysis); nothing is computed
 """
 
 from study.report.document import Bullets, FigureRef, Section, Table, render_html, render_markdown
-from study.report.figures import method_styles, plain_log_ticks
+from study.report.figures import method_styles, new_figure, plain_log_ticks, save_figure
 from study.report.formats import loss_name, method_name, metric_name, trials_interval
 from study.report.verdict import verdict, verdict_sentences
 from study.report.writer import metrics_summary, write_report
 
 __all__ = ["Bullets", "FigureRef", "Section", "Table", "loss_name", "method_name", "method_styles", "metric_name",
-           "metrics_summary", "plain_log_ticks", "render_html", "render_markdown", "trials_interval", "verdict",
+           "metrics_summary", "new_figure", "plain_log_ticks", "render_html", "render_markdown", "save_figure", "trials_interval", "verdict",
            "verdict_sentences", "write_report"]

@@ -4,6 +4,7 @@ templates in templates/ to Markdown and to one self-contained HTML page."""
 from __future__ import annotations
 
 import base64
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,25 +63,29 @@ def _inline_html(text) -> str:
     return _INLINE.renderInline(str(text))
 
 
-def _environment(base_dir: Path | None) -> jinja2.Environment:
+@functools.cache
+def _environment() -> jinja2.Environment:
+    """The templates and their filters, set up once per process."""
     environment = jinja2.Environment(loader=jinja2.PackageLoader("study.report", "templates"),
                                      autoescape=jinja2.select_autoescape(["html.j2"]), undefined=jinja2.StrictUndefined,
                                      trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     environment.filters.update(
         kind=_kind, cell=_markdown_cell, inline=lambda text: Markup(_inline_html(text)),
-        rows=lambda frame: list(frame.itertuples(index=False)), columns=lambda frame: list(frame.columns),
-        # Figures go into the page itself, so report.html is one file that opens anywhere, offline.
-        png_data=lambda path: base64.b64encode((base_dir / path).read_bytes()).decode("ascii"))
+        rows=lambda frame: list(frame.itertuples(index=False)), columns=lambda frame: list(frame.columns))
     environment.globals["SHORT_CELL"] = SHORT_CELL
     return environment
 
 
 def render_markdown(title: str, sections: list[Section]) -> str:
     """The sections as a Markdown document; figures are linked by their relative paths."""
-    text = _environment(None).get_template("report.md.j2").render(title=title, sections=sections)
+    text = _environment().get_template("report.md.j2").render(title=title, sections=sections)
     return text.rstrip() + "\n"
 
 
 def render_html(title: str, sections: list[Section], base_dir: Path) -> str:
     """The sections as one self-contained HTML page: figures inlined as base64 PNG, styles inline, no links out."""
-    return _environment(Path(base_dir)).get_template("report.html.j2").render(title=title, sections=sections)
+    def png_data(path: str) -> str:
+        # Figures go into the page itself, so report.html is one file that opens anywhere, offline.
+        return base64.b64encode((Path(base_dir) / path).read_bytes()).decode("ascii")
+
+    return _environment().get_template("report.html.j2").render(title=title, sections=sections, png_data=png_data)

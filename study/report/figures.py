@@ -70,7 +70,8 @@ def _band(ax, x, low, high, style: Style, fill: float = 0.10) -> None:
         ax.plot(x, edge, color=style.colour, linestyle=style.linestyle, linewidth=0.7, alpha=0.8)
 
 
-def _new_figure(ncols: int = 1, size=FIGURE_SIZE, **subplot_options):
+def new_figure(ncols: int = 1, size=FIGURE_SIZE, **subplot_options):
+    """A figure with one row of `ncols` axes, light grid lines drawn beneath the data."""
     figure = Figure(figsize=size, layout="constrained")
     axes = figure.subplots(1, ncols, squeeze=False, **subplot_options)[0]
     for ax in axes:
@@ -103,7 +104,8 @@ def _focus_y(ax, values, pad_fraction: float = 0.15) -> None:
         ax.set_ylim(low - pad, high + pad)
 
 
-def _save(figure: Figure, path: Path, dpi: int) -> Path:
+def save_figure(figure: Figure, path: Path, dpi: int) -> Path:
+    """Write the figure as PNG, its folder made if missing; return the path."""
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=dpi, bbox_inches="tight")
     return path
@@ -126,7 +128,7 @@ def figure_tuning(analysis: StudyAnalysis, styles: dict, x: str, path: Path, dpi
     """What n tuning trials buy on test: the expected test score of the trial val selects among n (x='n') or
     against device-seconds (x='seconds'), beside the untuned methods' best-of-n-seeds controls."""
     confidence = f"{analysis.confidence:.0%}"
-    figure, (ax,) = _new_figure()
+    figure, (ax,) = new_figure()
     objective = metric_name(analysis.objective)
     curves = analysis.tuning_curves
     shown = []
@@ -175,14 +177,14 @@ def figure_tuning(analysis: StudyAnalysis, styles: dict, x: str, path: Path, dpi
         ax.set_title(f"Test {objective} of the run val selects among n ({confidence} bootstrap bands)")
     ax.set_ylabel(f"expected test {objective}")
     _legend_below(figure, ax, ncols=1)
-    return _save(figure, path, dpi)
+    return save_figure(figure, path, dpi)
 
 
 def figure_expected_best_val(analysis: StudyAnalysis, styles: dict, path: Path, dpi: int) -> Path:
     """The classic curve, for contrast: the expected best val score of n trials against the untuned methods'
     mean val; it includes the maximum of seed noise, so it overstates what tuning buys."""
     confidence = f"{analysis.confidence:.0%}"
-    figure, (ax,) = _new_figure()
+    figure, (ax,) = new_figure()
     objective = metric_name(analysis.objective)
     searches = analysis.tuning_curves[analysis.tuning_curves["kind"] == "search"]
     for method, curve in searches.groupby("method", sort=False):
@@ -196,12 +198,12 @@ def figure_expected_best_val(analysis: StudyAnalysis, styles: dict, path: Path, 
     ax.set_ylabel(f"val {objective}")
     ax.set_title(f"Expected best val {objective} (includes the maximum of seed noise)")
     _legend_below(figure, ax)
-    return _save(figure, path, dpi)
+    return save_figure(figure, path, dpi)
 
 
 def figure_convergence(analysis: StudyAnalysis, styles: dict, path: Path, dpi: int) -> Path:
     """Val objective against iteration, mean over seeds with its band, and the convergence targets."""
-    figure, (ax,) = _new_figure()
+    figure, (ax,) = new_figure()
     objective = metric_name(analysis.objective)
     for method, curve in analysis.curves.groupby("method", sort=False):
         style = styles.get(method, GREY)
@@ -220,7 +222,7 @@ def figure_convergence(analysis: StudyAnalysis, styles: dict, path: Path, dpi: i
     ax.set_ylabel(f"val {objective} (mean over seeds)")
     ax.set_title(f"Val {objective} during training ({analysis.confidence:.0%} band over seeds)")
     _legend_below(figure, ax)
-    return _save(figure, path, dpi)
+    return save_figure(figure, path, dpi)
 
 
 def figure_crossings(analysis: StudyAnalysis, styles: dict, path: Path, dpi: int) -> Path | None:
@@ -229,7 +231,7 @@ def figure_crossings(analysis: StudyAnalysis, styles: dict, path: Path, dpi: int
     if crossings.empty:
         return None
     arcface_methods = list(dict.fromkeys(crossings["arcface_method"]))
-    figure, axes = _new_figure(ncols=len(arcface_methods), size=(5.8 * len(arcface_methods), 4.4), sharey=True)
+    figure, axes = new_figure(ncols=len(arcface_methods), size=(5.8 * len(arcface_methods), 4.4), sharey=True)
     means = analysis.curves.pivot(index="iteration", columns="method", values="mean")
     objective = metric_name(analysis.objective)
     for ax, arcface in zip(axes, arcface_methods):
@@ -262,12 +264,12 @@ def figure_crossings(analysis: StudyAnalysis, styles: dict, path: Path, dpi: int
         ax.set_ylabel(f"AdaCos − ArcFace, val {objective}\n(mean over seeds; symlog scale)")
         ax.set_title(f"Above 0: AdaCos ahead of {method_name(arcface)}", fontsize="medium")
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), fontsize="small", frameon=False, ncol=1)
-    return _save(figure, path, dpi)
+    return save_figure(figure, path, dpi)
 
 
 def figure_angles(analysis: StudyAnalysis, styles: dict, path: Path, dpi: int) -> Path:
     """Median target angle and mean non-target cosine against iteration, one line per method."""
-    figure, axes = _new_figure(ncols=2, size=(11.0, 4.4), sharex=True)
+    figure, axes = new_figure(ncols=2, size=(11.0, 4.4), sharex=True)
     panels = [("theta_med_deg", "median target angle θ (degrees)", "Median angle to the own class"),
               ("cos_nontarget_mean", "mean non-target cosine", "Mean cosine to other classes")]
     for ax, (column, label, title) in zip(axes, panels):
@@ -281,7 +283,7 @@ def figure_angles(analysis: StudyAnalysis, styles: dict, path: Path, dpi: int) -
         ax.set_ylabel(label)
         ax.set_title(title)
     _legend_below(figure, axes[0], ncols=6)
-    return _save(figure, path, dpi)
+    return save_figure(figure, path, dpi)
 
 
 def figure_dynamic_scale(analysis: StudyAnalysis, styles: dict, path: Path, dpi: int) -> Path | None:
@@ -290,7 +292,7 @@ def figure_dynamic_scale(analysis: StudyAnalysis, styles: dict, path: Path, dpi:
     curve = curve[np.isfinite(curve["s"].astype(float))]
     if curve.empty:
         return None
-    figure, (ax,) = _new_figure(size=(8.0, 4.2))
+    figure, (ax,) = new_figure(size=(8.0, 4.2))
     ax.plot(curve["iteration"], curve["s"], color=styles.get("dynamic_adacos", GREY).colour, linewidth=1.8,
             marker="o", markersize=3, label="Dynamic AdaCos s (mean over seeds)")
     if analysis.s_f is not None:
@@ -300,7 +302,7 @@ def figure_dynamic_scale(analysis: StudyAnalysis, styles: dict, path: Path, dpi:
     ax.set_ylabel("scale s")
     ax.set_title("Dynamic AdaCos's scale during training")
     _legend_below(figure, ax)
-    return _save(figure, path, dpi)
+    return save_figure(figure, path, dpi)
 
 
 def robust_colour_range(values: pd.Series, whisker: float = 1.5) -> tuple[float, float]:
@@ -320,7 +322,7 @@ def figure_landscape(analysis: StudyAnalysis, params: StudyParams, path: Path, d
     losses = [loss for loss in analysis.searched_losses if (analysis.landscape["loss"] == loss).any()]
     if not losses:
         return None
-    figure, axes = _new_figure(ncols=len(losses), size=(5.2 * len(losses) + 1.6, 4.4), sharey=False)
+    figure, axes = new_figure(ncols=len(losses), size=(5.2 * len(losses) + 1.6, 4.4), sharey=False)
     complete = analysis.landscape[analysis.landscape["state"] == "COMPLETE"]
     low, high = robust_colour_range(complete["value"].astype(float))
     scatter = None
@@ -376,7 +378,7 @@ def figure_landscape(analysis: StudyAnalysis, params: StudyParams, path: Path, d
             (bool((values < low).any()), bool((values > high).any()))]
         figure.colorbar(scatter, ax=list(axes), extend=extend, label=f"val {metric_name(analysis.objective)} "
                         "(central range of the trials; outliers marked ▼ ▲)")
-    return _save(figure, path, dpi)
+    return save_figure(figure, path, dpi)
 
 
 def figure_final_test(analysis: StudyAnalysis, styles: dict, path: Path, dpi: int) -> Path | None:
@@ -385,7 +387,7 @@ def figure_final_test(analysis: StudyAnalysis, styles: dict, path: Path, dpi: in
     runs_per_seed = analysis.run_scores
     if metric not in runs_per_seed.columns:
         return None
-    figure, (ax,) = _new_figure(size=(max(6.0, 1.4 * len(analysis.methods) + 2.0), 4.6))
+    figure, (ax,) = new_figure(size=(max(6.0, 1.4 * len(analysis.methods) + 2.0), 4.6))
     tick_labels = []
     for position, method in enumerate(analysis.methods):
         values = runs_per_seed.loc[runs_per_seed["method"] == method, metric].to_numpy(dtype=float)
@@ -411,4 +413,4 @@ def figure_final_test(analysis: StudyAnalysis, styles: dict, path: Path, dpi: in
     ax.set_ylabel(f"test {metric_name(metric)}")
     ax.set_title(f"Test {metric_name(metric)} per method")
     _legend_below(figure, ax)
-    return _save(figure, path, dpi)
+    return save_figure(figure, path, dpi)

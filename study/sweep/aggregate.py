@@ -9,18 +9,19 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
 
 from study.analysis import REFERENCE_METHOD, TEST_PREFIX, fixed_scale_of, primary_loss
-from study.report import (FigureRef, Section, Table, loss_name, metric_name, plain_log_ticks, render_html,
-                          render_markdown, trials_interval)
+from study.report import (FigureRef, Section, Table, loss_name, metric_name, new_figure, plain_log_ticks, render_html,
+                          render_markdown, save_figure, trials_interval)
+import study.report.formats as fmt
 from study.results import SEARCH_DIR, read_csv, read_json, tuned_method, write_csv
 from study.sweep.pipelines import (DEFAULT_REPORT_DIR, DIFFERENCES_FILE, MANIFEST_FILE, METRICS_FILE, REPORT_FILES,
-                                   TABLE_COLUMNS,
                                    TOTAL_PLACEHOLDER, SweepError, class_count_dir)
 
-
-# --- the aggregate -------------------------------------------------------------------------
+TABLE_COLUMNS = ["C", "s_f", "tuned_loss", "best_s", "best_m", "search_trials", "break_even_reached",
+                 "break_even_trials", "break_even_low", "break_even_high", "break_even_seconds", "search_gain",
+                 "search_gain_low", "search_gain_high", "recommendation", "objective", "difference", "difference_low",
+                 "difference_high", "p_value", "significant", "tuned_test_mean", "adacos_test_mean"]
 
 
 def _number(value) -> float:
@@ -179,12 +180,9 @@ def trend_sentences(table: pd.DataFrame) -> str:
 
 def figure_class_count(table: pd.DataFrame, path: Path, dpi: int = 120) -> Path:
     """Three panels against C (log x): break-even trials, the test difference with its CI, and s_f with the best s."""
-    figure = Figure(figsize=(14.0, 4.6), layout="constrained")
-    axes = figure.subplots(1, 3)
+    figure, axes = new_figure(ncols=3, size=(14.0, 4.6))
     classes = table["C"].to_numpy(dtype=float)
     for ax in axes:
-        ax.grid(True, color="#e5e5e5", linewidth=0.8)
-        ax.set_axisbelow(True)
         ax.set_xscale("log")
         if len(classes):  # fixed before plotting, so a single C does not autoscale to an empty range
             ax.set_xlim(classes.min() / 1.5, classes.max() * 1.5)
@@ -249,9 +247,7 @@ def figure_class_count(table: pd.DataFrame, path: Path, dpi: int = 120) -> Path:
     ax.legend(fontsize="small", loc="best")
     for ax in axes:
         plain_log_ticks(ax.xaxis)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=dpi, bbox_inches="tight")
-    return path
+    return save_figure(figure, path, dpi)
 
 
 def _cell(value, format_spec: str, missing: str = "n/a") -> str:
@@ -264,22 +260,21 @@ def _shown_table(table: pd.DataFrame) -> pd.DataFrame:
     """The table as the reader sees it: formatted numbers, 'not reached' spelled out."""
     rows = []
     for row in table.itertuples():
-        interval = (f"[{row.difference_low:+.4f}, {row.difference_high:+.4f}]"
-                    if math.isfinite(row.difference_low) and math.isfinite(row.difference_high) else "[n/a]")
         rows.append({
             "C": row.C, "s_f": _cell(row.s_f, ".3f"), "best s": _cell(row.best_s, ".2f"),
             "best m (rad)": _cell(row.best_m, ".3f"),
             "break-even trials [95% interval]": f"{_break_even_text(row)} "
                                                 f"{trials_interval(row.break_even_low, row.break_even_high, row.search_trials)}",
             "break-even seconds": _cell(row.break_even_seconds, ".1f", "—") if row.break_even_reached else "—",
-            "search gain on test [95%]": f"{_cell(row.search_gain, '+.4f')} [{_cell(row.search_gain_low, '+.4f')}, "
-                                         f"{_cell(row.search_gain_high, '+.4f')}]",
-            "tuned − AdaCos (test, paired)": _cell(row.difference, "+.4f"), "95% CI": interval,
+            "search gain on test [95%]": f"{fmt.signed(row.search_gain)} "
+                                         f"{fmt.interval(row.search_gain_low, row.search_gain_high)}",
+            "tuned − AdaCos (test, paired)": fmt.signed(row.difference),
+            "95% CI": fmt.interval(row.difference_low, row.difference_high),
             "significant": ("yes" if row.significant else "no") + (f" (Holm p = {row.p_value:.3g})"
                                                                   if math.isfinite(row.p_value) else ""),
             "recommendation": row.recommendation,
-            "tuned test mean": _cell(row.tuned_test_mean, ".4f"),
-            "Fixed AdaCos test mean": _cell(row.adacos_test_mean, ".4f"),
+            "tuned test mean": fmt.score(row.tuned_test_mean),
+            "Fixed AdaCos test mean": fmt.score(row.adacos_test_mean),
         })
     return pd.DataFrame(rows)
 

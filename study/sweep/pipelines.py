@@ -36,10 +36,6 @@ AGGREGATE_MODULES = ("stages.sweep_report", "study.sweep", "study.report", "stud
 AGGREGATE_STAGE = "aggregate"
 GENERATED_MARK = "# Written by `study sweep`"
 GENERATED = GENERATED_MARK + "{source}; every sweep rewrites this file.\n"
-TABLE_COLUMNS = ["C", "s_f", "tuned_loss", "best_s", "best_m", "search_trials", "break_even_reached",
-                 "break_even_trials", "break_even_low", "break_even_high", "break_even_seconds", "search_gain",
-                 "search_gain_low", "search_gain_high", "recommendation", "objective", "difference", "difference_low",
-                 "difference_high", "p_value", "significant", "tuned_test_mean", "adacos_test_mean"]
 
 Log = Callable[[str], None]
 
