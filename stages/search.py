@@ -1,11 +1,13 @@
-"""DVC stage `search@<loss>`: the Optuna searches over (s, m), one per repeat, resumed from their storage; writes the trial tables."""
+"""DVC stage `search@<loss>`: the Optuna searches over (s, m), one per repeat, resumed from their storage (study/storage.py);
+writes the trial tables."""
 
 import argparse
 
 from study.config import load_params
 from study.data import load_splits
-from study.results import PREPARED_DIR, SEARCH_DIR, write_csv, write_json
+from study.results import JOURNAL, PREPARED_DIR, SEARCH_DIR, write_csv, write_json
 from study.search import best_trial, history_table, open_study, run_search, trials_table
+from study.storage import open_storage
 
 
 def main() -> None:
@@ -15,10 +17,11 @@ def main() -> None:
     params = load_params()
     sets = load_splits(PREPARED_DIR)
     out_dir = SEARCH_DIR / loss
+    storage = open_storage(params.search, JOURNAL)
     studies = []
     try:
         for repeat in range(params.search.repeats):
-            studies.append(open_study(loss, params, out_dir, len(sets["train"]), seed=params.search.seed,
+            studies.append(open_study(loss, params, storage, len(sets["train"]), seed=params.search.seed,
                                       repeat=repeat))
             if params.search.repeats > 1:
                 print(f"{loss}: repeat {repeat + 1} of {params.search.repeats}", flush=True)

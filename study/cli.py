@@ -1,4 +1,4 @@
-"""The `study` command: one training run from the shell, and a worker that joins a shared search."""
+"""The `study` command: one training run from the shell, and a worker that joins a study's searches and runs."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import argparse
 import json
 import math
 import sys
+import tempfile
+from pathlib import Path
 
 from study import __version__
 
@@ -27,7 +29,7 @@ def _train_command(args: argparse.Namespace) -> int:
 
     from study.config import DataConfig, ModelConfig, TrainConfig
     from study.data import load_dataset, split_dataset
-    from study.training import evaluate, resolve_device, save_checkpoint, train
+    from study.training import evaluate, resolve_device, train
 
     hyperparameters = {}
     if args.s is not None:
@@ -49,6 +51,8 @@ def _train_command(args: argparse.Namespace) -> int:
         "device": args.device, "seed": args.seed, "eval_every": args.eval_every, "amp": args.amp,
         "max_iterations": args.max_iterations, "objective": objective}, "train")
 
+    if args.save:
+        _check_writable(Path(args.save))  # before training, not after an hour of it
     sets = split_dataset(load_dataset(data_config.dataset, cache_dir=data_config.cache_dir), data_config.protocol,
                          data_config.fractions, seed=data_config.seed)
     print(f"{data_config.dataset} ({data_config.protocol}): " +
@@ -60,16 +64,43 @@ def _train_command(args: argparse.Namespace) -> int:
     print(history[[c for c in shown if c in history]].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
     print(f"\nstatus: {result.status}{' (' + result.reason + ')' if result.reason else ''}; "
           f"{result.iterations} iterations in {result.seconds:.1f} s on {result.device}")
+    if args.save:  # saved before the test evaluation, so nothing after training can lose the model
+        _save_or_keep(result, Path(args.save), loss=args.loss, hyperparameters=hyperparameters,
+                      model=model_config.to_dict(), num_classes=sets["train"].num_classes)
     if result.status != "diverged":
         test = evaluate(result.model, result.loss, sets, "test", train_config, resolve_device(train_config.device),
                         data_config.image_size, full=True)
         print("test metrics:")
         print(json.dumps({k: round(v, 4) for k, v in test.items()}, indent=2))
-    if args.save:
-        save_checkpoint(result, args.save, loss=args.loss, hyperparameters=hyperparameters,
-                        model=model_config.to_dict(), num_classes=sets["train"].num_classes)
-        print(f"checkpoint written to {args.save}", file=sys.stderr)
     return 0 if result.status != "diverged" else 1
+
+
+def _check_writable(path: Path) -> None:
+    """Raise, naming the fix, when a checkpoint cannot be written at `path`."""
+    folder = path.parent
+    if path.is_dir():
+        raise ValueError(f"--save {path} is a folder; give a file name, e.g. --save {path / 'model.pt'}")
+    if not folder.is_dir():
+        raise FileNotFoundError(f"--save {path}: the folder {folder} does not exist; create it (mkdir -p {folder}) "
+                                "or save elsewhere")
+    try:
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as error:
+        raise PermissionError(f"--save {path}: cannot write in {folder} ({error.strerror}); save elsewhere") from None
+
+
+def _save_or_keep(result, path: Path, **metadata) -> None:
+    """Save the checkpoint at `path`; should that fail, in the temporary folder instead, and say where."""
+    from study.training import save_checkpoint
+
+    try:
+        save_checkpoint(result, path, **metadata)
+    except (OSError, RuntimeError) as error:  # torch reports a failed write (a full disk) as a RuntimeError
+        kept = Path(tempfile.mkdtemp(prefix="study-")) / path.name
+        save_checkpoint(result, kept, **metadata)
+        raise RuntimeError(f"could not write the checkpoint {path} ({error}); the trained model is kept in {kept}: "
+                           f"move it where you want it") from None
+    print(f"checkpoint written to {path}", file=sys.stderr)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,10 +146,20 @@ def build_parser() -> argparse.ArgumentParser:
     preset.add_argument("--list", action="store_true", help="list the presets")
     preset.set_defaults(handler=_preset_command)
 
-    worker = commands.add_parser("worker", help="join a shared Optuna search from another process or machine")
-    worker.add_argument("--loss", required=True, help="the searched loss whose study to join (e.g. arcface)")
+    worker = commands.add_parser(
+        "worker", help="join a study's searches and final runs from another process or machine",
+        description="Serves the searches of params.yaml (until each has its n_trials), then the final runs that a "
+                    "`runs` or `tuned` stage has queued. Workers share the journal file on one machine, or the "
+                    "database in search.storage across machines; a dead worker's trial is retried.")
+    worker.add_argument("--loss", action="append", default=None,
+                        help="serve only this loss's search (repeatable; default: every loss of search.losses)")
+    worker.add_argument("--serve", choices=["all", "search", "runs"], default="all",
+                        help="what to serve (default: all, the searches first)")
     worker.add_argument("--params", default="params.yaml", help="the study's params file (default: params.yaml)")
     worker.add_argument("--trials", type=int, default=None, help="stop after this many trials (default: until the budget is met)")
+    worker.add_argument("--threads", type=int, default=None,
+                        help="torch threads of this process: workers on one machine share its cores, so give each "
+                             "about cores ÷ workers (default: train.threads)")
     worker.set_defaults(handler=_worker_command)
 
     sweep = commands.add_parser(
@@ -160,9 +201,9 @@ def _preset_command(args: argparse.Namespace) -> int:
 
 
 def _worker_command(args: argparse.Namespace) -> int:
-    from study.search import run_worker
+    from study.workers import run_worker
 
-    return run_worker(args.loss, params_path=args.params, max_trials=args.trials)
+    return run_worker(args.params, args.loss, args.serve, max_trials=args.trials, threads=args.threads)
 
 
 def _sweep_command(args: argparse.Namespace) -> int:
@@ -182,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         return args.handler(args)
-    except (ValueError, RuntimeError, FileNotFoundError) as error:
+    except (ValueError, RuntimeError, OSError) as error:
         print(f"study: error: {error}", file=sys.stderr)
         return 2
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import re
 import typing
+from pathlib import Path
 from typing import Annotated, Any, Callable, Literal, Optional
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt,
@@ -114,8 +115,56 @@ class TrainConfig(ParamsModel):
                                    "{value!r} is not a device; use auto, cpu, cuda, cuda:N or mps")] = "auto"
     amp: StrictBool = False
     num_workers: Int = Field(0, ge=0)
+    # Torch's threads per process; null: torch's default (one per core). Workers on one machine share its cores.
+    threads: Optional[Int] = Field(None, ge=1)
     seed: Int = 0  # a single `study train` run's seed; search trials and final runs derive or list their own
     objective: Literal["accuracy", "knn_accuracy", "precision_at_1", "r_precision", "map_at_r"] = "map_at_r"
+
+
+_URL = re.compile(r"[A-Za-z]\w*(\+\w+)?://.*", re.DOTALL)  # dialect[+driver]://...
+_ENVIRONMENT_VARIABLE = re.compile(r"[A-Za-z_]\w*")
+
+
+def _storage_location(location: str) -> str:
+    """search.storage's form: `env:VARNAME`, or a database URL of a known dialect without a password.
+
+    The URL is never quoted in an error: it may hold a password.
+    """
+    if location.startswith("env:"):
+        if not _ENVIRONMENT_VARIABLE.fullmatch(location[4:]):
+            raise ValueError("env: must be followed by an environment variable's name (letters, digits and _), e.g. "
+                             "env:STUDY_STORAGE")
+        return location
+    if not _URL.fullmatch(location):
+        raise ValueError("neither a database URL (dialect[+driver]://..., e.g. postgresql://user@host/study or "
+                         "sqlite:///results/study.db) nor env:VARNAME (the URL read from that environment variable "
+                         "when the stage runs); give one of those, or null for a journal file in results/")
+    import sqlalchemy  # deferred: only a database URL needs it
+
+    try:
+        url = sqlalchemy.engine.make_url(location)
+    except sqlalchemy.exc.ArgumentError:
+        raise ValueError("not a database URL that SQLAlchemy can read; write it as dialect[+driver]://user@host"
+                         "/database, e.g. postgresql://user@host/study") from None
+    if url.password is not None or "password" in url.query:  # params.yaml lands in git and dvc.lock
+        raise ValueError("the URL carries a password, and params.yaml is stored in git, dvc.lock and the experiment "
+                         "history; remove it from the URL and supply it through PGPASSWORD or ~/.pgpass, or set "
+                         "search.storage: env:VARNAME with the whole URL in that environment variable")
+    try:
+        url.get_dialect()
+    except sqlalchemy.exc.NoSuchModuleError:
+        raise ValueError(f"SQLAlchemy knows no database {url.drivername!r}; use one of "
+                         f"{', '.join(sqlalchemy.dialects.__all__)}, e.g. postgresql://user@host/study or "
+                         "sqlite:///results/study.db") from None
+    if url.get_backend_name() == "sqlite":
+        if url.database in (None, "", ":memory:"):
+            raise ValueError("an in-memory SQLite database is gone when the stage ends; give a file, e.g. "
+                             "sqlite:///results/study.db")
+        folder = Path(url.database).expanduser().parent
+        if not folder.is_dir():
+            raise ValueError(f"the SQLite file's folder {folder} does not exist; create it (mkdir -p {folder}) or "
+                             "put the file in an existing folder")
+    return location
 
 
 TUNABLE_LOSSES = ("arcface", "cosface", "normface", "sphereface")
@@ -135,7 +184,9 @@ class SearchConfig(ParamsModel):
     repeats: Int = Field(1, ge=1)
     pruner: Literal["none", "median", "hyperband"] = "none"
     seed: Int = 0
-    storage: Optional[Text] = None
+    storage: Optional[Annotated[Text, AfterValidator(_storage_location)]] = None
+    # How often workers sharing a database say they are alive; one silent for 3 beats is dead, its trial retried.
+    heartbeat_seconds: Int = Field(30, ge=1)
     s_range: Annotated[tuple[Float, ...], _check(lambda r: len(r) == 2 and 0 < r[0] < r[1],
                        "give [low, high] with 0 < low < high (searched log-uniformly)")] = (1.0, 128.0)
     # Radians, except SphereFace's m, which multiplies the angle.

@@ -76,6 +76,29 @@ def model_names() -> list[str]:
     return list(KNOWN_MODELS)
 
 
+def check_model(name: str, pretrained: bool = False) -> None:
+    """Raise a ValueError naming the fix when backbone `name` (with `pretrained` weights) does not exist."""
+    if name.startswith(TIMM_PREFIX):
+        import timm  # deferred: importing timm is slow and only these models need it
+
+        model_name = name[len(TIMM_PREFIX):]
+        if not timm.is_model(model_name):
+            close = difflib.get_close_matches(model_name, timm.list_models(), n=5)
+            hint = f"; close names: {', '.join(TIMM_PREFIX + c for c in close)}" if close else ""
+            raise ValueError(f"unknown timm model {model_name!r}{hint} (see timm.list_models())")
+        if pretrained and not timm.models.is_model_pretrained(model_name):
+            raise ValueError(f"timm has no pretrained weights for {model_name!r} "
+                             "(see timm.list_pretrained()); use `pretrained: false`")
+    elif name not in _BUILDERS:
+        raise ValueError(
+            f"unknown model {name!r}; known models: {', '.join(KNOWN_MODELS)}, "
+            f"or '{TIMM_PREFIX}<model_name>' for any timm model"
+        )
+    elif pretrained:
+        raise ValueError(f"model {name!r} has no pretrained weights; "
+                         "use `pretrained: false` or a timm/<model_name> backbone")
+
+
 class TimmBackbone(nn.Module):
     """A timm model without its classifier, fed [0, 1] images, projected to the embedding size."""
 
@@ -87,14 +110,8 @@ class TimmBackbone(nn.Module):
         channels = input_shape[0]
         if channels not in (1, 3):
             raise ValueError(f"timm backbones take 1- or 3-channel images, got {channels} channels")
-        if not timm.is_model(model_name):
-            close = difflib.get_close_matches(model_name, timm.list_models(), n=5)
-            hint = f"; close names: {', '.join(close)}" if close else ""
-            raise ValueError(f"unknown timm model {model_name!r}{hint}")
-        if pretrained and not timm.models.is_model_pretrained(model_name):
-            # Checked here so that the offline message below is never given for this.
-            raise ValueError(f"timm has no pretrained weights for {model_name!r} "
-                             "(see timm.list_pretrained()); use `pretrained: false`")
+        # Checked first so that the offline message below is never given for a name or weights timm lacks.
+        check_model(TIMM_PREFIX + model_name, pretrained)
         try:
             self.body = timm.create_model(model_name, pretrained=pretrained, num_classes=0)
         except Exception as err:
@@ -149,12 +166,5 @@ def build_model(name: str, embedding_size: int, input_shape: tuple[int, int, int
     input_shape = tuple(input_shape)
     if name.startswith(TIMM_PREFIX):
         return TimmBackbone(name[len(TIMM_PREFIX):], embedding_size, input_shape, pretrained)
-    if name not in _BUILDERS:
-        raise ValueError(
-            f"unknown model {name!r}; known models: {', '.join(KNOWN_MODELS)}, "
-            f"or '{TIMM_PREFIX}<model_name>' for any timm model"
-        )
-    if pretrained:
-        raise ValueError(f"model {name!r} has no pretrained weights; "
-                         "use `pretrained: false` or a timm/<model_name> backbone")
+    check_model(name, pretrained)
     return _BUILDERS[name](embedding_size, input_shape)

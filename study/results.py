@@ -2,8 +2,10 @@
 
 prepare   → data/prepared/{train,val,test}.pt, manifest.json
 search    → results/search/<loss>/trials.csv (one row per trial), history.csv (one row per evaluation of a trial),
-            best.json, journal.log (the Optuna storage, kept across runs)
+            best.json
 runs      → results/runs/<method>/runs.csv (one row per seed), history.csv (one row per evaluation), seed<k>.pt
+The trials of both live in the Optuna storage (study/storage.py): by default results/trials/journal.log, with the
+runs' checkpoints under results/trials/checkpoints/, kept across stage runs and outside DVC's outputs.
 evaluate  → results/evaluation/runs.csv (runs.csv plus test_<metric> columns), history.csv (all runs' curves)
 report    → reports/report.md, report.html, metrics.json, figures/*.png, tables/*.csv
 """
@@ -22,6 +24,9 @@ SEARCH_DIR = Path("results/search")
 RUNS_DIR = Path("results/runs")
 EVALUATION_DIR = Path("results/evaluation")
 REPORT_DIR = Path("reports")
+TRIALS_DIR = Path("results/trials")
+JOURNAL = TRIALS_DIR / "journal.log"
+CHECKPOINT_STORE = TRIALS_DIR / "checkpoints"
 
 RUN_COLUMNS = ["method", "loss", "s", "m", "seed", "status", "reason", "seconds", "device", "iterations",
                "objective", "val_score", "checkpoint"]

@@ -11,8 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import socket
 from pathlib import Path
 
 import numpy as np
@@ -20,19 +18,14 @@ import optuna
 import pandas as pd
 from optuna.trial import TrialState
 
-from study.config import SearchConfig, StudyParams, load_params
+from study.config import SearchConfig, StudyParams
 from study.data import ImageSet
 from study.training import evaluate, planned_iterations, resolve_device, train
+from study.workers import INTERRUPTED, RUNNING, TrialCount, first_attempt, serve
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
-JOURNAL_FILE = "journal.log"
 # Tags the seed streams of this module, so that trial seeds and sampler seeds never coincide.
 _TRIAL_SEED_STREAM, _SAMPLER_SEED_STREAM = 1, 2
-
-
-def worker_name() -> str:
-    """This process as host:pid, recorded with each trial it runs: a shared study mixes many workers."""
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def study_name(loss: str, params: StudyParams, repeat: int = 0) -> str:
@@ -43,13 +36,18 @@ def study_name(loss: str, params: StudyParams, repeat: int = 0) -> str:
     fresh ones instead of mixing trials.
     """
     search = params.search.to_dict()
-    excluded = ("n_trials", "max_failed_trials", "storage", "losses", "repeats")
+    excluded = ("n_trials", "max_failed_trials", "storage", "heartbeat_seconds", "losses", "repeats")
     space = {k: v for k, v in search.items() if k not in excluded}
     space["m_range"] = search["m_range"].get(loss)  # only this loss's range: adding another loss's keeps its studies
-    meaning = {"data": params.data.to_dict(), "model": params.model.to_dict(), "train": params.train.to_dict(),
+    meaning = {"data": params.data.to_dict(), "model": params.model.to_dict(), "train": training_meaning(params),
                "search": space, "loss": loss}
     digest = hashlib.sha256(json.dumps(meaning, sort_keys=True, default=list).encode()).hexdigest()[:10]
     return f"{loss}-{digest}" + (f"-r{repeat}" if repeat else "")
+
+
+def training_meaning(params: StudyParams) -> dict:
+    """The train section without what only sets how fast a run goes (threads per process), not what it trains."""
+    return {k: v for k, v in params.train.to_dict().items() if k != "threads"}
 
 
 def _derived_seed(*keys: int) -> int:
@@ -73,36 +71,6 @@ def trial_seed(search_seed: int, repeat: int, trial_number: int, final_seeds=())
 def sampler_seed(search_seed: int, repeat: int, trials_so_far: int) -> int:
     """The sampler's seed for one repeat, resumed after `trials_so_far` trials (a resume must not redraw them)."""
     return _derived_seed(_SAMPLER_SEED_STREAM, search_seed, repeat, trials_so_far)
-
-
-def storage_for(search: SearchConfig, out_dir: str | Path):
-    """The study's storage: a database URL as given, else a journal file (safe for processes on one machine)."""
-    location = search.storage or str(Path(out_dir) / JOURNAL_FILE)
-    if "://" in location:
-        return _database_storage(location)
-    from optuna.storages.journal import JournalFileBackend
-
-    Path(location).parent.mkdir(parents=True, exist_ok=True)
-    return optuna.storages.JournalStorage(JournalFileBackend(location))
-
-
-def _database_storage(url: str):
-    """Optuna's storage for a database URL, with the fix named when the driver or the server is missing."""
-    import sqlalchemy
-
-    try:
-        shown = sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
-    except sqlalchemy.exc.ArgumentError as error:
-        raise ValueError(f"search.storage {url!r} is not a database URL ({error}); use e.g. "
-                         "postgresql://user:password@host/database, or null for the journal file") from None
-    try:
-        return optuna.storages.get_storage(url)
-    except ImportError as error:
-        raise RuntimeError(f"search.storage {shown} needs a database driver that is not installed ({error}); for "
-                           "PostgreSQL install it with: pip install -e \".[postgres]\"") from None
-    except sqlalchemy.exc.OperationalError as error:
-        raise RuntimeError(f"cannot reach the study database {shown}: {error.orig}; check the URL and that the "
-                           "server runs and accepts connections from this machine") from None
 
 
 def search_space(loss: str, search: SearchConfig) -> dict[str, tuple[float, float, bool]]:
@@ -141,14 +109,13 @@ def make_pruner(params: StudyParams, num_train: int) -> optuna.pruners.BasePrune
     return optuna.pruners.NopPruner()
 
 
-def open_study(loss: str, params: StudyParams, out_dir: str | Path, num_train: int, seed: int | None,
+def open_study(loss: str, params: StudyParams, storage, num_train: int, seed: int | None,
                repeat: int = 0) -> optuna.Study:
-    """Create one repeat's study, or load it when it exists: finished trials are kept.
+    """Create one repeat's study in `storage` (see study/storage.py), or load it when it exists: finished trials are kept.
 
     `seed` is the search seed (None for extra workers, so they do not repeat the first one's draws);
     each repeat and each resume draws its sampler seed from it.
     """
-    storage = storage_for(params.search, out_dir)
     name = study_name(loss, params, repeat)
     study = optuna.create_study(
         study_name=name, storage=storage, direction="maximize",
@@ -173,7 +140,9 @@ def objective_for(loss: str, params: StudyParams, sets: dict[str, ImageSet], rep
     def objective(trial: optuna.Trial) -> float:
         hyperparameters = {name: trial.suggest_float(name, low, high, log=log)
                            for name, (low, high, log) in search_space(loss, params.search).items()}
-        seed = trial_seed(params.search.seed, repeat, trial.number, params.runs.seeds)
+        # A retried trial reruns the interrupted draw: its parameters, and the seed of the first attempt's number.
+        seed = trial_seed(params.search.seed, repeat, first_attempt(trial.study, trial.number), params.runs.seeds)
+        trial.set_user_attr("seed", seed)
 
         def report_and_maybe_stop(row: dict) -> bool:
             trial.report(row.get(objective_metric, math.nan), step=row["iteration"])
@@ -188,7 +157,7 @@ def objective_for(loss: str, params: StudyParams, sets: dict[str, ImageSet], rep
                             params.data.image_size, full=True)
         for key, value in {"seed": seed, "repeat": repeat, "seconds": result.seconds, "device": result.device,
                            "iterations": result.iterations, "status": result.status, "reason": result.reason,
-                           "worker": worker_name(), "history": result.history, "test": test}.items():
+                           "history": result.history, "test": test}.items():
             trial.set_user_attr(key, value)
         if result.status == "stopped":
             raise optuna.TrialPruned(result.reason)
@@ -203,29 +172,31 @@ def count_trials(study: optuna.Study, states) -> int:
     return len(study.get_trials(deepcopy=False, states=states))
 
 
+class SearchBudget(TrialCount):
+    """`n_trials` COMPLETE or PRUNED trials; a diverged trial is replaced, until too many have diverged."""
+
+    def __init__(self, study: optuna.Study, target: int, max_failed_trials: int):
+        super().__init__(target, FINISHED)
+        self.study, self.max_failed_trials = study, max_failed_trials
+
+    def may_start(self, trials):
+        diverged = sum(t.state == TrialState.FAIL and t.user_attrs.get("status") == "diverged" for t in trials)
+        if diverged > self.max_failed_trials:
+            raise RuntimeError(
+                f"{diverged} trials of {self.study.study_name} diverged (more than search.max_failed_trials="
+                f"{self.max_failed_trials}); their reasons are in trials.csv. Narrow search.s_range / m_range, "
+                "lower train.lr, or raise search.max_failed_trials")
+        return super().may_start(trials)
+
+
 def run_search(study: optuna.Study, loss: str, params: StudyParams, sets: dict[str, ImageSet],
                max_trials: int | None = None, repeat: int = 0) -> None:
-    """Run trials until the study holds `n_trials` COMPLETE or PRUNED ones, counting every worker's."""
+    """Run trials until the study holds exactly `n_trials` COMPLETE or PRUNED ones, counting every worker's."""
     search = params.search
     target = min(search.n_trials, grid_size(loss, search)) if search.sampler == "grid" else search.n_trials
-    objective = objective_for(loss, params, sets, repeat)
-    started = 0
-    while True:
-        finished, failed = count_trials(study, FINISHED), count_trials(study, (TrialState.FAIL,))
-        remaining = target - finished
-        if max_trials is not None:
-            remaining = min(remaining, max_trials - started)
-        if remaining <= 0:
-            return
-        if failed > search.max_failed_trials:
-            raise RuntimeError(
-                f"{failed} trials of {study.study_name} failed (more than search.max_failed_trials="
-                f"{search.max_failed_trials}); their reasons are in trials.csv. Narrow search.s_range / m_range, "
-                "lower train.lr, or raise search.max_failed_trials")
-        print(f"{study.study_name}: {finished} of {target} trials finished, running {remaining} more", flush=True)
-        started += remaining
-        study.optimize(objective, n_trials=remaining,
-                       callbacks=[optuna.study.MaxTrialsCallback(target, states=FINISHED)])
+    print(f"{study.study_name}: {count_trials(study, FINISHED)} of {target} trials finished", flush=True)
+    serve(study, objective_for(loss, params, sets, repeat), SearchBudget(study, target, search.max_failed_trials),
+          max_trials=max_trials)
 
 
 TRIAL_COLUMNS = ["loss", "repeat", "trial", "seed", "state", "s", "m", "value", "test_value", "objective", "seconds",
@@ -243,19 +214,29 @@ def trials_table(loss: str, studies: list[optuna.Study], objective: str) -> pd.D
         for trial in study.get_trials(deepcopy=False):
             attrs = trial.user_attrs
             test = attrs.get("test") or {}
+            status, reason = trial_status(trial)
             rows.append({
                 "loss": loss, "repeat": repeat, "trial": trial.number, "seed": attrs.get("seed", math.nan),
                 "state": trial.state.name, "s": trial.params.get("s", math.nan), "m": trial.params.get("m", math.nan),
                 "value": trial.value if trial.state == TrialState.COMPLETE else math.nan,
                 "test_value": test.get(objective, math.nan) if trial.state == TrialState.COMPLETE else math.nan,
                 "objective": objective, "seconds": attrs.get("seconds", math.nan), "device": attrs.get("device", ""),
-                "iterations": attrs.get("iterations", 0), "status": attrs.get("status", trial.state.name.lower()),
-                "reason": attrs.get("reason", ""), "worker": attrs.get("worker", ""),
+                "iterations": attrs.get("iterations", 0), "status": status, "reason": reason,
+                "worker": attrs.get("worker", ""),
                 **{f"test_{name}": value for name, value in test.items()},
             })
     frame = pd.DataFrame(rows)
     extra = sorted(column for column in frame.columns if column not in TRIAL_COLUMNS)
     return frame.reindex(columns=TRIAL_COLUMNS + extra)
+
+
+def trial_status(trial: optuna.trial.FrozenTrial) -> tuple[str, str]:
+    """A trial's status and its reason, as trials.csv shows them: a failed trial whose worker stopped beating mid-run
+    (Optuna failed it, the objective never returned) was interrupted, not diverged."""
+    status, reason = trial.user_attrs.get("status", trial.state.name.lower()), trial.user_attrs.get("reason", "")
+    if trial.state == TrialState.FAIL and status == RUNNING:
+        return INTERRUPTED, "worker stopped sending heartbeats; retried"
+    return status, reason
 
 
 def history_table(loss: str, studies: list[optuna.Study]) -> pd.DataFrame:
@@ -279,19 +260,10 @@ def best_trial(loss: str, study: optuna.Study, objective: str) -> dict:
             "value": best.value, "hyperparameters": best.params, "complete_trials": len(complete)}
 
 
-def run_worker(loss: str, params_path: str = "params.yaml", max_trials: int | None = None) -> int:
-    """Join the study of `loss` from another process or machine, with the prepared data and the same storage."""
-    from study.data import load_splits
-    from study.results import PREPARED_DIR, SEARCH_DIR
-
-    params = load_params(params_path)
-    if loss not in params.search.losses:
-        raise ValueError(f"{loss!r} is not searched in {params_path}; search.losses is {list(params.search.losses)}")
-    root = Path(params_path).resolve().parent
-    sets = load_splits(root / PREPARED_DIR)
+def join_search(loss: str, params: StudyParams, storage, sets: dict[str, ImageSet],
+                max_trials: int | None = None) -> None:
+    """Serve the searches of `loss` (every repeat) as an extra worker: unseeded, so it does not repeat the first one's draws."""
     for repeat in range(params.search.repeats):
-        # Unseeded: a second worker with the first one's seed would repeat its draws.
-        study = open_study(loss, params, root / SEARCH_DIR / loss, len(sets["train"]), seed=None, repeat=repeat)
+        study = open_study(loss, params, storage, len(sets["train"]), seed=None, repeat=repeat)
         run_search(study, loss, params, sets, max_trials=max_trials, repeat=repeat)
-        print(f"{study.study_name}: {count_trials(study, FINISHED)} finished trials in the study")
-    return 0
+        print(f"{study.study_name}: {count_trials(study, FINISHED)} finished trials in the study", flush=True)

@@ -6,7 +6,9 @@ evaluation row and returns True to stop the run (pruning).
 
 from __future__ import annotations
 
+import json
 import math
+import pickle
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,12 +49,19 @@ class RunResult:
 
 
 def resolve_device(name: str) -> torch.device:
-    """`auto` picks CUDA when present, else CPU; anything else is taken as given."""
+    """`auto` picks CUDA when present, else CPU; anything else as given, once this machine is seen to have it."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"device {name!r} was asked for but CUDA is not available; use device: auto or cpu")
+        raise RuntimeError(f"device {name!r} was asked for but CUDA is not available on this machine; "
+                           "use device auto (CUDA when present) or cpu")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise RuntimeError(f"device {name!r} was asked for but this machine has {torch.cuda.device_count()} CUDA "
+                           f"device(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}; use one of them, or auto")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise RuntimeError(f"device {name!r} was asked for but MPS (Apple GPUs) is not available on this machine; "
+                           "use device auto or cpu")
     return device
 
 
@@ -143,6 +152,8 @@ def train(sets: dict[str, ImageSet], *, loss_name: str, hyperparameters: dict | 
           image_size: int | None = None, callback: Callable[[dict], bool] | None = None,
           progress: bool | None = None) -> RunResult:
     """Train `model_config`'s backbone with `loss_name` on sets['train'], evaluating on sets['val'] as it goes."""
+    if config.threads is not None:  # workers sharing one machine each take their part of its cores
+        torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     np.random.seed(config.seed)
     device = resolve_device(config.device)
@@ -220,17 +231,35 @@ def train(sets: dict[str, ImageSet], *, loss_name: str, hyperparameters: dict | 
 
 
 def save_checkpoint(result: RunResult, path: str | Path, **metadata) -> None:
-    """The trained backbone and loss head (its `s` buffer included) with what is needed to rebuild them."""
+    """The trained backbone and loss head (its `s` buffer included) with what is needed to rebuild them.
+
+    Only tensors and plain data (JSON's types) are stored, so `load_checkpoint` can read it with
+    `weights_only=True`, which runs no code from the file.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save({"model": result.model.state_dict(), "loss": result.loss.state_dict(), "metadata": metadata}, tmp)
+    plain = json.loads(json.dumps(metadata))  # a TypeError for any value that is not plain data
+    torch.save({"model": result.model.state_dict(), "loss": result.loss.state_dict(), "metadata": plain}, tmp)
     tmp.replace(path)
 
 
 def load_checkpoint(path: str | Path, model: nn.Module, loss: nn.Module) -> dict:
     """Restore a checkpoint written by `save_checkpoint` into freshly built modules; returns its metadata."""
-    state = torch.load(path, map_location="cpu", weights_only=False)
-    model.load_state_dict(state["model"])
-    loss.load_state_dict(state["loss"])
-    return state["metadata"]
+    fix = ("rerun the stage that wrote it (for a final run `dvc repro --force runs@<method>`, or tuned@<loss>), "
+           "or train it again with `study train --save`")
+    try:
+        # weights_only: tensors and plain data only, so a tampered file cannot run code when it is read.
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        model.load_state_dict(state["model"])
+        loss.load_state_dict(state["loss"])
+        return state["metadata"]
+    except FileNotFoundError:
+        raise FileNotFoundError(f"checkpoint {path} is missing; {fix}") from None
+    except Exception as error:  # a truncated, foreign or mismatched file fails in many ways inside torch
+        if isinstance(error, pickle.UnpicklingError):  # not torch's message: it suggests weights_only=False
+            raise ValueError(f"checkpoint {path} cannot be loaded: it is corrupt, or holds objects other than tensors "
+                             f"and plain data, which could run code when read, so it was refused; {fix}") from None
+        reason = " ".join([f"{type(error).__name__}:", *str(error).split()[:25]]).rstrip(":")
+        raise ValueError(f"checkpoint {path} cannot be loaded ({reason}): it is truncated, corrupt, or not a "
+                         f"checkpoint of the modules params.yaml builds; {fix}") from error

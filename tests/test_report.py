@@ -683,3 +683,28 @@ def test_every_method_has_its_own_colour_line_style_and_marker(written):
     for attribute in ("colour", "linestyle", "marker"):
         values = [repr(getattr(style, attribute)) for style in styles.values()]
         assert len(set(values)) == len(values), attribute
+
+
+def test_a_report_that_fails_midway_leaves_the_previous_one_whole_and_a_finished_one_replaces_it(
+        study, tmp_path, monkeypatch):
+    import study.report.writer as writer
+
+    analysis = analyse(*study)
+    write_report(analysis, PARAMS, MANIFEST, ENVIRONMENT, tmp_path)
+    (tmp_path / "figures" / "stale.png").write_bytes(b"a figure the next report does not draw")
+    previous = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
+    retitled = PARAMS.replace(report=PARAMS.report.replace(title="The next report"))
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the landscape failed")
+
+    monkeypatch.setattr(writer, "figure_landscape", broken)  # after several figures and before the tables
+    with pytest.raises(RuntimeError, match="the landscape failed"):
+        write_report(analysis, retitled, MANIFEST, ENVIRONMENT, tmp_path)
+    assert {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()} == previous
+
+    monkeypatch.undo()
+    paths = write_report(analysis, retitled, MANIFEST, ENVIRONMENT, tmp_path)
+    assert "The next report" in (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert not (tmp_path / "figures" / "stale.png").exists()  # the previous report's stale files go with it
+    assert {path for path in tmp_path.rglob("*") if path.is_file()} == set(paths.values())

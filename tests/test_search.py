@@ -7,6 +7,8 @@ import pytest
 
 import study.search as search
 from study.config import StudyParams
+from study.storage import journal_storage, open_storage
+from study.workers import this_process
 from study.data import load_dataset, split_dataset
 import torch
 
@@ -25,6 +27,11 @@ def params_with(**sections) -> StudyParams:
     return StudyParams.from_dict(base)
 
 
+def journal(folder):
+    """A study storage of its own for one test: a journal file in `folder`."""
+    return journal_storage(folder / "journal.log")
+
+
 @pytest.fixture(scope="module")
 def digits():
     return split_dataset(load_dataset("digits"), "closed", (0.6, 0.2, 0.2), seed=0)
@@ -32,14 +39,14 @@ def digits():
 
 def test_a_resumed_search_keeps_its_trials_and_runs_only_the_missing_ones(digits, tmp_path):
     params = params_with()
-    first = search.open_study("arcface", params, tmp_path, len(digits["train"]), seed=0)
+    first = search.open_study("arcface", params, journal(tmp_path), len(digits["train"]), seed=0)
     search.run_search(first, "arcface", params, digits)
     first_points = [t.params for t in first.trials]
     assert len(first_points) == 3
 
     bigger = params_with(search={"n_trials": 5})
     assert search.study_name("arcface", bigger) == first.study_name
-    resumed = search.open_study("arcface", bigger, tmp_path, len(digits["train"]), seed=0)
+    resumed = search.open_study("arcface", bigger, journal(tmp_path), len(digits["train"]), seed=0)
     search.run_search(resumed, "arcface", bigger, digits)
     assert [t.params for t in resumed.trials][:3] == first_points
     assert search.count_trials(resumed, search.FINISHED) == 5
@@ -58,7 +65,7 @@ def test_a_resumed_search_keeps_its_trials_and_runs_only_the_missing_ones(digits
 
 def test_each_trial_trains_at_its_own_seed_and_records_its_test_score(digits, tmp_path):
     params = params_with(runs={"seeds": [0, 1, 2]})
-    study = search.open_study("arcface", params, tmp_path, len(digits["train"]), seed=0)
+    study = search.open_study("arcface", params, journal(tmp_path), len(digits["train"]), seed=0)
     search.run_search(study, "arcface", params, digits)
     table = search.trials_table("arcface", [study], "accuracy")
     seeds = table["seed"].astype(int).tolist()
@@ -85,7 +92,7 @@ def test_a_trial_seed_never_collides_with_a_final_seed():
 def test_repeats_are_independent_studies_with_their_own_draws(digits, tmp_path, monkeypatch):
     use_fake_training(monkeypatch, ["completed"] * 6)
     params = params_with(search={"repeats": 2, "sampler": "random"})
-    studies = [search.open_study("arcface", params, tmp_path, len(digits["train"]), seed=0, repeat=repeat)
+    studies = [search.open_study("arcface", params, journal(tmp_path), len(digits["train"]), seed=0, repeat=repeat)
                for repeat in range(2)]
     for repeat, study in enumerate(studies):
         search.run_search(study, "arcface", params, digits, repeat=repeat)
@@ -136,7 +143,7 @@ def fake_train(statuses):
 def test_diverged_trials_are_failed_with_their_reason_and_do_not_count(digits, tmp_path, monkeypatch):
     use_fake_training(monkeypatch, ["completed", "diverged", "completed", "diverged", "completed"])
     params = params_with()
-    study = search.open_study("arcface", params, tmp_path, len(digits["train"]), seed=0)
+    study = search.open_study("arcface", params, journal(tmp_path), len(digits["train"]), seed=0)
     search.run_search(study, "arcface", params, digits)
     table = search.trials_table("arcface", [study], "accuracy")
     assert list(table["state"]) == ["COMPLETE", "FAIL", "COMPLETE", "FAIL", "COMPLETE"]
@@ -148,7 +155,7 @@ def test_diverged_trials_are_failed_with_their_reason_and_do_not_count(digits, t
 def test_too_many_failures_stop_with_a_clear_error_and_keep_the_trials(digits, tmp_path, monkeypatch):
     use_fake_training(monkeypatch, ["diverged"] * 10)
     params = params_with(search={"max_failed_trials": 2})
-    study = search.open_study("arcface", params, tmp_path, len(digits["train"]), seed=0)
+    study = search.open_study("arcface", params, journal(tmp_path), len(digits["train"]), seed=0)
     with pytest.raises(RuntimeError, match="max_failed_trials"):
         search.run_search(study, "arcface", params, digits)
     assert search.count_trials(study, (optuna.trial.TrialState.FAIL,)) == 3
@@ -159,7 +166,7 @@ def test_too_many_failures_stop_with_a_clear_error_and_keep_the_trials(digits, t
 def test_pruned_trials_count_toward_the_budget(digits, tmp_path, monkeypatch):
     use_fake_training(monkeypatch, ["stopped", "completed", "stopped"])
     params = params_with()
-    study = search.open_study("arcface", params, tmp_path, len(digits["train"]), seed=0)
+    study = search.open_study("arcface", params, journal(tmp_path), len(digits["train"]), seed=0)
     search.run_search(study, "arcface", params, digits)
     assert [t.state.name for t in study.trials] == ["PRUNED", "COMPLETE", "PRUNED"]
 
@@ -167,7 +174,7 @@ def test_pruned_trials_count_toward_the_budget(digits, tmp_path, monkeypatch):
 def test_grid_sampler_covers_its_grid_and_stops(digits, tmp_path, monkeypatch):
     use_fake_training(monkeypatch, ["completed"] * 10)
     params = params_with(search={"sampler": "grid", "grid_points": 2, "n_trials": 10})
-    study = search.open_study("arcface", params, tmp_path, len(digits["train"]), seed=0)
+    study = search.open_study("arcface", params, journal(tmp_path), len(digits["train"]), seed=0)
     search.run_search(study, "arcface", params, digits)
     points = sorted((round(t.params["s"], 6), t.params["m"]) for t in study.trials)
     assert points == [(1.0, 0.0), (1.0, 1.0), (128.0, 0.0), (128.0, 1.0)]
@@ -178,7 +185,7 @@ def test_samplers_stay_inside_the_search_space(digits, tmp_path, monkeypatch, sa
     use_fake_training(monkeypatch, ["completed"] * 6)
     params = params_with(search={"sampler": sampler, "n_trials": 6, "s_range": [2.0, 8.0],
                                  "m_range": {"arcface": [0.1, 0.2]}})
-    study = search.open_study("arcface", params, tmp_path, len(digits["train"]), seed=0)
+    study = search.open_study("arcface", params, journal(tmp_path), len(digits["train"]), seed=0)
     search.run_search(study, "arcface", params, digits)
     assert all(2.0 <= t.params["s"] <= 8.0 and 0.1 <= t.params["m"] <= 0.2 for t in study.trials)
     assert all(not math.isnan(t.value) for t in study.trials)
@@ -220,7 +227,7 @@ def test_two_workers_share_the_default_journal_and_meet_the_budget(digits, tmp_p
     workers = [start_worker(tmp_path, trials=3), start_worker(tmp_path, trials=3)]
     for worker in workers:
         assert "finished trials in the study" in finished(worker)
-    study = search.open_study("arcface", params, tmp_path / "results" / "search" / "arcface", len(digits["train"]),
+    study = search.open_study("arcface", params, journal(tmp_path / "results" / "trials"), len(digits["train"]),
                               seed=None)
     table = search.trials_table("arcface", [study], "accuracy")
     assert (table["state"] == "COMPLETE").sum() == 6 and set(table["state"]) == {"COMPLETE"}
@@ -231,7 +238,8 @@ def test_two_workers_share_the_default_journal_and_meet_the_budget(digits, tmp_p
 def test_a_worker_joins_a_study_in_a_database_and_finishes_its_budget(digits, tmp_path):
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     params = study_folder(tmp_path, digits, storage=url)
-    first = search.open_study("arcface", params, tmp_path / "unused", len(digits["train"]), seed=0)
+    first = search.open_study("arcface", params, open_storage(params.search, tmp_path / "unused" / "journal.log"),
+                              len(digits["train"]), seed=0)
     search.run_search(first, "arcface", params, digits, max_trials=1)
     assert not (tmp_path / "unused").exists()  # a database URL is used as given, no journal file made
     worker = start_worker(tmp_path)
@@ -239,14 +247,5 @@ def test_a_worker_joins_a_study_in_a_database_and_finishes_its_budget(digits, tm
     shared = optuna.load_study(study_name=search.study_name("arcface", params), storage=url)
     table = search.trials_table("arcface", [shared], "accuracy")
     assert list(table["state"]) == ["COMPLETE"] * 4
-    assert table["worker"].tolist() == [search.worker_name()] + [table["worker"].iloc[1]] * 3
+    assert table["worker"].tolist() == [this_process()["worker"]] + [table["worker"].iloc[1]] * 3
     assert table["worker"].iloc[1].endswith(f":{worker.pid}")
-
-
-def test_a_database_storage_that_cannot_be_used_says_why_without_the_password(tmp_path):
-    with pytest.raises(RuntimeError) as missing_driver:  # no MySQL driver is installed with the suite
-        search.storage_for(params_with(search={"storage": "mysql://user:secret@localhost/studies"}).search, tmp_path)
-    assert "needs a database driver" in str(missing_driver.value) and "secret" not in str(missing_driver.value)
-    unreachable = f"sqlite:///{tmp_path / 'no such folder' / 'studies.db'}"
-    with pytest.raises(RuntimeError, match="cannot reach the study database"):
-        search.storage_for(params_with(search={"storage": unreachable}).search, tmp_path)

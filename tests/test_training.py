@@ -1,11 +1,15 @@
 """The training loop on real data: accuracy reached, divergence kept, callback stops, determinism, checkpoints."""
 
 import math
+import shutil
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 import study.training as training
+from study import cli
 from study.config import ModelConfig, TrainConfig
 from study.data import load_dataset, split_dataset
 from study.losses import LOSSES
@@ -106,10 +110,11 @@ def test_same_seed_same_run_other_seed_other_run_on_cpu(digits):
 def test_checkpoint_restores_backbone_and_dynamic_scale(digits, tmp_path):
     config = FAST.replace(epochs=2)
     result = train(digits, loss_name="dynamic_adacos", model_config=MLP, config=config, progress=False)
-    save_checkpoint(result, tmp_path / "run.pt", loss="dynamic_adacos")
+    metadata = {"loss": "dynamic_adacos", "hyperparameters": {}, "model": MLP.to_dict(), "num_classes": 10}
+    save_checkpoint(result, tmp_path / "run.pt", **metadata)
     model, loss = build_modules(MLP, "dynamic_adacos", {}, digits["train"].num_classes, (1, 8, 8))
     assert float(loss.s) != float(result.loss.s)
-    assert load_checkpoint(tmp_path / "run.pt", model, loss) == {"loss": "dynamic_adacos"}
+    assert load_checkpoint(tmp_path / "run.pt", model, loss) == metadata  # read with weights_only=True
     assert float(loss.s) == float(result.loss.s)
     device = torch.device("cpu")
     assert evaluate(model, loss, digits, "test", config, device) == evaluate(result.model, result.loss, digits,
@@ -128,3 +133,39 @@ def test_classifying_metrics_only_where_the_split_shares_the_training_classes(di
         scores = evaluate(result.model, result.loss, sets, "test", config, device, full=True)
         assert ("accuracy" in scores) == shares and ("knn_accuracy" in scores) == shares
         assert {"map_at_r", "roc_auc", "verification_accuracy"} <= set(scores)
+
+
+def test_a_checkpoint_holds_only_tensors_and_plain_data(digits, tmp_path):
+    result = train(digits, loss_name="softmax", model_config=MLP, config=FAST.replace(max_iterations=1))
+    with pytest.raises(TypeError, match="float32"):  # not plain data: weights_only loading would refuse it
+        save_checkpoint(result, tmp_path / "run.pt", s=np.float32(1.0))
+    assert not (tmp_path / "run.pt").exists()
+
+
+def test_threads_sets_torchs_threads_only_when_given(digits, monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    for threads in (None, 1):
+        train(digits, loss_name="softmax", model_config=MLP, config=FAST.replace(max_iterations=1, threads=threads))
+    assert calls == [1]
+
+
+def test_study_train_keeps_the_model_when_its_checkpoint_cannot_be_written(tmp_path, monkeypatch, capsys):
+    real_save, attempts = training.save_checkpoint, []
+
+    def disk_full_once(result, path, **metadata):
+        attempts.append(Path(path))
+        if len(attempts) == 1:
+            raise OSError(28, "No space left on device")
+        real_save(result, path, **metadata)
+
+    monkeypatch.setattr(training, "save_checkpoint", disk_full_once)
+    code = cli.main(["train", "--dataset", "digits", "--model", "mlp", "--epochs", "1", "--max-iterations", "2",
+                     "--device", "cpu", "--loss", "softmax", "--save", str(tmp_path / "model.pt")])
+    message = capsys.readouterr().err
+    assert code == 2 and "No space left on device" in message
+    kept = attempts[1]
+    assert str(kept) in message and kept.is_file() and kept.parent != tmp_path
+    model, loss = build_modules(ModelConfig(name="mlp", embedding_size=64), "softmax", {}, 10, (1, 8, 8))
+    assert load_checkpoint(kept, model, loss)["loss"] == "softmax"
+    shutil.rmtree(kept.parent)

@@ -17,6 +17,15 @@ LOWER_IS_BETTER_METRICS = frozenset({"eer"})
 TEST_PREFIX = "test_"
 # Trials that ran to an end and spent their device time; RUNNING ones were interrupted and left no cost.
 FINISHED_STATES = ("COMPLETE", "PRUNED", "FAIL")
+# Failed trials that are no evidence about their (s, m): a dead worker interrupted them (and they were retried),
+# or they found the budget taken and trained nothing (study/workers.py). The analysis leaves them out.
+NOT_EVIDENCE_STATUSES = ("interrupted", "not run")
+
+
+def is_evidence(trials: pd.DataFrame) -> pd.Series:
+    """Which trials say something about their hyperparameters: all but the interrupted and the never run."""
+    status = trials["status"] if "status" in trials else pd.Series("", index=trials.index)
+    return ~status.isin(NOT_EVIDENCE_STATUSES)
 # The pairs of the convergence claim ("AdaCos overtakes ArcFace only late"), each compared where both are present.
 ADACOS_METHODS = ("fixed_adacos", "dynamic_adacos")
 ARCFACE_METHODS = ("arcface_tuned", "arcface_default")

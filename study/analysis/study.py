@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from study.analysis.common import FINISHED_STATES, finite_values, fixed_scale_of, untuned_methods
+from study.analysis.common import FINISHED_STATES, finite_values, fixed_scale_of, is_evidence, untuned_methods
 from study.analysis.comparison import final_tables, run_score_table
 from study.analysis.convergence import (
     angle_dynamics,
@@ -82,7 +82,8 @@ def _method_order(runs: pd.DataFrame, history: pd.DataFrame, searched_losses: li
 def _search_summary(trials: pd.DataFrame) -> pd.DataFrame:
     """Per searched loss: trial counts by state, device-seconds spent, and the best completed trial."""
     rows = []
-    for loss, group in trials.groupby("loss", sort=False):
+    for loss, everything in trials.groupby("loss", sort=False):
+        group = everything[is_evidence(everything)]
         finished = group[group["state"].isin(FINISHED_STATES)]
         complete = group[(group["state"] == "COMPLETE") & np.isfinite(pd.to_numeric(group["value"], errors="coerce"))]
         seconds = float(finite_values(finished["seconds"]).sum())
@@ -93,7 +94,8 @@ def _search_summary(trials: pd.DataFrame) -> pd.DataFrame:
             "loss": loss, "repeats": int(group["repeat"].nunique()), "trials": len(finished),
             "complete": len(complete),
             "pruned": int((group["state"] == "PRUNED").sum()), "failed": int((group["state"] == "FAIL").sum()),
-            "running": int((group["state"] == "RUNNING").sum()), "seconds": seconds,
+            "running": int((group["state"] == "RUNNING").sum()), "interrupted": int((~is_evidence(everything)).sum()),
+            "seconds": seconds,
             # Every finished trial is a draw the tuning curve counts, pruned and failed ones included.
             "seconds_per_trial": seconds / len(finished) if len(finished) else math.nan,
             "best_trial": int(best["trial"]) if best is not None else None,
@@ -101,8 +103,8 @@ def _search_summary(trials: pd.DataFrame) -> pd.DataFrame:
             "best_s": float(best["s"]) if best is not None else math.nan,
             "best_m": float(best["m"]) if best is not None else math.nan,
         })
-    return pd.DataFrame(rows, columns=["loss", "repeats", "trials", "complete", "pruned", "failed", "running", "seconds",
-                                       "seconds_per_trial", "best_trial", "best_value", "best_s", "best_m"])
+    return pd.DataFrame(rows, columns=["loss", "repeats", "trials", "complete", "pruned", "failed", "running", "interrupted",
+                                       "seconds", "seconds_per_trial", "best_trial", "best_value", "best_s", "best_m"])
 
 
 def _landscape(trials: pd.DataFrame) -> pd.DataFrame:
@@ -138,6 +140,7 @@ def analyse_study(trials: pd.DataFrame, runs: pd.DataFrame, history: pd.DataFram
     searched_losses = list(dict.fromkeys(trials["loss"]))
     methods = _method_order(runs, history, searched_losses)
     summary = _search_summary(trials)
+    trials = trials[is_evidence(trials)]
     bands = reference_bands(runs, config)
     tuning_curves, even, estimator = tuning_budget(trials, runs, summary, objective, sampler, config)
     final, costs, differences = final_tables(runs, methods, summary, config)

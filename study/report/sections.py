@@ -62,6 +62,8 @@ def setup_section(analysis: StudyAnalysis, params: StudyParams, manifest: dict) 
             "completed": analysis.search_summary["complete"],
             "pruned": analysis.search_summary["pruned"],
             "failed": analysis.search_summary["failed"],
+            # Killed mid-trial and retried, or never run: no evidence, left out of every curve and cost.
+            "interrupted": analysis.search_summary["interrupted"],
             "device-seconds": analysis.search_summary["seconds"].map(fmt.seconds),
             "per trial": analysis.search_summary["seconds_per_trial"].map(fmt.seconds),
             f"best val {metric_name(analysis.objective)}": analysis.search_summary["best_value"].map(fmt.score),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -16,6 +18,10 @@ from study.report.figures import (figure_angles, figure_convergence, figure_cros
                                   method_styles)
 from study.report.sections import report_sections
 from study.results import write_csv, write_json
+
+# The report's files and folders (the report stage's outs), swapped in together from the staging folder.
+REPORT_PARTS = ("figures", "tables", "report.md", "report.html", "metrics.json")
+STAGING = ".report-staging"
 
 
 def _final_test_table(analysis: StudyAnalysis) -> pd.DataFrame:
@@ -105,8 +111,33 @@ def write_report(analysis: StudyAnalysis, params: StudyParams, manifest: dict, e
 
     `environment` is printed in the reproducibility footer as given (git revision, params hash, package
     versions, device...). The returned dict maps each file's path relative to out_dir to its full path.
+    All of it is written into a staging folder first and swapped in only once complete: a run that fails
+    leaves the previous report as it was, and stale files of the previous report go only with it.
     """
     out_dir = Path(out_dir)
+    staging = out_dir / STAGING
+    shutil.rmtree(staging, ignore_errors=True)  # what an earlier, killed run left
+    staging.mkdir(parents=True)
+    try:
+        written = _write_all(analysis, params, manifest, environment, staging)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    for part in REPORT_PARTS:
+        new, old = staging / part, out_dir / part
+        if old.is_dir():
+            old.rename(staging / f"previous-{part}")  # deleted with the staging folder below
+        if new.exists():
+            os.replace(new, old)
+        elif old.exists():
+            old.unlink()  # a part this report has not, e.g. report.html once report.html is false
+    shutil.rmtree(staging)
+    return {name: out_dir / name for name in written}
+
+
+def _write_all(analysis: StudyAnalysis, params: StudyParams, manifest: dict, environment: dict,
+               out_dir: Path) -> dict[str, Path]:
+    """Every file of the report, written into `out_dir`."""
     figures_dir, tables_dir = out_dir / "figures", out_dir / "tables"
     dpi = params.report.dpi
     styles = method_styles(analysis, params.report.palette)

@@ -21,6 +21,7 @@ from study.config import StudyParams
 from study.data import split_counts
 from study.presets import build_preset, write_params
 from study.results import PREPARED_DIR, REPORT_DIR, SEARCH_DIR
+from study.validation import SOURCE_LINK
 
 DEFAULT_SWEEP_DIR = Path("sweeps")
 DEFAULT_REPORT_DIR = Path("reports/sweep")
@@ -124,13 +125,15 @@ def _overlaps(path: str, other: str) -> bool:
 def class_count_pipeline(pipeline: dict, to_root: str) -> dict:
     """The repository's dvc.yaml as one class count's folder runs it; `to_root` leads from that folder to the root.
 
-    The same stages, commands, foreach, params, outs and metrics: every path a stage writes, and every
-    dep inside one (data/prepared, results/…, reports/…), stays the folder's own. A dep no stage writes
-    is the repository's code (stages/…, study/…): it is taken from the root, e.g. ../../stages/search.py.
+    The same stages, commands, foreach, params, outs and metrics: every path a stage writes, every dep
+    inside one (data/prepared, results/…, reports/…) and the data source link stay the folder's own. A dep
+    no stage writes is the repository's code (stages/…, study/…): it is taken from the root, e.g.
+    ../../stages/search.py.
     The root's top-level plots are left out; each C's report draws its own figures.
     """
     written = [_entry_path(entry) for _, body in _stage_bodies(pipeline)
                for key in ("outs", "metrics", "plots") for entry in body.get(key, [])]
+    written.append(SOURCE_LINK.as_posix())  # the validate stage keeps it in the folder it runs in, undeclared
 
     def rebased(entry):
         path = _entry_path(entry)

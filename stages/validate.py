@@ -1,0 +1,22 @@
+"""DVC stage `validate`, first of all: params.yaml checked whole, before any stage deletes an output to rerun."""
+
+import sys
+
+from study.config import ConfigError
+from study.results import write_bytes
+from study.validation import VALIDATED, VALIDATED_TEXT, link_source, validate_params
+
+
+def main() -> None:
+    try:
+        params = validate_params()
+    except ConfigError as error:
+        problems = "".join(f"  {line}\n" for line in str(error).splitlines())
+        sys.exit(f"params.yaml has problems:\n{problems}No other stage ran and no output was deleted; fix the above "
+                 "and run `dvc repro` again.")
+    link_source(params.data)
+    write_bytes(VALIDATED_TEXT.encode(), VALIDATED)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,225 @@
+"""Faults: kill -9 of the search at random moments (some mid-write), of the runs stage, and of one of two workers
+sharing a database. Nothing finished is lost, no trial is trained twice, the budget is met exactly, nothing hangs."""
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import optuna
+import pandas as pd
+import pytest
+
+import study.workers as workers
+from study.config import load_params
+from study.data import load_dataset, load_splits, save_splits, split_dataset
+from study.presets import write_params
+from study.results import JOURNAL
+from study.search import open_study, run_search, study_name, trials_table
+from study.storage import journal_storage, open_storage
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+REPOSITORY = Path(__file__).resolve().parents[1]
+ENVIRONMENT = {**os.environ, "PYTHONPATH": str(REPOSITORY), "OMP_NUM_THREADS": "1"}
+
+
+def study_folder(root: Path, **search) -> Path:
+    """A tiny study's folder: params.yaml (digits, a small MLP, one epoch, one thread) and the prepared splits."""
+    params = {"data": {"dataset": "digits", "protocol": "closed", "fractions": [0.6, 0.2, 0.2]},
+              "model": {"name": "mlp", "embedding_size": 16},
+              "train": {"epochs": 1, "batch_size": 128, "eval_every": 4, "device": "cpu", "lr": 0.01,
+                        "objective": "accuracy"},
+              "search": {"n_trials": 8, **search}, "runs": {"seeds": [0, 1, 2, 3]}}
+    write_params(load_params_from(params), root / "params.yaml", "fault test")
+    sets = split_dataset(load_dataset("digits"), "closed", (0.6, 0.2, 0.2), seed=0)
+    save_splits(sets, root / "data" / "prepared", source="digits", protocol="closed", seed=0, fractions=(0.6, 0.2, 0.2))
+    return root
+
+
+def load_params_from(values):
+    from study.config import StudyParams
+
+    return StudyParams.from_dict(values)
+
+
+def stage(root: Path, *arguments: str, harness: Path | None = None) -> subprocess.Popen:
+    """A stage (or the `study` command) as its own process in `root`; with `harness`, journal writes go slowly."""
+    command = [sys.executable, *( [str(REPOSITORY / "tests" / "faults" / "slow_journal.py"), str(harness)]
+                                  if harness else ["-m"]), *arguments]
+    return subprocess.Popen(command, cwd=root, env=ENVIRONMENT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+def kill(process: subprocess.Popen) -> None:
+    process.send_signal(signal.SIGKILL)
+    process.communicate()
+
+
+def finish(process: subprocess.Popen, timeout: float = 240) -> str:
+    output, _ = process.communicate(timeout=timeout)
+    assert process.returncode == 0, output
+    return output
+
+
+def started_training(process: subprocess.Popen) -> None:
+    """Wait until the search process says where its study stands: it then starts (or resumes) its trials."""
+    for line in process.stdout:
+        if "trials finished" in line:
+            return
+
+
+def test_ten_kills_of_the_search_lose_nothing_and_leave_no_running_trial(tmp_path):
+    root = study_folder(tmp_path, n_trials=24)
+    rng = random.Random(0)
+    marker = tmp_path / "writing"
+    mid_write = 0
+    for attempt in range(10):
+        slow = attempt % 3 == 0  # then the kill lands while a journal append is half written, its lock held
+        process = stage(root, "stages.search", "--loss", "arcface", harness=marker if slow else None)
+        started_training(process)
+        if slow:
+            deadline = time.monotonic() + 60
+            while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.005)
+            time.sleep(rng.uniform(0.0, 0.2))
+            mid_write += marker.exists()
+        else:
+            time.sleep(rng.uniform(0.0, 1.5))
+        assert process.poll() is None, "the search finished before the kill; give it more trials"
+        kill(process)
+        marker.unlink(missing_ok=True)
+    assert mid_write >= 2
+    output = finish(stage(root, "stages.search", "--loss", "arcface"))
+
+    trials = pd.read_csv(root / "results" / "search" / "arcface" / "trials.csv")
+    assert (trials["state"] == "COMPLETE").sum() == 24, output
+    assert "RUNNING" not in set(trials["state"])
+    complete = trials[trials["state"] == "COMPLETE"]
+    assert complete["seed"].is_unique and not complete.duplicated(["s", "m"]).any()
+    # Every interrupted trial was failed with its reason and retried at its own seed and values, up to
+    # MAX_RETRIES times (a point whose trials keep dying is given up: its parameters may be what kills them).
+    interrupted = trials[trials["status"] == "interrupted"]
+    assert len(interrupted) >= 5 and interrupted["reason"].str.contains("worker died").all()
+    for seed, attempts in interrupted.dropna(subset=["seed"]).groupby("seed"):
+        assert len(attempts) <= workers.MAX_RETRIES + 1 and len(attempts[["s", "m"]].drop_duplicates()) == 1
+        finished = complete[complete["seed"] == seed]
+        if len(attempts) <= workers.MAX_RETRIES:
+            assert len(finished) == 1 and (finished[["s", "m"]].to_numpy() == attempts[["s", "m"]].to_numpy()[:1]).all()
+    assert not list((root / "results" / "trials").glob("*.lock"))
+    # No torn line is left in the journal: every line is a whole record.
+    assert (root / JOURNAL).read_bytes().endswith(b"\n")
+
+
+def test_a_killed_runs_stage_keeps_its_finished_seeds(tmp_path):
+    root = study_folder(tmp_path)
+    process = stage(root, "stages.runs", "--method", "fixed_adacos")
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if "Trial 1 finished" in line:  # Optuna's log line: seeds 0 and 1 are stored as done
+            break
+    kill(process)
+    output = finish(stage(root, "stages.runs", "--method", "fixed_adacos"))
+    trained_again = [line.split(":")[0] for line in output.splitlines() if line.startswith("fixed_adacos seed")]
+    assert trained_again == ["fixed_adacos seed 2", "fixed_adacos seed 3"], output
+    runs = pd.read_csv(root / "results" / "runs" / "fixed_adacos" / "runs.csv")
+    assert runs["seed"].tolist() == [0, 1, 2, 3] and (runs["status"] == "completed").all()
+    assert all(Path(root / path).is_file() for path in runs["checkpoint"])
+    # The seeds kept are the scores printed before the kill.
+    before = {line.split(":")[0]: line for line in lines if line.startswith("fixed_adacos seed")}
+    for seed in (0, 1):
+        printed = float(before[f"fixed_adacos seed {seed}"].split("val accuracy ")[1].split()[0])
+        assert runs.loc[runs["seed"] == seed, "val_score"].item() == pytest.approx(printed, abs=5e-5)
+
+
+@pytest.fixture
+def database(tmp_path):
+    """A PostgreSQL server of Debian's package, started for the test, when it and psycopg are installed; else SQLite."""
+    binaries = Path("/usr/lib/postgresql")
+    versions = sorted(binaries.glob("*/bin/initdb"))
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        versions = []
+    if not versions or shutil.which("runuser") is None:
+        yield f"sqlite:///{tmp_path / 'studies.db'}"
+        return
+    # Its own folder outside pytest's (which only root may enter): PostgreSQL refuses to run as root.
+    bin_dir, folder = versions[-1].parent, Path(tempfile.mkdtemp(prefix="study-postgres-"))
+    as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    if os.geteuid() == 0:
+        shutil.chown(folder, "postgres")
+    port = str(50000 + os.getpid() % 10000)
+    run = lambda *command: subprocess.run([*as_postgres, *command], check=True, capture_output=True)  # noqa: E731
+    run(str(bin_dir / "initdb"), "-D", str(folder / "data"), "-A", "trust", "-U", "study")
+    run(str(bin_dir / "pg_ctl"), "-D", str(folder / "data"), "-o", f"-k {folder} -p {port} -c listen_addresses=''",
+        "-l", str(folder / "log"), "-w", "start")
+    try:
+        run(str(bin_dir / "createdb"), "-h", str(folder), "-p", port, "-U", "study", "studies")
+        yield f"postgresql+psycopg://study@/studies?host={folder}&port={port}"
+    finally:
+        run(str(bin_dir / "pg_ctl"), "-D", str(folder / "data"), "-m", "immediate", "stop")
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_killed_worker_sharing_a_database_has_its_trial_failed_and_retried(tmp_path, database, monkeypatch):
+    root = study_folder(tmp_path, storage=database, heartbeat_seconds=1)
+    params = load_params(str(root / "params.yaml"))
+    sets = load_splits(root / "data" / "prepared")
+    storage = open_storage(params.search, root / JOURNAL)
+    study = open_study("arcface", params, storage, len(sets["train"]), seed=0)
+    run_search(study, "arcface", params, sets, max_trials=1)
+    # A second worker joins; it is killed while its trial trains.
+    other = stage(root, "study.cli", "worker", "--serve", "search")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        running = [t for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+                   if t.user_attrs.get("worker", "").endswith(f":{other.pid}") and "seed" in t.user_attrs]
+        if running:
+            break
+        time.sleep(0.05)
+    assert running, "the second worker never started a trial"
+    kill(other)
+    # Seen from here the dead worker is on another machine: only its stopped heartbeats can tell.
+    monkeypatch.setattr(workers, "machine_id", lambda: "another machine")
+    run_search(study, "arcface", params, sets)
+
+    table = trials_table("arcface", [study], "accuracy")
+    dead = table[table["trial"] == running[0].number].iloc[0]
+    shown = table[["trial", "seed", "state", "status", "reason", "worker"]].to_string()
+    assert dead["state"] == "FAIL" and dead["status"] == "interrupted" and "heartbeat" in dead["reason"], shown
+    assert (table["state"] == "COMPLETE").sum() == 8 and "RUNNING" not in set(table["state"]), shown
+    retry = table[(table["seed"] == dead["seed"]) & (table["trial"] != dead["trial"])]
+    assert len(retry) == 1 and retry["state"].item() == "COMPLETE"
+    assert retry["s"].item() == dead["s"] and retry["m"].item() == dead["m"]
+    complete = table[table["state"] == "COMPLETE"]
+    assert complete["seed"].is_unique
+    assert study_name("arcface", params) == study.study_name
+
+
+def test_a_budget_shared_by_racing_workers_is_met_exactly(tmp_path):
+    """Trials reserve their place before they train: a trial that finds every place held trains nothing."""
+    study = optuna.create_study(storage=journal_storage(tmp_path / "journal.log"))
+
+    class RacedBudget(workers.TrialCount):
+        checks = 0
+
+        def may_start(self, trials):
+            allowed = super().may_start(trials)
+            self.checks += 1
+            if self.checks == 3:  # another worker starts a trial between this check and this worker's next trial
+                study.ask()
+            return allowed
+
+    trained = []
+    workers.serve(study, lambda trial: trained.append(trial.number) or 0.0,
+                  RacedBudget(3, (optuna.trial.TrialState.COMPLETE,)), max_trials=3)
+    states = {t.number: (t.state.name, t.user_attrs.get("status")) for t in study.get_trials()}
+    # Trial 3 found places held by trials 0 and 1 (finished) and 2 (the other worker's, running): the budget of 3.
+    assert trained == [0, 1]
+    assert states[2] == ("RUNNING", None) and states[3] == ("FAIL", workers.NOT_RUN)

@@ -1,0 +1,91 @@
+"""The validate stage in the pipeline, through `dvc repro`: a params change that passes reruns nothing else, and a
+folder dataset's images are a dependency of prepare."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from study.config import DataConfig
+from study.validation import NO_SOURCE_FOLDER, VALIDATED_TEXT, link_source
+from test_bad_inputs import COPIED, REPO, dvc, image_folder, params_text
+
+pytestmark = pytest.mark.skipif(shutil.which("dvc") is None or shutil.which("git") is None,
+                                reason="dvc and git are needed")
+
+
+def checkout(root: Path, values: dict) -> Path:
+    """A git + DVC checkout of the study's code with the tiny params and `values`."""
+    for name in COPIED:
+        source, target = REPO / name, root / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if source.is_dir():
+            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(source, target)
+    (root / "params.yaml").write_text(params_text(values))
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    return root
+
+
+def repro(root: Path, *targets: str) -> set[str]:
+    """The stages `dvc repro` ran."""
+    done = dvc(root, "repro", *targets)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return {line.split("'")[1] for line in done.stdout.splitlines() if line.startswith("Running stage")}
+
+
+def out_of_date(root: Path) -> dict:
+    """`dvc status prepare` (prepare and the stages before it) as {stage: what changed}."""
+    done = dvc(root, "status", "--json", "--with-deps", "prepare")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_params_change_that_passes_validation_reruns_only_the_stages_that_read_it(tmp_path):
+    root = checkout(tmp_path, {})
+    assert repro(root, "prepare") == {"validate", "prepare"}
+    assert (root / "results" / "validated.txt").read_text() == VALIDATED_TEXT
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["report"]["dpi"] = 80  # read by validate and report only
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    assert set(out_of_date(root)) == {"validate"}
+    assert repro(root, "prepare") == {"validate"}  # its output is the same bytes: prepare stays up to date
+    assert out_of_date(root) == {}
+
+
+def test_images_added_to_a_folder_dataset_make_prepare_out_of_date(tmp_path):
+    images = image_folder(tmp_path / "images", classes=3, per_class=4)
+    root = checkout(tmp_path / "study", {"data.dataset": f"folder:{images}", "data.image_size": 8,
+                                         "train.batch_size": 4})
+    assert repro(root, "prepare") == {"validate", "prepare"}
+    assert (root / "data" / "source").resolve() == images.resolve()
+    assert out_of_date(root) == {}
+
+    shutil.copy(images / "class0" / "0.png", images / "class0" / "new.png")
+    changed = out_of_date(root)
+    assert set(changed) == {"prepare"}, changed
+    assert {"changed deps": {"data/source": "modified"}} in changed["prepare"]
+    assert repro(root, "prepare") == {"prepare"}
+    manifest = json.loads((root / "data" / "prepared" / "manifest.json").read_text())
+    assert sum(split["num_samples"] for split in manifest["splits"].values()) == 13
+
+
+def test_the_source_link_follows_the_dataset_and_never_touches_the_folder(tmp_path):
+    images = image_folder(tmp_path / "images")
+    before = sorted(images.rglob("*"))
+    link = tmp_path / "data" / "source"
+    link_source(DataConfig(dataset=f"folder:{images}", image_size=8), link)
+    assert link.is_symlink() and link.resolve() == images.resolve()
+    link_source(DataConfig(dataset="digits"), link)  # the link goes, the folder stays
+    assert not link.is_symlink() and link.read_text() == NO_SOURCE_FOLDER
+    assert sorted(images.rglob("*")) == before
+    link_source(DataConfig(dataset="folder:/nonexistent/faces", fallback="digits"), link)
+    assert link.read_text() == NO_SOURCE_FOLDER  # a missing folder, read from the fallback, is not linked
+    link.unlink()
+    link.mkdir()
+    with pytest.raises(FileExistsError, match="move it elsewhere"):
+        link_source(DataConfig(dataset="digits"), link)
