@@ -27,8 +27,9 @@ from study.config import ConfigError, ModelConfig
 from study.training import build_modules, load_checkpoint, save_checkpoint
 from study.validation import validate_params
 
-REPO = Path(__file__).resolve().parents[1]
-COPIED = ["dvc.yaml", "stages", "study", ".dvc/config", ".dvcignore", "reports/plots_template.html"]
+from conftest import REPO, STUDY_FILES, copy_study
+
+COPIED = [name for name in STUDY_FILES if name != "params.yaml"]  # each test writes its own
 PREVIOUS_REPORT = "# The previous report\n"
 
 # The smallest study: digits (10 classes, closed protocol), an MLP, one epoch on the CPU.
@@ -330,15 +331,8 @@ def prepared_study(tmp_path_factory):
     if shutil.which("dvc") is None or shutil.which("git") is None:
         pytest.skip("dvc and git are needed")
     root = tmp_path_factory.mktemp("study")
-    for name in COPIED:
-        source, target = REPO / name, root / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if source.is_dir():
-            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy(source, target)
+    copy_study(root, COPIED)
     (root / "params.yaml").write_text(params_text({}))
-    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     done = dvc(root, "repro", "prepare")
     assert done.returncode == 0, done.stdout + done.stderr
     (root / "reports" / "figures").mkdir(parents=True)

@@ -17,21 +17,14 @@ from PIL import Image
 
 from study.analysis import expected_best_after_n_trials
 
-REPO = Path(__file__).resolve().parents[1]
-COPIED = ["dvc.yaml", "params.yaml", "stages", "study", ".dvc/config", ".dvcignore", "reports/plots_template.html"]
+from conftest import REPO, copy_study
 
 pytestmark = pytest.mark.skipif(shutil.which("dvc") is None, reason="dvc is not installed")
 
 
 def make_study_copy(root: Path, **overrides) -> Path:
     """A git + DVC repository holding the study's code and a params.yaml shrunk for a smoke run."""
-    for name in COPIED:
-        source, target = REPO / name, root / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if source.is_dir():
-            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy(source, target)
+    copy_study(root)
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     params["data"]["dataset"] = "digits"
     params["model"].update(name="mlp", embedding_size=16)
@@ -45,7 +38,6 @@ def make_study_copy(root: Path, **overrides) -> Path:
         section, name = key.split("__")
         params[section][name] = value
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     return root
 
 

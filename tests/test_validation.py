@@ -3,7 +3,6 @@ folder dataset's images are a dependency of prepare."""
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,8 @@ import yaml
 
 from study.config import DataConfig
 from study.validation import NO_SOURCE_FOLDER, VALIDATED_TEXT, link_source
-from test_bad_inputs import COPIED, REPO, dvc, image_folder, params_text
+from conftest import copy_study
+from test_bad_inputs import COPIED, dvc, image_folder, params_text
 
 pytestmark = pytest.mark.skipif(shutil.which("dvc") is None or shutil.which("git") is None,
                                 reason="dvc and git are needed")
@@ -19,15 +19,8 @@ pytestmark = pytest.mark.skipif(shutil.which("dvc") is None or shutil.which("git
 
 def checkout(root: Path, values: dict) -> Path:
     """A git + DVC checkout of the study's code with the tiny params and `values`."""
-    for name in COPIED:
-        source, target = REPO / name, root / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if source.is_dir():
-            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy(source, target)
+    copy_study(root, COPIED)
     (root / "params.yaml").write_text(params_text(values))
-    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     return root
 
 
