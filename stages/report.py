@@ -4,18 +4,17 @@ import hashlib
 import json
 import platform
 import subprocess
-from importlib import metadata
 from pathlib import Path
 
 import pandas as pd
 
 from study.analysis import analyse_study
 from study.config import load_params
+from study.environment import installed_version, lock_status
 from study.report import write_report
 from study.results import EVALUATION_DIR, PREPARED_DIR, REPORT_DIR, SEARCH_DIR, read_csv, read_json
 
 PACKAGES = ("torch", "torchvision", "timm", "optuna", "scikit-learn", "numpy", "pandas", "seaborn", "dvc")
-LOCK = Path("constraints.txt")  # the locked environment, at the repository root where the stages run
 
 
 def git_revision() -> str:
@@ -36,39 +35,12 @@ def git_revision() -> str:
     return f"{commit}-dirty" if changed else commit
 
 
-def lock_status(lock: Path = LOCK, shown: int = 10) -> str:
-    """Whether the installed packages are the versions that constraints.txt pins, and if not, which differ."""
-    if not lock.is_file():
-        return f"no {lock.name} to compare with"
-    differences = []
-    for line in lock.read_text().splitlines():
-        name, _, pinned = line.split("#")[0].strip().partition("==")
-        if not pinned:
-            continue  # the header's comments
-        try:
-            installed = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue  # optional or platform-specific (psycopg, the CUDA wheels): not part of this environment
-        if installed != pinned:
-            differences.append(f"{name} {installed} (lock {pinned})")
-    if not differences:
-        return f"matches {lock.name}"
-    differences.sort(key=lambda difference: difference.split()[0].lower() not in PACKAGES)  # the recorded ones first
-    more = f" and {len(differences) - shown} more" if len(differences) > shown else ""
-    return f"differs from {lock.name} in: " + ", ".join(differences[:shown]) + more
-
-
 def environment(params, devices) -> dict:
     """What the reproducibility footer records: code revision, params hash, versions (and whether they are the
     lock's) and devices."""
     revision = git_revision()
     params_hash = hashlib.sha256(json.dumps(params.to_dict(), sort_keys=True, default=list).encode()).hexdigest()
-    versions = {}
-    for package in PACKAGES:
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = "not installed"
+    versions = {package: installed_version(package) for package in PACKAGES}
     return {"git_revision": revision, "params_sha256": params_hash[:16], "python": platform.python_version(),
             "packages": ", ".join(f"{k} {v}" for k, v in versions.items()), "lock": lock_status(),
             "devices": ", ".join(sorted(set(devices))), "machine": f"{platform.machine()} {platform.system()}"}

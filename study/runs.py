@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import math
 from pathlib import Path
 
@@ -22,19 +21,16 @@ from optuna.trial import FrozenTrial, TrialState
 from study.config import StudyParams
 from study.data import ImageSet
 from study.results import CHECKPOINT_STORE, RUN_COLUMNS, write_bytes
-from study.search import training_meaning
+from study.search import digest, run_meaning
 from study.training import save_checkpoint, train
-from study.workers import INTERRUPTED, NOT_RUN, RUNNING, Budget, serve
+from study.workers import Budget, serve
 
 KIND = "runs"
 
 
 def runs_study_name(method: str, loss: str, hyperparameters: dict, params: StudyParams) -> str:
     """The study of `method`'s runs: its name, plus a hash of the data, model, training, loss and values."""
-    meaning = {"data": params.data.to_dict(), "model": params.model.to_dict(), "train": training_meaning(params),
-               "loss": loss, "hyperparameters": hyperparameters}
-    digest = hashlib.sha256(json.dumps(meaning, sort_keys=True, default=list).encode()).hexdigest()[:10]
-    return f"{KIND}-{method}-{digest}"
+    return f"{KIND}-{method}-{digest({**run_meaning(params), 'loss': loss, 'hyperparameters': hyperparameters})}"
 
 
 def _is_done(trial: FrozenTrial) -> bool:
@@ -164,12 +160,6 @@ def collect_runs(study: optuna.Study, params: StudyParams, out_dir: str | Path, 
     history = pd.concat(histories, ignore_index=True)
     history = history[["method", "seed"] + [c for c in history.columns if c not in ("method", "seed")]]
     return pd.DataFrame(rows, columns=RUN_COLUMNS), history
-
-
-def interrupted_runs(study: optuna.Study) -> int:
-    """How many of the study's trials a dead worker interrupted, or that found their seed taken (none is a result)."""
-    return sum(t.state == TrialState.FAIL and t.user_attrs.get("status") in (INTERRUPTED, NOT_RUN, RUNNING)
-               for t in study.get_trials(deepcopy=False))
 
 
 def join_runs(params: StudyParams, storage, sets: dict[str, ImageSet], root: str | Path = ".",

@@ -39,15 +39,18 @@ def study_name(loss: str, params: StudyParams, repeat: int = 0) -> str:
     excluded = ("n_trials", "max_failed_trials", "storage", "heartbeat_seconds", "losses", "repeats")
     space = {k: v for k, v in search.items() if k not in excluded}
     space["m_range"] = search["m_range"].get(loss)  # only this loss's range: adding another loss's keeps its studies
-    meaning = {"data": params.data.to_dict(), "model": params.model.to_dict(), "train": training_meaning(params),
-               "search": space, "loss": loss}
-    digest = hashlib.sha256(json.dumps(meaning, sort_keys=True, default=list).encode()).hexdigest()[:10]
-    return f"{loss}-{digest}" + (f"-r{repeat}" if repeat else "")
+    return f"{loss}-{digest({**run_meaning(params), 'search': space, 'loss': loss})}" + (f"-r{repeat}" if repeat else "")
 
 
-def training_meaning(params: StudyParams) -> dict:
-    """The train section without what only sets how fast a run goes (threads per process), not what it trains."""
-    return {k: v for k, v in params.train.to_dict().items() if k != "threads"}
+def run_meaning(params: StudyParams) -> dict:
+    """What a training run's result depends on: data, model and training, without the threads per process (speed only)."""
+    return {"data": params.data.to_dict(), "model": params.model.to_dict(),
+            "train": {k: v for k, v in params.train.to_dict().items() if k != "threads"}}
+
+
+def digest(meaning: dict) -> str:
+    """Ten hex digits that name `meaning`: equal meanings, equal digests."""
+    return hashlib.sha256(json.dumps(meaning, sort_keys=True, default=list).encode()).hexdigest()[:10]
 
 
 def _derived_seed(*keys: int) -> int:

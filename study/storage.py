@@ -16,11 +16,11 @@ import warnings
 from pathlib import Path
 
 import optuna
-from optuna.storages import JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.storages import JournalStorage, RDBStorage
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 
 from study.config import SearchConfig
-from study.workers import MAX_RETRIES
+from study.workers import retry_callback
 
 # Optuna forcibly releases a journal lock older than this: the lock is held only while a few lines are
 # appended, so a lock this old belongs to a killed process.
@@ -109,7 +109,7 @@ def database_storage(url: str, heartbeat_seconds: int) -> RDBStorage:
         with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna, and in use since v2.9
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return RDBStorage(url, heartbeat_interval=heartbeat_seconds, grace_period=GRACE_FACTOR * heartbeat_seconds,
-                              heartbeat_stale_trial_callback=RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES),
+                              heartbeat_stale_trial_callback=retry_callback(),
                               engine_kwargs=_engine_options(url))
     except ImportError as error:
         raise RuntimeError(f"search.storage {shown(url)} needs a database driver that is not installed ({error}); "

@@ -16,12 +16,8 @@ from study.config import ConfigError, DataConfig, StudyParams, load_params
 from study.data import DATASETS, ImageSet, keep_classes, load_dataset, split_dataset
 from study.glyphs import parse_glyph_spec
 from study.models import check_model
+from study.storage import check_storage
 from study.training import resolve_device
-
-try:  # the database check is study/storage.py's, which may not be there yet
-    from study.storage import check_storage
-except ImportError:
-    check_storage = None
 
 # The validate stage's output, which every other stage depends on. Always the same bytes: a params change that
 # passes changes nothing downstream stages depend on, so only the stages that read the changed keys rerun.
@@ -51,9 +47,8 @@ def params_problems(params: StudyParams) -> list[str]:
     problems += _problem("model.name", check_model, model.name) or _problem(
         "model.pretrained", check_model, model.name, model.pretrained)
     problems += _problem("train.device", resolve_device, params.train.device)
-    if check_storage is not None:
-        problems += [problem.replace("search.storage: search.storage", "search.storage")  # said once is enough
-                     for problem in _problem("search.storage", check_storage, params.search)]
+    problems += [problem.replace("search.storage: search.storage", "search.storage")  # said once is enough
+                 for problem in _problem("search.storage", check_storage, params.search)]
     try:
         train = planned_train_split(params.data)
     except (ValueError, RuntimeError, OSError) as error:  # the messages of study.data name the fix

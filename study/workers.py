@@ -2,14 +2,15 @@
 
 Every trial records the process that runs it. A trial left RUNNING by a process of this machine
 that no longer runs is failed with the reason "worker died" and retried with the same parameters
-(and the same training seed, which the retry inherits with the trial's user attributes); with a database, a worker on any machine that stops sending
-heartbeats gets the same treatment from Optuna. A trial a kill interrupted is not evidence about
+(and the same training seed: see `first_attempt`); with a database, a worker on any machine that
+stops sending heartbeats gets the same treatment from Optuna. A trial a kill interrupted is not evidence about
 its parameters: the analysis leaves it out. Each trial is reserved before it trains, so a budget
 that many workers share is met exactly and no trial is trained twice.
 """
 
 from __future__ import annotations
 
+import abc
 import os
 import socket
 import time
@@ -77,7 +78,8 @@ def has_died(trial: FrozenTrial) -> bool:
     return False
 
 
-def _retry_callback() -> RetryHeartbeatStaleTrialCallback:
+def retry_callback() -> RetryHeartbeatStaleTrialCallback:
+    """Optuna's retry of a dead worker's trial (same parameters, queued again), used for the journal and the database."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES)
@@ -103,7 +105,7 @@ def retire_dead_trials(study: optuna.Study) -> list[int]:
             storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
         except optuna.exceptions.UpdateFinishedTrialError:
             continue  # another process retired it first, and retried it
-        _retry_callback()(study, storage.get_trial(trial._trial_id))
+        retry_callback()(study, storage.get_trial(trial._trial_id))
         retired.append(trial.number)
     return retired
 
@@ -121,20 +123,20 @@ class NotRun(Exception):
     """A trial that found its place already taken by other workers' trials, so it trains nothing."""
 
 
-class Budget:
+class Budget(abc.ABC):
     """How many trials a study needs, and whether a trial may still start; subclasses say what counts."""
 
+    @abc.abstractmethod
     def met(self, trials: list[FrozenTrial]) -> bool:
         """Whether the study needs no more trials."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def may_start(self, trials: list[FrozenTrial]) -> bool:
         """Whether a new or waiting trial may start now (else wait: a running one may still fail)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def taken(self, number: int, trials: list[FrozenTrial]) -> str:
         """Why trial `number` must not run (its place is taken by earlier trials), or '' when it may."""
-        raise NotImplementedError
 
 
 class TrialCount(Budget):

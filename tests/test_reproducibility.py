@@ -1,7 +1,7 @@
 """A small committed study reproduces, score for score, in the locked environment (constraints.txt).
 
 tests/data/reproducible_study/params.yaml (digits, closed protocol, a tiny MLP, 3 ArcFace trials, 2 seeds) runs
-through the real stages in a temporary folder: validate (when there is one), prepare, search, runs, tuned runs and
+through the real stages in a temporary folder: validate, prepare, search, runs, tuned runs and
 evaluate. Every search trial's (seed, s, m, val score, test objective) and every final run's (val score, test
 objective) must equal tests/data/reproducible_study/expected_scores.csv to 1e-6. Training is seeded and
 deterministic on the CPU, so a difference means that the study's code or the environment changed; the failure
@@ -20,12 +20,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from importlib import metadata
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
+
+from study.environment import installed_version, listing, lock_differences, locked_versions
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY = REPO / "tests" / "data" / "reproducible_study"
@@ -33,14 +34,12 @@ EXPECTED = STUDY / "expected_scores.csv"
 LOCK = REPO / "constraints.txt"
 REGENERATE = "python tests/test_reproducibility.py --regenerate"
 TOLERANCE = 1e-6
-SCORING_PACKAGES = ("torch", "torchvision", "numpy", "scipy", "scikit-learn", "optuna", "pandas", "timm")
 COLUMNS = ["kind", "method", "trial", "seed", "s", "m", "value", "test_value"]
 
 
 def stage_commands(params: dict) -> list[list[str]]:
     """The stages of dvc.yaml that produce the scores, in order, as `python -m` arguments."""
-    commands = [["stages.validate"]] if (REPO / "stages" / "validate.py").is_file() else []
-    commands.append(["stages.prepare"])
+    commands = [["stages.validate"], ["stages.prepare"]]
     commands += [["stages.search", "--loss", loss] for loss in params["search"]["losses"]]
     commands += [["stages.runs", "--method", method] for method in params["runs"]["methods"]]
     commands += [["stages.runs", "--tuned", loss] for loss in params["search"]["losses"]]
@@ -89,39 +88,15 @@ def moved_scores(expected: pd.DataFrame, actual: pd.DataFrame) -> list[str]:
     return sorted(moved)
 
 
-def locked_versions() -> dict[str, str]:
-    """constraints.txt's pins, by name as written there."""
-    pins = (line.split("#")[0].strip() for line in LOCK.read_text().splitlines())
-    return dict(pin.split("==", 1) for pin in pins if "==" in pin)
-
-
-def lock_differences() -> list[str]:
-    """'name installed (lock pinned)' for each installed package whose version is not the lock's, those that compute
-    the scores first."""
-    differences = []
-    pins = locked_versions()
-    for name, pinned in sorted(pins.items(), key=lambda pin: pin[0].lower() not in SCORING_PACKAGES):
-        try:
-            installed = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue  # optional or platform-specific (psycopg, the CUDA wheels): not part of this environment
-        if installed != pinned:
-            differences.append(f"{name} {installed} (lock {pinned})")
-    return differences
-
-
 def environment_note() -> str:
     if not LOCK.is_file():
         return "constraints.txt is missing, so the environment cannot be compared with the lock."
-    try:
-        torch_version = metadata.version("torch")
-    except metadata.PackageNotFoundError:
-        torch_version = "not installed"
-    note = (f"Installed torch {torch_version}, constraints.txt pins torch {locked_versions().get('torch', 'nothing')}"
+    torch_version = installed_version("torch")
+    note = (f"Installed torch {torch_version}, constraints.txt pins torch {locked_versions(LOCK).get('torch', 'nothing')}"
             f" (Python {platform.python_version()}, {platform.machine()}).")
-    differences = lock_differences()
+    differences = lock_differences(LOCK)
     if differences:
-        shown = ", ".join(differences[:12]) + (f" and {len(differences) - 12} more" if len(differences) > 12 else "")
+        shown = listing(differences, 12)
         return (f"{note} The environment may not match constraints.txt; it differs in: {shown}. Install the lock with "
                 f"`pip install -c constraints.txt -e \".[dev]\"` and run the test again.")
     return (f"{note} The installed packages match constraints.txt, so the study's code changed its results: if that "
@@ -144,7 +119,7 @@ def test_the_committed_study_reproduces_its_scores(tmp_path):
 
 
 def test_the_lock_pins_torch_and_the_readme_installs_with_it():
-    pins = locked_versions()
+    pins = locked_versions(LOCK)
     for package in ("torch", "torchvision", "optuna", "dvc", "pytest", "pytorch-metric-learning", "psycopg"):
         assert package in pins, f"constraints.txt pins no version of {package}"
     assert "+cpu" not in pins["torch"], "the lock must pin the package index's normal torch build"
@@ -152,12 +127,12 @@ def test_the_lock_pins_torch_and_the_readme_installs_with_it():
 
 
 def regenerate() -> None:
-    differences = lock_differences()
+    differences = lock_differences(LOCK)
     if differences:
         print("warning: the environment differs from constraints.txt in: " + ", ".join(differences), file=sys.stderr)
     with tempfile.TemporaryDirectory() as folder:
         scores = run_study(Path(folder))
-    torch_version = metadata.version("torch")
+    torch_version = installed_version("torch")
     header = (f"# recorded with torch {torch_version}, Python {platform.python_version()}, {platform.machine()}, "
               f"{'every package as in constraints.txt' if not differences else f'{len(differences)} package(s) off constraints.txt'}; "
               f"regenerate with: {REGENERATE}\n")

@@ -11,6 +11,7 @@ import pandas as pd
 from study.config import HYPERPARAMETER_FREE_LOSSES
 from study.losses import fixed_adacos_scale
 from study.results import is_tuned
+from study.workers import INTERRUPTED, NOT_RUN
 
 REFERENCE_METHOD = "fixed_adacos"
 LOWER_IS_BETTER_METRICS = frozenset({"eer"})
@@ -19,7 +20,7 @@ TEST_PREFIX = "test_"
 FINISHED_STATES = ("COMPLETE", "PRUNED", "FAIL")
 # Failed trials that are no evidence about their (s, m): a dead worker interrupted them (and they were retried),
 # or they found the budget taken and trained nothing (study/workers.py). The analysis leaves them out.
-NOT_EVIDENCE_STATUSES = ("interrupted", "not run")
+NOT_EVIDENCE_STATUSES = (INTERRUPTED, NOT_RUN)
 
 
 def is_evidence(trials: pd.DataFrame) -> pd.Series:
