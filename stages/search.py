@@ -1,12 +1,13 @@
-"""DVC stage `search@<loss>`: the Optuna searches over (s, m), one per repeat, resumed from their storage (study/storage.py);
-writes the trial tables."""
+"""DVC stage `search@<loss>`: the Optuna searches over (s, m), one per repeat, resumed from their storage (study/storage.py),
+train.parallel trials at a time; writes the trial tables."""
 
 import argparse
+from pathlib import Path
 
 from study.config import load_params
 from study.data import load_splits
 from study.results import JOURNAL, PREPARED_DIR, SEARCH_DIR, write_csv, write_json
-from study.search import best_trial, history_table, open_study, run_search, trials_table
+from study.search import best_trial, history_table, run_searches, trials_table
 from study.storage import open_storage
 
 
@@ -20,12 +21,7 @@ def main() -> None:
     storage = open_storage(params.search, JOURNAL)
     studies = []
     try:
-        for repeat in range(params.search.repeats):
-            studies.append(open_study(loss, params, storage, len(sets["train"]), seed=params.search.seed,
-                                      repeat=repeat))
-            if params.search.repeats > 1:
-                print(f"{loss}: repeat {repeat + 1} of {params.search.repeats}", flush=True)
-            run_search(studies[-1], loss, params, sets, repeat=repeat)
+        run_searches(loss, params, storage, sets, Path.cwd(), studies)
     finally:
         # Written even when interrupted, so the finished trials can be inspected; the storage keeps them too.
         write_csv(trials_table(loss, studies, params.train.objective), out_dir / "trials.csv")

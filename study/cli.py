@@ -162,6 +162,17 @@ def build_parser() -> argparse.ArgumentParser:
                              "about cores ÷ workers (default: train.threads)")
     worker.set_defaults(handler=_worker_command)
 
+    bench = commands.add_parser(
+        "bench", help="measure the suite's speed on one device: loss heads, training loop, packed trials, backbones",
+        description="Times, side by side in one run: every loss head against plain normalised-softmax cross-entropy "
+                    "and pytorch-metric-learning's ArcFace; train() against a bare PyTorch loop; trials per hour with "
+                    "K runs packed on the device (train.parallel); and each backbone's images per second. Prints a "
+                    "table and writes JSON named after the device and date.")
+    bench.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (under 2 minutes on a CPU)")
+    bench.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
+    bench.add_argument("--out", default="benchmarks/results", help="where the JSON goes (default: benchmarks/results)")
+    bench.set_defaults(handler=_bench_command)
+
     sweep = commands.add_parser(
         "sweep", help="run the whole study at several training class counts C through DVC and show how the verdict "
                       "moves with C",
@@ -204,6 +215,16 @@ def _worker_command(args: argparse.Namespace) -> int:
     from study.workers import run_worker
 
     return run_worker(args.params, args.loss, args.serve, max_trials=args.trials, threads=args.threads)
+
+
+def _bench_command(args: argparse.Namespace) -> int:
+    from study.bench import format_table, run_bench, write_results
+
+    results = run_bench(quick=args.quick, device_name=args.device,
+                        log=lambda line: print(f"measuring {line}", file=sys.stderr, flush=True))
+    print(format_table(results))
+    print(f"\nwritten to {write_results(results, args.out)}", file=sys.stderr)
+    return 0
 
 
 def _sweep_command(args: argparse.Namespace) -> int:

@@ -115,8 +115,12 @@ class TrainConfig(ParamsModel):
                                    "{value!r} is not a device; use auto, cpu, cuda, cuda:N or mps")] = "auto"
     amp: StrictBool = False
     num_workers: Int = Field(0, ge=0)
-    # Torch's threads per process; null: torch's default (one per core). Workers on one machine share its cores.
+    # Torch's threads per process; null: torch's default (one per core), or cores ÷ parallel when runs are packed.
     threads: Optional[Int] = Field(None, ge=1)
+    # Runs trained at once on one device, a process each (search trials, final seeds): auto is 4 on a GPU and
+    # one per core, up to 4, on a CPU. Neither knob changes what a run means (see study/workers.py).
+    parallel: Annotated[Any, _check(lambda v: v == "auto" or (type(v) is int and v >= 1),
+                        "{value!r} runs at once: give auto or a whole number of at least 1")] = "auto"
     seed: Int = 0  # a single `study train` run's seed; search trials and final runs derive or list their own
     objective: Literal["accuracy", "knn_accuracy", "precision_at_1", "r_precision", "map_at_r"] = "map_at_r"
 

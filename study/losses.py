@@ -9,6 +9,7 @@ is written once in `CosineSoftmaxLoss`; each loss overrides one small method. Th
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -36,25 +37,28 @@ def _check_scale(s: float) -> float:
 
 
 class _StatsMixin:
-    """Per-step angle statistics, kept as one detached tensor and turned into floats on read."""
+    """Angle statistics of the last training step, computed only when read (at evaluations, not every step)."""
 
-    _stats: torch.Tensor | None = None
+    _last_step: tuple[Callable[[], torch.Tensor], torch.Tensor, torch.Tensor | None] | None = None
 
-    def _record_stats(self, cos: torch.Tensor, labels: torch.Tensor, s: torch.Tensor) -> None:
-        cos_target = cos.gather(1, labels[:, None]).squeeze(1)
-        num_samples, num_classes = cos.shape
-        nontarget_mean = (cos.sum() - cos_target.sum()) / (num_samples * max(num_classes - 1, 1))
-        theta = torch.acos(cos_target.clamp(-1 + COS_EPS, 1 - COS_EPS))
-        self._stats = torch.stack(
-            [s.to(cos.dtype), torch.rad2deg(torch.quantile(theta, 0.5)), cos_target.mean(), nontarget_mean]
-        ).detach()
+    def _record_stats(self, cosines: Callable[[], torch.Tensor], labels: torch.Tensor, s: torch.Tensor | None) -> None:
+        """Keep what the statistics need: `cosines` gives the step's (B, C) cosines, detached, when called; `s` is
+        None for a loss without a scale."""
+        self._last_step = (cosines, labels, None if s is None else s.detach().clone())
 
     @property
     def last_stats(self) -> dict[str, float]:
         """Scale, median target angle (degrees) and mean target / non-target cosine of the last training step."""
-        if self._stats is None:
+        if self._last_step is None:
             return {}
-        values = self._stats.tolist()
+        cosines, labels, s = self._last_step
+        cos = cosines()
+        cos_target = cos.gather(1, labels[:, None]).squeeze(1)
+        num_samples, num_classes = cos.shape
+        nontarget_mean = (cos.sum() - cos_target.sum()) / (num_samples * max(num_classes - 1, 1))
+        theta = torch.acos(cos_target.clamp(-1 + COS_EPS, 1 - COS_EPS))
+        values = torch.stack([cos.new_tensor(math.nan) if s is None else s.to(cos.dtype),
+                              torch.rad2deg(torch.quantile(theta, 0.5)), cos_target.mean(), nontarget_mean]).tolist()
         return dict(zip(("s", "theta_med_deg", "cos_target_mean", "cos_nontarget_mean"), values))
 
 
@@ -93,7 +97,8 @@ class CosineSoftmaxLoss(_StatsMixin, nn.Module):
         target = self.target_with_margin(cos.gather(1, labels[:, None]))
         logits = self.s * cos.scatter(1, labels[:, None], target)
         if self.training:
-            self._record_stats(cos.detach(), labels, self.s)
+            detached = cos.detach()
+            self._record_stats(lambda: detached, labels, self.s)
         return F.cross_entropy(logits, labels)
 
 
@@ -192,9 +197,10 @@ class DynamicAdaCosLoss(CosineSoftmaxLoss):
         super().__init__(num_classes, embedding_size, fixed_adacos_scale(num_classes))
 
     def update_scale(self, cos: torch.Tensor, labels: torch.Tensor) -> None:
-        is_target = F.one_hot(labels, cos.shape[1]).bool()
-        # log Σ_{i,k≠y_i} exp(s·cos θ_ik), in log space: the plain exp sum overflows in float32.
-        log_sum = torch.logsumexp((self.s * cos).masked_fill(is_target, -math.inf).flatten(), dim=0)
+        # log Σ_{i,k≠y_i} exp(s·cos θ_ik), in log space: the plain exp sum overflows in float32. The targets are
+        # blanked in place in the one (B, C) product: no mask or copy of that size.
+        nontarget = (self.s * cos).scatter_(1, labels[:, None], -math.inf)
+        log_sum = torch.logsumexp(nontarget.flatten(), dim=0)
         theta_target = torch.acos(cos.gather(1, labels[:, None]).squeeze(1).clamp(-1 + COS_EPS, 1 - COS_EPS))
         num_samples = torch.tensor(float(cos.shape[0]), device=cos.device, dtype=cos.dtype)
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
@@ -241,10 +247,10 @@ class SoftmaxLoss(_StatsMixin, nn.Module):
 
     def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         if self.training:
-            # Angles are still informative for softmax; it has no scale, hence NaN.
-            with torch.no_grad():
-                cos = F.linear(F.normalize(embeddings.float()), F.normalize(self.linear.weight.float()))
-                self._record_stats(cos, labels, torch.tensor(math.nan, device=cos.device))
+            # Angles are still informative for softmax (it has no scale); a copy of this step's weights costs less
+            # than forming its cosines every step.
+            embedded, weight = embeddings.detach().float(), self.linear.weight.detach().float().clone()
+            self._record_stats(lambda: F.linear(F.normalize(embedded), F.normalize(weight)), labels, None)
         return F.cross_entropy(self.logits(embeddings), labels)
 
 

@@ -33,7 +33,7 @@ def _cnn(embedding_size: int, input_shape: InputShape) -> nn.Module:
     channels, height, width = input_shape
     # Stride-2 convolutions instead of conv + max-pool: on a CPU the full-resolution
     # pooling and elementwise passes cost more than the convolutions themselves; this
-    # trains about 13x faster than seed_cnn on 28x28 (benchmarks/backbone_speed.py).
+    # trains about 10x faster than seed_cnn on 28x28 (`study bench`: its backbones figure).
     # Each halves the side rounding up, so tiny inputs (8x8 digits, even 1x1) still work;
     # the final grid is capped by the ceil(n/4) pixels left, so nothing gets upsampled.
     grid = (min(4, math.ceil(height / 4)), min(4, math.ceil(width / 4)))

@@ -163,12 +163,13 @@ def collect_runs(study: optuna.Study, params: StudyParams, out_dir: str | Path, 
 
 
 def join_runs(params: StudyParams, storage, sets: dict[str, ImageSet], root: str | Path = ".",
-              ship_checkpoints: bool = False, max_trials: int | None = None) -> int:
-    """Serve every runs study in `storage` that has queued seeds and matches these params; returns the runs trained."""
+              ship_checkpoints: bool = False, max_trials: int | None = None, only: str | None = None) -> int:
+    """Serve every runs study in `storage` (or only the one named `only`) that has queued seeds and matches these
+    params; returns the runs trained."""
     trained = 0
     for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
         attrs = summary.user_attrs
-        if attrs.get("kind") != KIND:
+        if attrs.get("kind") != KIND or only not in (None, summary.study_name):
             continue
         if summary.study_name != runs_study_name(attrs["method"], attrs["loss"], attrs["hyperparameters"], params):
             continue  # another study's runs (other data, model or training): not ours to train

@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 from study.config import SearchConfig, StudyParams
 from study.data import ImageSet
 from study.training import evaluate, planned_iterations, resolve_device, train
-from study.workers import INTERRUPTED, RUNNING, TrialCount, first_attempt, serve
+from study.workers import INTERRUPTED, RUNNING, TrialCount, first_attempt, packed, serve
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 # Tags the seed streams of this module, so that trial seeds and sampler seeds never coincide.
@@ -43,9 +43,10 @@ def study_name(loss: str, params: StudyParams, repeat: int = 0) -> str:
 
 
 def run_meaning(params: StudyParams) -> dict:
-    """What a training run's result depends on: data, model and training, without the threads per process (speed only)."""
+    """What a training run's result depends on: data, model and training, without how many runs and threads share the
+    device (speed: on a CPU a change of threads moves scores by float rounding only)."""
     return {"data": params.data.to_dict(), "model": params.model.to_dict(),
-            "train": {k: v for k, v in params.train.to_dict().items() if k != "threads"}}
+            "train": {k: v for k, v in params.train.to_dict().items() if k not in ("threads", "parallel")}}
 
 
 def digest(meaning: dict) -> str:
@@ -89,14 +90,34 @@ def grid_size(loss: str, search: SearchConfig) -> int:
     return search.grid_points ** len(search_space(loss, search))
 
 
+class TrialSeededRandomSampler(optuna.samplers.RandomSampler):
+    """Random search whose trial n draws its point from a seed of its own, derived from `seed` and n.
+
+    Whichever worker runs trial n, and whenever, it draws the same point: trials trained several at a
+    time, by other workers or after a resume are the trials a search run one at a time trains.
+    """
+
+    def __init__(self, seed: int):
+        super().__init__(seed)
+        self._seed = seed
+        self._trial_sampler: tuple[int, optuna.samplers.RandomSampler] | None = None
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        if self._trial_sampler is None or self._trial_sampler[0] != trial.number:
+            seed = _derived_seed(_SAMPLER_SEED_STREAM, self._seed, trial.number)
+            self._trial_sampler = (trial.number, optuna.samplers.RandomSampler(seed=seed))
+        return self._trial_sampler[1].sample_independent(study, trial, param_name, param_distribution)
+
+
 def make_sampler(loss: str, search: SearchConfig, seed: int | None) -> optuna.samplers.BaseSampler:
-    """The sampler named in params; `seed=None` for extra workers, so they do not repeat the first one's draws."""
+    """The sampler named in params; `seed=None` for extra workers of the samplers whose draws depend on order, so
+    they do not repeat the first one's draws (random search draws by trial number: every worker gets the seed)."""
     if search.sampler == "grid":
         grid = {name: (np.geomspace(low, high, search.grid_points) if log else np.linspace(low, high, search.grid_points))
                 for name, (low, high, log) in search_space(loss, search).items()}
         return optuna.samplers.GridSampler({k: v.tolist() for k, v in grid.items()}, seed=seed)
     if search.sampler == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
+        return TrialSeededRandomSampler(seed) if seed is not None else optuna.samplers.RandomSampler()
     if search.sampler == "qmc":
         return optuna.samplers.QMCSampler(seed=seed, scramble=True)
     return optuna.samplers.TPESampler(seed=seed)
@@ -125,8 +146,8 @@ def open_study(loss: str, params: StudyParams, storage, num_train: int, seed: in
         sampler=make_sampler(loss, params.search, None if seed is None else sampler_seed(seed, repeat, 0)),
         pruner=make_pruner(params, num_train), load_if_exists=True)
     existing = len(study.get_trials(deepcopy=False))
-    if seed is not None and existing:
-        # A resumed study with the original seed would draw its first points again.
+    if seed is not None and existing and params.search.sampler != "random":
+        # A resumed study with the original seed would draw its first points again (random search draws by trial).
         study.sampler = make_sampler(loss, params.search, sampler_seed(seed, repeat, existing))
     study.set_user_attr("repeat", repeat)
     return study
@@ -202,6 +223,20 @@ def run_search(study: optuna.Study, loss: str, params: StudyParams, sets: dict[s
           max_trials=max_trials)
 
 
+def run_searches(loss: str, params: StudyParams, storage, sets: dict[str, ImageSet], root: str | Path,
+                 studies: list[optuna.Study]) -> None:
+    """Every repeat's search of `loss`, train.parallel trials at a time (workers started beside this process for the
+    study whose checkout is `root`: see study/workers.py); each repeat's study is appended to `studies` as it opens,
+    so the caller has them even when a search is interrupted."""
+    with packed(params, root, "search", losses=[loss]) as packed_params:
+        for repeat in range(params.search.repeats):
+            studies.append(open_study(loss, params, storage, len(sets["train"]), seed=params.search.seed,
+                                      repeat=repeat))
+            if params.search.repeats > 1:
+                print(f"{loss}: repeat {repeat + 1} of {params.search.repeats}", flush=True)
+            run_search(studies[-1], loss, packed_params, sets, repeat=repeat)
+
+
 TRIAL_COLUMNS = ["loss", "repeat", "trial", "seed", "state", "s", "m", "value", "test_value", "objective", "seconds",
                  "device", "iterations", "status", "reason", "worker"]
 
@@ -265,8 +300,10 @@ def best_trial(loss: str, study: optuna.Study, objective: str) -> dict:
 
 def join_search(loss: str, params: StudyParams, storage, sets: dict[str, ImageSet],
                 max_trials: int | None = None) -> None:
-    """Serve the searches of `loss` (every repeat) as an extra worker: unseeded, so it does not repeat the first one's draws."""
+    """Serve the searches of `loss` (every repeat) as an extra worker: unseeded, so it does not repeat the first one's
+    draws, except under random search, whose trial n draws the same point in every worker."""
+    seed = params.search.seed if params.search.sampler == "random" else None
     for repeat in range(params.search.repeats):
-        study = open_study(loss, params, storage, len(sets["train"]), seed=None, repeat=repeat)
+        study = open_study(loss, params, storage, len(sets["train"]), seed=seed, repeat=repeat)
         run_search(study, loss, params, sets, max_trials=max_trials, repeat=repeat)
         print(f"{study.study_name}: {count_trials(study, FINISHED)} finished trials in the study", flush=True)

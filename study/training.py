@@ -175,6 +175,9 @@ def train(sets: dict[str, ImageSet], *, loss_name: str, hyperparameters: dict | 
     iteration, epoch, running_loss = 0, 0, math.nan
     # The mean training loss since the previous evaluation goes into each history row.
     loss_sum, loss_count = torch.zeros((), device=device), 0
+    # The first non-finite loss is noted on the device and read at each evaluation: reading it every step would
+    # make the host wait for a GPU at every step.
+    first_nonfinite, nonfinite_value = torch.full((), -1, device=device), torch.zeros((), device=device)
 
     def record() -> bool:
         """Evaluate on val, append a history row, and ask the callback whether to stop."""
@@ -196,11 +199,6 @@ def train(sets: dict[str, ImageSet], *, loss_name: str, hyperparameters: dict | 
                                       drop_last=len(train_set) > config.batch_size):
             with _autocast(device, config.amp):
                 batch_loss = loss(model(images), labels)
-            if not torch.isfinite(batch_loss):
-                result.status = "diverged"
-                result.reason = f"non-finite loss ({batch_loss.item()}) at iteration {iteration + 1}"
-                stop = True
-                break
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(batch_loss).backward()
             scaler.step(optimizer)
@@ -208,10 +206,20 @@ def train(sets: dict[str, ImageSet], *, loss_name: str, hyperparameters: dict | 
             if scheduler is not None:
                 scheduler.step()
             iteration += 1
-            loss_sum += batch_loss.detach().float()
+            step_loss = batch_loss.detach().float()
+            first = (first_nonfinite < 0) & ~torch.isfinite(step_loss)
+            first_nonfinite = torch.where(first, iteration, first_nonfinite)
+            nonfinite_value = torch.where(first, step_loss, nonfinite_value)
+            loss_sum += step_loss
             loss_count += 1
             bar.update(1)
             if iteration % config.eval_every == 0 or iteration == total:
+                if first_nonfinite.item() >= 0:  # the weights are no longer finite: there is nothing to evaluate
+                    result.status = "diverged"
+                    result.reason = (f"non-finite loss ({nonfinite_value.item()}) at iteration "
+                                     f"{first_nonfinite.item()}")
+                    stop = True
+                    break
                 running_loss = loss_sum.item() / loss_count
                 loss_sum.zero_()
                 loss_count = 0

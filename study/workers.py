@@ -6,17 +6,25 @@ that no longer runs is failed with the reason "worker died" and retried with the
 stops sending heartbeats gets the same treatment from Optuna. A trial a kill interrupted is not evidence about
 its parameters: the analysis leaves it out. Each trial is reserved before it trains, so a budget
 that many workers share is met exactly and no trial is trained twice.
+
+A stage trains `train.parallel` runs at once on its device by starting that many workers less one
+beside itself (`packed`): small models leave most of a GPU, and of a CPU's cores, idle when runs
+take turns. A run's trial number fixes its seed and, under random search, its point, so packed
+runs are the runs a stage trains one at a time, with the same scores at the same threads per run.
 """
 
 from __future__ import annotations
 
 import abc
+import contextlib
+import multiprocessing
 import os
 import socket
 import time
 import warnings
+from functools import partial
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import optuna
 from optuna.storages import RetryHeartbeatStaleTrialCallback
@@ -225,11 +233,6 @@ def run_worker(params_path: str = "params.yaml", losses=None, serve_what: str = 
     params.yaml; a shared database in search.storage lets it run on another machine.
     """
     from study.config import load_params
-    from study.data import load_splits
-    from study.results import JOURNAL, PREPARED_DIR
-    from study.runs import join_runs
-    from study.search import join_search
-    from study.storage import open_storage, storage_url
 
     params = load_params(params_path)
     if threads is not None:  # several workers on one machine share its cores
@@ -238,7 +241,20 @@ def run_worker(params_path: str = "params.yaml", losses=None, serve_what: str = 
     if unknown:
         raise ValueError(f"{', '.join(unknown)} not searched in {params_path}; search.losses is "
                          f"{list(params.search.losses)}")
-    root = Path(params_path).resolve().parent
+    serve_study(params, Path(params_path).resolve().parent, losses, serve_what, max_trials)
+    return 0
+
+
+def serve_study(params, root: Path, losses=None, serve_what: str = "all", max_trials: int | None = None,
+                runs_study: str | None = None) -> None:
+    """Serve the searches of `losses` (default all), then the queued final runs (only `runs_study`'s, when named), of
+    the study whose checkout is `root`."""
+    from study.data import load_splits
+    from study.results import JOURNAL, PREPARED_DIR
+    from study.runs import join_runs
+    from study.search import join_search
+    from study.storage import open_storage, storage_url
+
     sets = load_splits(root / PREPARED_DIR)
     storage = open_storage(params.search, root / JOURNAL)
     if serve_what in ("all", "search"):
@@ -246,6 +262,51 @@ def run_worker(params_path: str = "params.yaml", losses=None, serve_what: str = 
             join_search(loss, params, storage, sets, max_trials=max_trials)
     if serve_what in ("all", "runs"):
         trained = join_runs(params, storage, sets, root, ship_checkpoints=storage_url(params.search) is not None,
-                            max_trials=max_trials)
+                            max_trials=max_trials, only=runs_study)
         print(f"{trained} final run(s) trained by this worker", flush=True)
-    return 0
+
+
+def available_cores() -> int:
+    """The CPU cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def runs_at_once(train) -> int:
+    """How many runs train at once on the device: train.parallel, or for auto 4 on a GPU and one per core, up to 4,
+    on a CPU (see the README's figures: a run of a small model uses neither a GPU nor several cores well)."""
+    if train.parallel != "auto":
+        return train.parallel
+    from study.training import resolve_device
+    return 4 if resolve_device(train.device).type == "cuda" else min(4, available_cores())
+
+
+@contextlib.contextmanager
+def packed(params, root: Path, serve_what: str, losses=None, runs_study: str | None = None) -> Iterator:
+    """Train `runs_at_once` runs at a time: while the block runs, that many workers less one serve the same studies
+    beside this process (`serve_study`), each a process of its own; yields the params this process trains with.
+
+    Packed runs share the machine's cores: each gets cores ÷ runs torch threads unless train.threads says otherwise.
+    A worker that fails is named once the block ends; the trials it finished are kept, its unfinished one is retried.
+    """
+    parallel = runs_at_once(params.train)
+    if parallel > 1 and params.train.threads is None:
+        params = params.replace(train=params.train.replace(threads=max(1, available_cores() // parallel)))
+    work = partial(serve_study, root=Path(root).resolve(), losses=losses, serve_what=serve_what, runs_study=runs_study)
+    context = multiprocessing.get_context("spawn")  # a forked copy of torch's thread pools or CUDA state misbehaves
+    workers = [context.Process(target=work, args=(params,), name=f"packed worker {n}") for n in range(1, parallel)]
+    for worker in workers:
+        worker.start()
+    try:
+        yield params
+    except BaseException:
+        for worker in workers:  # their running trials are retired and retried when the stage runs again
+            worker.terminate()
+        raise
+    finally:
+        for worker in workers:
+            worker.join()
+    failed = [f"{worker.name} (exit code {worker.exitcode})" for worker in workers if worker.exitcode]
+    if failed:
+        raise RuntimeError(f"{', '.join(failed)} of the {parallel} packed runs failed; the error is printed above. "
+                           "The finished trials are kept in the storage: fix the cause and run the stage again, or "
+                           "set train.parallel: 1")

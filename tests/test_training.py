@@ -81,7 +81,8 @@ def test_a_non_finite_loss_stops_the_run_as_diverged_and_keeps_the_history(digit
                    config=FAST.replace(eval_every=20), progress=False)
     assert result.status == "diverged"
     assert "iteration 45" in result.reason and "nan" in result.reason
-    assert result.iterations == 44
+    # It is seen at the next evaluation (iteration 60), which is not made: the weights are no longer finite.
+    assert result.iterations == 60
     assert [row["iteration"] for row in result.history] == [0, 20, 40]
 
 

@@ -1,0 +1,310 @@
+"""`study bench`: the suite's speed figures side by side, measured in one run on one device.
+
+Each figure is one small function: the loss heads against plain normalised-softmax cross-entropy (and
+pytorch-metric-learning's ArcFace), `train()` against a bare PyTorch loop, trials per hour with K runs
+packed on the device (train.parallel), and each backbone's images per second. Times are medians of
+repeats after warm-up; a ratio divides two figures measured in the same run, one after the other.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import platform
+import re
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import optuna
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from study.config import StudyParams
+from study.data import ImageSet, load_dataset, save_splits, split_dataset
+from study.losses import LOSSES, build_loss
+from study.models import build_model, model_names
+from study.results import JOURNAL, PREPARED_DIR
+from study.search import FINISHED, run_searches
+from study.storage import open_storage
+from study.training import build_modules, device_description, evaluate, resolve_device, train
+
+PLAIN = "plain"  # the reference every head's time is divided by
+PML_ARCFACE = "pml_arcface"
+
+
+def synchronise(device: torch.device) -> None:
+    """Wait for the device's queued work, so that a clock reading covers it."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_seconds(steps: dict[str, Callable[[], object]], device: torch.device, repeats: int,
+                   warmup: int = 2) -> dict[str, float]:
+    """Median wall time of one call of each step, over `repeats` rounds that call every step once in turn (so a
+    slow spell of a shared machine falls on all of them alike), after `warmup` untimed rounds."""
+    for _ in range(warmup):  # allocator, kernel choice, thread pool
+        for step in steps.values():
+            step()
+    times = {name: [] for name in steps}
+    for _ in range(repeats):
+        for name, step in steps.items():
+            synchronise(device)
+            start = time.perf_counter()
+            step()
+            synchronise(device)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(seconds) for name, seconds in times.items()}
+
+
+class PlainCosineHead(nn.Module):
+    """Normalised-softmax cross-entropy written out plainly: logits s·cos θ, no margin, no statistics."""
+
+    def __init__(self, num_classes: int, embedding_size: int, s: float = 64.0):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(num_classes, embedding_size))
+        self.s = s
+
+    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(self.s * F.linear(F.normalize(embeddings), F.normalize(self.weight)), labels)
+
+
+def loss_heads(num_classes: int, embedding_size: int) -> tuple[dict[str, nn.Module], str]:
+    """The heads to time: the plain one, every loss of study.losses, and PML's ArcFace when importable."""
+    heads = {PLAIN: PlainCosineHead(num_classes, embedding_size)}
+    heads.update({name: build_loss(name, num_classes, embedding_size) for name in LOSSES})
+    try:
+        from pytorch_metric_learning.losses import ArcFaceLoss
+    except ImportError as error:
+        return heads, f"pytorch-metric-learning not importable ({error}); its ArcFace is left out"
+    heads[PML_ARCFACE] = ArcFaceLoss(num_classes, embedding_size, margin=28.6, scale=64)  # m = 0.5 rad, s = 64
+    return heads, ""
+
+
+def time_loss_heads(heads: dict[str, nn.Module], batch_size: int, device: torch.device,
+                    repeats: int) -> dict[str, dict[str, float]]:
+    """Median forward + backward time of each head on one random batch, and its ratio to the plain head."""
+    embedding_size = heads[PLAIN].weight.shape[1]
+    num_classes = heads[PLAIN].weight.shape[0]
+    generator = torch.Generator().manual_seed(0)
+    embeddings = torch.randn(batch_size, embedding_size, generator=generator).to(device).requires_grad_()
+    labels = torch.randint(num_classes, (batch_size,), generator=generator).to(device)
+    steps = {}
+    for name, head in heads.items():
+        head.to(device).train()
+
+        def step(head=head) -> None:
+            head.zero_grad(set_to_none=True)
+            embeddings.grad = None
+            head(embeddings, labels).backward()
+
+        steps[name] = step
+    times = median_seconds(steps, device, repeats)
+    pml = times.get(PML_ARCFACE, math.nan)
+    return {name: {"ms": 1e3 * seconds, "ratio": seconds / times[PLAIN], "ratio_to_pml": seconds / pml}
+            for name, seconds in times.items()}
+
+
+def bare_loop_seconds(model: nn.Module, head: nn.Module, sets: dict[str, ImageSet], params: StudyParams, steps: int,
+                      device: torch.device) -> float:
+    """Seconds of a hand-written loop: `steps` Adam steps on shuffled device-resident batches, with the val
+    evaluations `train()` makes (at the start and the end), and nothing else."""
+    config = params.train
+    images = sets["train"].images.float().div(255).to(device)
+    labels = torch.as_tensor(sets["train"].labels).to(device)
+    optimizer = torch.optim.Adam([*model.parameters(), *head.parameters()], lr=config.lr)
+    model.to(device).train()
+    head.to(device).train()
+    synchronise(device)
+    start = time.perf_counter()
+    evaluate(model, head, sets, "val", config, device)
+    model.train()
+    per_epoch = max(len(images) // config.batch_size, 1)
+    for step in range(steps):
+        if step % per_epoch == 0:
+            order = torch.randperm(len(images), device=device)
+        batch = order[(step % per_epoch) * config.batch_size:][:config.batch_size]
+        loss = head(model(images[batch]), labels[batch])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    evaluate(model, head, sets, "val", config, device)
+    synchronise(device)
+    return time.perf_counter() - start
+
+
+def training_loop_speed(params: StudyParams, sets: dict[str, ImageSet], steps: int,
+                        device: torch.device) -> dict[str, float]:
+    """Iterations per second of `train()` and of a bare loop on the same model, loss, data, steps and evaluations
+    (at the start and the end), and their ratio."""
+    config = params.train.replace(device=str(device), epochs=10_000, max_iterations=steps, eval_every=steps,
+                                  schedule="constant", optimizer="adam", weight_decay=0.0)
+    params = params.replace(train=config)
+    shape = tuple(sets["train"].images.shape[1:])
+    train(sets, loss_name="arcface", model_config=params.model, config=config.replace(max_iterations=5),
+          progress=False)  # warm-up
+    suite = train(sets, loss_name="arcface", model_config=params.model, config=config, progress=False)
+    torch.manual_seed(config.seed)
+    model, head = build_modules(params.model, "arcface", {}, sets["train"].num_classes, shape)
+    bare = bare_loop_seconds(model, head, sets, params, steps, device)
+    train_rate, bare_rate = suite.iterations / suite.seconds, steps / bare
+    return {"steps": steps, "train_its": train_rate, "bare_its": bare_rate, "ratio": train_rate / bare_rate}
+
+
+def trials_per_hour(params: StudyParams, sets: dict[str, ImageSet], packings: tuple[int, ...],
+                    trials_per_run: int) -> dict[str, dict[str, float]]:
+    """Trials per hour of a random search of the study's trials with K = train.parallel packed runs (the stage's own
+    mechanism, study/workers.py), K × `trials_per_run` trials each, and the ratio to the first K.
+
+    `per_hour` counts the whole search, the K - 1 workers' start included (paid once per stage); `running_per_hour`
+    only the span from the first trial's start to the last one's end.
+    """
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    rates, threads = {}, torch.get_num_threads()  # packed runs set this process's threads: the later figures need all
+    data = params.data
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            for parallel in packings:
+                root = Path(folder) / f"K{parallel}"  # a study of its own: the same trials, none of them resumed
+                save_splits(sets, root / PREPARED_DIR, source=data.dataset, protocol=data.protocol, seed=data.seed,
+                            fractions=data.fractions)
+                search = {**params.search.to_dict(), "n_trials": trials_per_run * parallel, "sampler": "random",
+                          "storage": None, "pruner": "none", "repeats": 1}
+                packed = params.replace(search=search, train=params.train.replace(parallel=parallel))
+                studies = []
+                start = time.perf_counter()
+                run_searches("arcface", packed, open_storage(packed.search, root / JOURNAL), sets, root, studies)
+                seconds = time.perf_counter() - start
+                trials = studies[0].get_trials(deepcopy=False, states=FINISHED)
+                running = (max(t.datetime_complete for t in trials)
+                           - min(t.datetime_start for t in trials)).total_seconds()
+                rates[parallel] = {"trials": len(trials), "seconds": seconds, "per_hour": 3600 * len(trials) / seconds,
+                                   "running_seconds": running, "running_per_hour": 3600 * len(trials) / running}
+    finally:
+        torch.set_num_threads(threads)
+    first = rates[packings[0]]
+    return {f"K={k}": {**rate, "ratio": rate["per_hour"] / first["per_hour"],
+                       "running_ratio": rate["running_per_hour"] / first["running_per_hour"]}
+            for k, rate in rates.items()}
+
+
+def backbone_speed(input_shape: tuple[int, int, int], batch_size: int, device: torch.device,
+                   repeats: int) -> dict[str, float]:
+    """Images per second of each registered backbone, forward + backward in training mode."""
+    images = torch.rand(batch_size, *input_shape, generator=torch.Generator().manual_seed(0)).to(device)
+    steps = {}
+    for name in model_names():
+        model = build_model(name, 128, input_shape).to(device).train()
+
+        def step(model=model) -> None:
+            model.zero_grad(set_to_none=True)
+            model(images).square().mean().backward()
+
+        steps[name] = step
+    return {name: batch_size / seconds for name, seconds in median_seconds(steps, device, repeats).items()}
+
+
+def bench_setup(device: torch.device) -> tuple[StudyParams, dict[str, ImageSet]]:
+    """The default study's data, model and training, on `device`: its trials are the ones timed."""
+    params = StudyParams()
+    params = params.replace(train=params.train.replace(device=str(device)))
+    data = params.data
+    return params, split_dataset(load_dataset(data.dataset, data.cache_dir), data.protocol, data.fractions, data.seed)
+
+
+def machine() -> dict[str, str]:
+    """What the figures were measured on: device, CPU and GPU models, torch version and date."""
+    cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                    if line.startswith("model name")), cpu)
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else ""
+    return {"cpu": cpu, "gpu": gpu, "torch": torch.__version__, "threads": str(torch.get_num_threads()),
+            "date": datetime.datetime.now().isoformat(timespec="seconds")}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big each figure's problem is and how often it is measured."""
+
+    classes: int
+    embedding: int = 512
+    batch: int = 512
+    repeats: int = 10
+    loop_steps: int = 500
+    packings: tuple[int, ...] = (1, 2, 4, 8)
+    trials_per_run: int = 4
+    backbone_batch: int = 128
+
+
+def bench_sizes(quick: bool, device: torch.device) -> Sizes:
+    """The sizes of `study bench`: 10,000 classes on a CPU, 100,000 on a GPU; fewer repeats, steps and K with `quick`."""
+    classes = 10_000 if device.type == "cpu" else 100_000
+    if quick:
+        return Sizes(classes, repeats=5, loop_steps=100, packings=(1, 2), trials_per_run=2)
+    return Sizes(classes)
+
+
+def run_bench(quick: bool = False, device_name: str = "auto", log: Callable[[str], None] = print,
+              sizes: Sizes | None = None, setup: tuple[StudyParams, dict[str, ImageSet]] | None = None) -> dict:
+    """Every figure on one device, at `sizes` (by default those of `quick`) and with the trials of `setup`'s study
+    (by default the default study's)."""
+    device = resolve_device(device_name)
+    sizes = sizes or bench_sizes(quick, device)
+    params, sets = setup or bench_setup(device)
+    results = {"device": device_description(device), "quick": quick, **machine(), "sizes": asdict(sizes)}
+    log(f"loss heads at C={sizes.classes}, d={sizes.embedding}, B={sizes.batch} on {results['device']}")
+    heads, note = loss_heads(sizes.classes, sizes.embedding)
+    results["loss_heads"] = {"classes": sizes.classes, "embedding": sizes.embedding, "batch": sizes.batch,
+                             "note": note, "times": time_loss_heads(heads, sizes.batch, device, sizes.repeats)}
+    log("train() against a bare loop")
+    results["training_loop"] = training_loop_speed(params, sets, sizes.loop_steps, device)
+    log(f"trials per hour at K = {', '.join(map(str, sizes.packings))}")
+    results["trials_per_hour"] = trials_per_hour(params, sets, sizes.packings, sizes.trials_per_run)
+    log("backbones")
+    shape = tuple(sets["train"].images.shape[1:])  # the study's images
+    results["backbones"] = {"input": list(shape), "batch": sizes.backbone_batch, "images_per_second": backbone_speed(
+        shape, sizes.backbone_batch, device, sizes.repeats)}
+    return results
+
+
+def format_table(results: dict) -> str:
+    """The figures as a plain-text table, each with its ratio to the reference of its group."""
+    lines = [f"study bench on {results['device']} ({results['cpu']}{', ' + results['gpu'] if results['gpu'] else ''}), "
+             f"torch {results['torch']}, {results['date']}{' (quick)' if results['quick'] else ''}"]
+    heads = results["loss_heads"]
+    lines.append(f"\nloss head, forward + backward (C={heads['classes']}, d={heads['embedding']}, B={heads['batch']})"
+                 f"{'  [' + heads['note'] + ']' if heads['note'] else ''}")
+    lines += [f"  {name:<16}{row['ms']:10.2f} ms   x{row['ratio']:.2f} of {PLAIN}"
+              + (f"   x{row['ratio_to_pml']:.2f} of {PML_ARCFACE}" if not math.isnan(row["ratio_to_pml"]) else "")
+              for name, row in heads["times"].items()]
+    loop = results["training_loop"]
+    lines.append(f"\ntraining loop ({loop['steps']} steps and two val evaluations)")
+    lines.append(f"  {'train()':<16}{loop['train_its']:10.1f} it/s   x{loop['ratio']:.2f} of the bare loop")
+    lines.append(f"  {'bare loop':<16}{loop['bare_its']:10.1f} it/s")
+    lines.append("\npacked trials on one device")
+    lines.append(f"  {'':<16}{'trials/h':>10}{'of K=1':>9}{'running/h':>12}{'of K=1':>9}   (trials in s, of them running)")
+    lines += [f"  {name:<16}{row['per_hour']:10.0f}{row['ratio']:8.2f}x{row['running_per_hour']:12.0f}"
+              f"{row['running_ratio']:8.2f}x   ({row['trials']} in {row['seconds']:.1f} s, {row['running_seconds']:.1f} s)"
+              for name, row in results["trials_per_hour"].items()]
+    backbones = results["backbones"]
+    lines.append(f"\nbackbones, forward + backward ({'x'.join(map(str, backbones['input']))}, batch {backbones['batch']})")
+    speeds = backbones["images_per_second"]
+    fastest = max(speeds.values())
+    lines += [f"  {name:<16}{speed:10.0f} images/s   x{speed / fastest:.2f} of the fastest" for name, speed in speeds.items()]
+    return "\n".join(lines)
+
+
+def write_results(results: dict, out_dir: str | Path) -> Path:
+    """The figures as JSON in `out_dir`, named after the device and the date."""
+    device = re.sub(r"[^a-z0-9]+", "-", results["device"].lower()).strip("-")
+    path = Path(out_dir) / f"{device}-{results['date'][:10]}{'-quick' if results['quick'] else ''}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    return path

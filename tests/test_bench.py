@@ -1,0 +1,80 @@
+"""`study bench` at toy sizes: what it measures and writes, checked for structure and sense, never for speed."""
+
+import json
+
+import optuna
+import pytest
+import torch
+import torch.nn.functional as F
+
+from study import bench
+from study.cli import main
+from study.config import StudyParams
+from study.data import load_dataset, split_dataset
+from study.losses import LOSSES
+from study.models import model_names
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+TOY = bench.Sizes(classes=20, embedding=8, batch=16, repeats=1, loop_steps=6, packings=(1,), trials_per_run=1,
+                  backbone_batch=4)
+
+
+@pytest.fixture(scope="module")
+def results():
+    params = StudyParams.from_dict({
+        "data": {"dataset": "digits", "protocol": "closed"}, "model": {"name": "mlp", "embedding_size": 16},
+        "train": {"epochs": 1, "batch_size": 128, "eval_every": 4, "device": "cpu", "objective": "accuracy"}})
+    digits = split_dataset(load_dataset("digits"), "closed", (0.6, 0.2, 0.2), seed=0)
+    return bench.run_bench(device_name="cpu", sizes=TOY, setup=(params, digits), log=lambda _: None)
+
+
+def test_every_loss_head_is_timed_against_the_plain_one(results):
+    heads = results["loss_heads"]
+    assert (heads["classes"], heads["embedding"], heads["batch"]) == (20, 8, 16)
+    pml = [] if heads["note"] else [bench.PML_ARCFACE]
+    assert list(heads["times"]) == [bench.PLAIN, *LOSSES, *pml]
+    assert heads["times"][bench.PLAIN]["ratio"] == 1.0
+    assert all(row["ms"] > 0 and row["ratio"] > 0 for row in heads["times"].values())
+    if pml:
+        assert heads["times"][bench.PML_ARCFACE]["ratio_to_pml"] == 1.0
+        arcface = heads["times"]["arcface"]
+        assert arcface["ratio_to_pml"] == pytest.approx(arcface["ratio"] / heads["times"][bench.PML_ARCFACE]["ratio"])
+
+
+def test_the_plain_head_is_cross_entropy_over_scaled_cosines():
+    head = bench.PlainCosineHead(5, 3, s=10.0)
+    embeddings, labels = torch.randn(7, 3), torch.tensor([0, 1, 2, 3, 4, 0, 1])
+    cosines = (embeddings / embeddings.norm(dim=1, keepdim=True)) @ (head.weight / head.weight.norm(dim=1,
+                                                                                               keepdim=True)).T
+    logits = 10.0 * cosines
+    by_hand = (logits.exp().sum(1).log() - logits[torch.arange(7), labels]).mean()
+    assert head(embeddings, labels).item() == pytest.approx(by_hand.item(), rel=1e-5)
+    assert head(embeddings, labels).item() == pytest.approx(F.cross_entropy(logits, labels).item(), rel=1e-6)
+
+
+def test_the_other_figures_have_their_parts(results):
+    loop = results["training_loop"]
+    assert loop["train_its"] > 0 and loop["bare_its"] > 0
+    assert loop["ratio"] == pytest.approx(loop["train_its"] / loop["bare_its"]) and loop["steps"] == 6
+    packed = results["trials_per_hour"]
+    assert list(packed) == ["K=1"] and packed["K=1"]["trials"] == 1 and packed["K=1"]["ratio"] == 1.0
+    assert packed["K=1"]["running_seconds"] <= packed["K=1"]["seconds"]
+    assert list(results["backbones"]["images_per_second"]) == model_names()
+
+
+def test_the_figures_are_written_as_json_named_after_the_device_and_shown_as_a_table(results, tmp_path):
+    path = bench.write_results(results, tmp_path)
+    assert path.name == f"cpu-{results['date'][:10]}.json"
+    written = json.loads(path.read_text())
+    assert written["device"] == "cpu" and written["torch"] == torch.__version__ and written["cpu"]
+    assert set(LOSSES) <= set(written["loss_heads"]["times"])
+    table = bench.format_table(results)
+    assert all(name in table for name in [*LOSSES, *model_names(), "train()", "K=1"])
+
+
+def test_the_bench_command_refuses_a_missing_device(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is present")
+    assert main(["bench", "--quick", "--device", "cuda"]) == 2
+    assert "CUDA is not available" in capsys.readouterr().err

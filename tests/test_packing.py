@@ -1,0 +1,115 @@
+"""Runs packed several at a time on one device (train.parallel) are the runs trained one at a time.
+
+The reference is the stage run with train.parallel: 1, in a checkout of its own: a packed search must train the
+same trials (number, seed, point) to the same scores, and packed final runs the same seeds to the same scores
+and weights. Both run at one torch thread per run, as the packed runs of a 2-core machine do: on a CPU the
+thread count moves scores by float rounding.
+"""
+
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+import torch
+
+from study import workers
+from study.config import StudyParams
+from study.data import load_dataset, save_splits, split_dataset
+from study.presets import write_params
+from tests.conftest import copy_study
+
+SPLIT = (0.6, 0.2, 0.2)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return split_dataset(load_dataset("digits"), "closed", SPLIT, seed=0)
+
+
+def checkout(root, digits, parallel):
+    """The study's code with a small digits study's params and prepared data, packed `parallel` at a time."""
+    copy_study(root)
+    params = StudyParams.from_dict({
+        "data": {"dataset": "digits", "protocol": "closed", "fractions": list(SPLIT)},
+        "model": {"name": "mlp", "embedding_size": 16},
+        "train": {"epochs": 25, "batch_size": 128, "eval_every": 5, "device": "cpu", "lr": 0.01,
+                  "objective": "accuracy", "threads": 1, "parallel": parallel},
+        "search": {"n_trials": 6},
+        "runs": {"seeds": [0, 1, 2, 3], "methods": ["fixed_adacos"]}})
+    write_params(params, root / "params.yaml", "test")
+    save_splits(digits, root / "data" / "prepared", source="digits", protocol="closed", seed=0, fractions=SPLIT)
+    return root
+
+
+def stage(root, *arguments):
+    done = subprocess.run([sys.executable, "-m", *arguments], cwd=root, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def alone_and_packed(tmp_path_factory, digits):
+    roots = {}
+    for parallel in (1, 3):
+        root = checkout(tmp_path_factory.mktemp(f"parallel{parallel}"), digits, parallel)
+        stage(root, "stages.search", "--loss", "arcface")
+        stage(root, "stages.runs", "--method", "fixed_adacos")
+        roots[parallel] = root
+    return roots[1], roots[3]
+
+
+def test_a_packed_search_trains_the_same_trials_to_the_same_scores(alone_and_packed):
+    alone, packed = (pd.read_csv(root / "results" / "search" / "arcface" / "trials.csv") for root in alone_and_packed)
+    columns = ["trial", "seed", "state", "s", "m", "value", "test_value", "iterations"]
+    assert len(alone) == 6 and set(alone["state"]) == {"COMPLETE"}
+    pd.testing.assert_frame_equal(alone[columns], packed.sort_values("trial").reset_index(drop=True)[columns])
+    # Alone, one process trained them all; packed, the workers started beside it took some (a trial lasts longer
+    # than a worker takes to start).
+    assert alone["worker"].nunique() == 1 and packed["worker"].nunique() >= 2
+
+
+def test_packed_final_runs_train_each_seed_to_the_same_scores_and_weights(alone_and_packed):
+    runs = [pd.read_csv(root / "results" / "runs" / "fixed_adacos" / "runs.csv") for root in alone_and_packed]
+    pd.testing.assert_frame_equal(runs[0][["seed", "status", "iterations", "val_score"]],
+                                  runs[1][["seed", "status", "iterations", "val_score"]])
+    for seed in (0, 3):
+        alone, packed = (torch.load(root / "results" / "runs" / "fixed_adacos" / f"seed{seed}.pt", weights_only=True)
+                         for root in alone_and_packed)
+        for name, tensor in alone["model"].items():
+            assert torch.equal(tensor, packed["model"][name]), name
+        assert torch.equal(alone["loss"]["s"], packed["loss"]["s"])
+
+
+def test_auto_packs_four_runs_on_a_gpu_and_one_per_core_up_to_four_on_a_cpu(monkeypatch):
+    import study.training
+
+    def train(**values):
+        return StudyParams.from_dict({"train": values}).train
+
+    monkeypatch.setattr(workers, "available_cores", lambda: 2)
+    assert workers.runs_at_once(train(device="cpu")) == 2
+    assert workers.runs_at_once(train(device="cpu", parallel=7)) == 7
+    monkeypatch.setattr(workers, "available_cores", lambda: 64)
+    assert workers.runs_at_once(train(device="cpu")) == 4
+    monkeypatch.setattr(study.training, "resolve_device", lambda name: torch.device("cuda"))
+    assert workers.runs_at_once(train(device="cuda")) == 4
+
+
+def test_packed_runs_share_the_cores_unless_threads_are_given(tmp_path, monkeypatch):
+    monkeypatch.setattr(workers, "available_cores", lambda: 8)
+    params = StudyParams.from_dict({"train": {"device": "cpu", "parallel": 1}})
+    with workers.packed(params, tmp_path, "runs") as alone:
+        assert alone.train.threads is None  # torch's default: every core
+    four = StudyParams.from_dict({"train": {"device": "cpu", "parallel": 4}})
+    with pytest.raises(RuntimeError):  # (its workers fail: tmp_path holds no study)
+        with workers.packed(four, tmp_path, "runs") as packed:
+            assert packed.train.threads == 2
+
+
+def test_a_packed_worker_that_fails_is_named_after_the_block(tmp_path, capfd):
+    params = StudyParams.from_dict({"train": {"device": "cpu", "parallel": 2, "threads": 1}})
+    with pytest.raises(RuntimeError, match=r"packed worker 1 \(exit code 1\) of the 2 packed runs failed"):
+        with workers.packed(params, tmp_path, "runs"):
+            pass  # this process's own share finishes; the worker finds no prepared data and fails
+    assert "data/prepared" in capfd.readouterr().err
