@@ -95,7 +95,8 @@ class CosineSoftmaxLoss(_StatsMixin, nn.Module):
             with torch.no_grad():
                 self.update_scale(cos, labels)
         target = self.target_with_margin(cos.gather(1, labels[:, None]))
-        logits = self.s * cos.scatter(1, labels[:, None], target)
+        # The targets are written into the one (B, C) product in place: no copy of that size.
+        logits = (self.s * cos).scatter_(1, labels[:, None], self.s * target)
         if self.training:
             detached = cos.detach()
             self._record_stats(lambda: detached, labels, self.s)
