@@ -65,8 +65,12 @@ def journal_storage(path: str | Path) -> JournalStorage:
     """The journal file at `path`, its torn last line (a killed write) recovered first."""
     path = Path(path).resolve()  # an absolute lock target, so Optuna can tell a stale lock's age
     path.parent.mkdir(parents=True, exist_ok=True)
-    repair_journal(path)
     lock = JournalFileSymlinkLock(str(path), grace_period=LOCK_GRACE_SECONDS)
+    lock.acquire()  # under the writers' lock: the line another worker is appending right now is not torn
+    try:
+        repair_journal(path)
+    finally:
+        lock.release()
     return JournalStorage(JournalFileBackend(str(path), lock_obj=lock))
 
 

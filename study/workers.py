@@ -20,6 +20,7 @@ import contextlib
 import multiprocessing
 import os
 import socket
+import threading
 import time
 import warnings
 from functools import partial
@@ -106,10 +107,10 @@ def retire_dead_trials(study: optuna.Study) -> list[int]:
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if not has_died(trial):
             continue
-        storage.set_trial_user_attr(trial._trial_id, "status", INTERRUPTED)
         worker = trial.user_attrs.get("worker", "a process killed as it started the trial")
-        storage.set_trial_user_attr(trial._trial_id, "reason", f"worker died: {worker} no longer runs; retried")
         try:
+            storage.set_trial_user_attr(trial._trial_id, "status", INTERRUPTED)
+            storage.set_trial_user_attr(trial._trial_id, "reason", f"worker died: {worker} no longer runs; retried")
             storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
         except optuna.exceptions.UpdateFinishedTrialError:
             continue  # another process retired it first, and retried it
@@ -280,6 +281,18 @@ def runs_at_once(train) -> int:
     return 4 if resolve_device(train.device).type == "cuda" else min(4, available_cores())
 
 
+def _serve_beside(stage: int, work: Callable, params) -> None:
+    """A packed worker's life: `work(params)`, ended as soon as the stage process `stage` that started it is gone,
+    even by a kill -9 (its running trial is then retired and retried like any dead worker's)."""
+    def end_with_the_stage() -> None:
+        while os.getppid() == stage:
+            time.sleep(1)
+        os._exit(1)
+
+    threading.Thread(target=end_with_the_stage, daemon=True).start()
+    work(params)
+
+
 @contextlib.contextmanager
 def packed(params, root: Path, serve_what: str, losses=None, runs_study: str | None = None) -> Iterator:
     """Train `runs_at_once` runs at a time: while the block runs, that many workers less one serve the same studies
@@ -293,7 +306,8 @@ def packed(params, root: Path, serve_what: str, losses=None, runs_study: str | N
         params = params.replace(train=params.train.replace(threads=max(1, available_cores() // parallel)))
     work = partial(serve_study, root=Path(root).resolve(), losses=losses, serve_what=serve_what, runs_study=runs_study)
     context = multiprocessing.get_context("spawn")  # a forked copy of torch's thread pools or CUDA state misbehaves
-    workers = [context.Process(target=work, args=(params,), name=f"packed worker {n}") for n in range(1, parallel)]
+    workers = [context.Process(target=_serve_beside, args=(os.getpid(), work, params), name=f"packed worker {n}")
+               for n in range(1, parallel)]
     for worker in workers:
         worker.start()
     try:
