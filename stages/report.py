@@ -4,7 +4,6 @@ import hashlib
 import json
 import platform
 import subprocess
-from pathlib import Path
 
 import pandas as pd
 

@@ -137,7 +137,8 @@ def open_study(loss: str, params: StudyParams, storage, num_train: int, seed: in
                repeat: int = 0) -> optuna.Study:
     """Create one repeat's study in `storage` (see study/storage.py), or load it when it exists: finished trials are kept.
 
-    `seed` is the search seed (None for extra workers, so they do not repeat the first one's draws);
+    `seed` is the search seed (None for extra workers of the samplers whose draws depend on order, so they do not
+    repeat the first one's draws; random search draws by trial number, so every worker gets it);
     each repeat and each resume draws its sampler seed from it.
     """
     name = study_name(loss, params, repeat)
