@@ -1,4 +1,5 @@
-"""The `study` command: one training run from the shell, and a worker that joins a study's searches and runs."""
+"""The `study` command: one training run from the shell, a worker that joins a study's searches and runs, the speed bench,
+the class-count sweep and presets."""
 
 from __future__ import annotations
 

@@ -31,6 +31,8 @@ import optuna
 from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
+from study.training import resolve_device
+
 # Statuses of trials that trained nothing worth counting (see the module's docstring).
 INTERRUPTED, NOT_RUN = "interrupted", "not run"
 RUNNING = "running"
@@ -277,8 +279,15 @@ def runs_at_once(train) -> int:
     on a CPU (see the README's figures: a run of a small model uses neither a GPU nor several cores well)."""
     if train.parallel != "auto":
         return train.parallel
-    from study.training import resolve_device
     return 4 if resolve_device(train.device).type == "cuda" else min(4, available_cores())
+
+
+def threads_per_run(params, parallel: int):
+    """`params` with the torch threads of each of `parallel` packed runs: train.threads when given, else an equal
+    share of the cores (one run alone keeps torch's default, every core)."""
+    if parallel == 1 or params.train.threads is not None:
+        return params
+    return params.replace(train=params.train.replace(threads=max(1, available_cores() // parallel)))
 
 
 def _serve_beside(stage: int, work: Callable, params) -> None:
@@ -302,8 +311,7 @@ def packed(params, root: Path, serve_what: str, losses=None, runs_study: str | N
     A worker that fails is named once the block ends; the trials it finished are kept, its unfinished one is retried.
     """
     parallel = runs_at_once(params.train)
-    if parallel > 1 and params.train.threads is None:
-        params = params.replace(train=params.train.replace(threads=max(1, available_cores() // parallel)))
+    params = threads_per_run(params, parallel)
     work = partial(serve_study, root=Path(root).resolve(), losses=losses, serve_what=serve_what, runs_study=runs_study)
     context = multiprocessing.get_context("spawn")  # a forked copy of torch's thread pools or CUDA state misbehaves
     workers = [context.Process(target=_serve_beside, args=(os.getpid(), work, params), name=f"packed worker {n}")

@@ -82,8 +82,6 @@ def test_packed_final_runs_train_each_seed_to_the_same_scores_and_weights(alone_
 
 
 def test_auto_packs_four_runs_on_a_gpu_and_one_per_core_up_to_four_on_a_cpu(monkeypatch):
-    import study.training
-
     def train(**values):
         return StudyParams.from_dict({"train": values}).train
 
@@ -92,19 +90,19 @@ def test_auto_packs_four_runs_on_a_gpu_and_one_per_core_up_to_four_on_a_cpu(monk
     assert workers.runs_at_once(train(device="cpu", parallel=7)) == 7
     monkeypatch.setattr(workers, "available_cores", lambda: 64)
     assert workers.runs_at_once(train(device="cpu")) == 4
-    monkeypatch.setattr(study.training, "resolve_device", lambda name: torch.device("cuda"))
+    monkeypatch.setattr(workers, "resolve_device", lambda name: torch.device("cuda"))
     assert workers.runs_at_once(train(device="cuda")) == 4
 
 
-def test_packed_runs_share_the_cores_unless_threads_are_given(tmp_path, monkeypatch):
+def test_packed_runs_share_the_cores_unless_threads_are_given(monkeypatch):
     monkeypatch.setattr(workers, "available_cores", lambda: 8)
-    params = StudyParams.from_dict({"train": {"device": "cpu", "parallel": 1}})
-    with workers.packed(params, tmp_path, "runs") as alone:
-        assert alone.train.threads is None  # torch's default: every core
-    four = StudyParams.from_dict({"train": {"device": "cpu", "parallel": 4}})
-    with pytest.raises(RuntimeError):  # (its workers fail: tmp_path holds no study)
-        with workers.packed(four, tmp_path, "runs") as packed:
-            assert packed.train.threads == 2
+    params = StudyParams.from_dict({"train": {"device": "cpu"}})
+    alone = workers.threads_per_run(params, 1)
+    assert alone.train.threads is None  # torch's default: every core
+    packed = workers.threads_per_run(params, 4)
+    assert packed.train.threads == 2
+    given = StudyParams.from_dict({"train": {"device": "cpu", "threads": 3}})
+    assert workers.threads_per_run(given, 4).train.threads == 3
 
 
 def test_a_packed_worker_that_fails_is_named_after_the_block(tmp_path, capfd):
