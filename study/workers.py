@@ -71,7 +71,7 @@ def has_died(trial: FrozenTrial) -> bool:
     """Whether the process that holds this RUNNING trial is known to be gone: it ran on this machine and runs no more,
     or it was killed between creating the trial and naming itself (which takes it a millisecond, not a minute)."""
     attrs = trial.user_attrs
-    if "worker_machine" not in attrs:
+    if not {"worker_machine", "worker_process"} <= attrs.keys():  # named one attribute at a time: killed in between
         return time.time() - trial.datetime_start.timestamp() > ORPHAN_SECONDS
     if attrs["worker_machine"] != machine_id():
         return False  # another machine's: only its heartbeats (database storage) can tell

@@ -223,3 +223,20 @@ def test_a_budget_shared_by_racing_workers_is_met_exactly(tmp_path):
     # Trial 3 found places held by trials 0 and 1 (finished) and 2 (the other worker's, running): the budget of 3.
     assert trained == [0, 1]
     assert states[2] == ("RUNNING", None) and states[3] == ("FAIL", workers.NOT_RUN)
+
+
+def test_a_trial_whose_worker_was_killed_while_naming_itself_is_retired_after_the_orphan_wait(tmp_path, monkeypatch):
+    """The identity is written one attribute at a time: a kill between them leaves a half-named trial."""
+    study = optuna.create_study(storage=journal_storage(tmp_path / "journal.log"))
+    trial = study.ask()
+    trial.set_user_attr("worker", "host:1")
+    trial.set_user_attr("worker_machine", workers.machine_id())  # killed before worker_process was written
+    half_named = study.get_trials(deepcopy=False)[0]
+    assert not workers.has_died(half_named)  # it may be a live worker, still naming itself
+    started = half_named.datetime_start.timestamp()
+    monkeypatch.setattr(workers.time, "time", lambda: started + workers.ORPHAN_SECONDS + 1)
+    assert workers.has_died(half_named)
+    # A whole name of a live process (this one) is not taken for a dead worker, however old its trial.
+    for key, value in workers.this_process().items():
+        trial.set_user_attr(key, value)
+    assert not workers.has_died(study.get_trials(deepcopy=False)[0])
