@@ -11,7 +11,7 @@ from study.analysis import analyse_study
 from study.config import load_params
 from study.environment import installed_version, lock_status
 from study.report import write_report
-from study.results import EVALUATION_DIR, PREPARED_DIR, REPORT_DIR, SEARCH_DIR, read_csv, read_json
+from study.results import EVALUATION_DIR, REPORT_DIR, prepared_dir, read_csv, read_json, search_dir
 
 PACKAGES = ("torch", "torchvision", "timm", "optuna", "scikit-learn", "numpy", "pandas", "seaborn", "dvc")
 
@@ -47,9 +47,12 @@ def environment(params, devices) -> dict:
 
 def main() -> None:
     params = load_params()
-    manifest = read_json(PREPARED_DIR / "manifest.json", "prepare")
-    trials = pd.concat([read_csv(SEARCH_DIR / loss / "trials.csv", f"search@{loss}") for loss in params.search.losses],
-                       ignore_index=True)
+    splits = params.data.split_seeds()
+    manifests = [read_json(prepared_dir(split) / "manifest.json", "prepare") for split in splits]
+    manifest = manifests[0] | {"split_seeds": list(splits),
+                               "train_classes": [m["splits"]["train"]["num_classes"] for m in manifests]}
+    trials = pd.concat([read_csv(search_dir(loss, split) / "trials.csv", f"search@{loss}")
+                        for loss in params.search.losses for split in splits], ignore_index=True)
     runs = read_csv(EVALUATION_DIR / "runs.csv", "evaluate")
     history = read_csv(EVALUATION_DIR / "history.csv", "evaluate")
     analysis = analyse_study(trials, runs, history, params.train.objective, params.analysis,

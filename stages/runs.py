@@ -1,4 +1,5 @@
-"""DVC stage `runs@<method>` / `tuned@<loss>`: one method trained at every seed, with checkpoints for `evaluate`.
+"""DVC stage `runs@<method>` / `tuned@<loss>`: one method trained at every seed of every class split, with checkpoints
+for `evaluate`.
 
 Each seed is a trial of the method's runs study in the same storage as the searches: finished seeds are
 kept when the stage is interrupted, and `study worker` on other processes or machines can train seeds too.
@@ -10,10 +11,10 @@ from pathlib import Path
 
 from study.config import load_params
 from study.data import load_splits
-from study.results import JOURNAL, PREPARED_DIR, RUNS_DIR, SEARCH_DIR, read_json, tuned_method, write_csv
-from study.runs import collect_runs, open_runs, serve_runs
+from study.results import JOURNAL, prepared_dir, read_json, runs_dir, search_dir, tuned_method, write_csv
+from study.runs import collect_runs, open_runs, packed_service, serve_runs
 from study.storage import open_storage, storage_url
-from study.workers import packed
+from study.workers import ends_cleanly, packed
 
 
 def main() -> None:
@@ -23,20 +24,28 @@ def main() -> None:
     which.add_argument("--tuned", metavar="LOSS", help="a searched loss, run at its best trial's values")
     args = parser.parse_args()
     params = load_params()
+    with ends_cleanly(params.search, JOURNAL):  # a storage fault: one message naming the path or URL and the fix
+        storage = open_storage(params.search, JOURNAL)
+        for split in params.data.split_seeds():
+            run_split(args, params.for_split(split), storage, split)
+
+
+def run_split(args, params, storage, split: int) -> None:
+    """One method's seeds on one class split (a tuned loss at that split's best trial), written to its folder."""
     if args.tuned:
         method, loss = tuned_method(args.tuned), args.tuned
-        hyperparameters = read_json(SEARCH_DIR / loss / "best.json", f"search@{loss}")["hyperparameters"]
+        hyperparameters = read_json(search_dir(loss, split) / "best.json", f"search@{loss}")["hyperparameters"]
     else:
         method = args.method
         loss, hyperparameters = params.runs.hyperparameters(method)
-    sets = load_splits(PREPARED_DIR)
-    study = open_runs(method, loss, hyperparameters, params, open_storage(params.search, JOURNAL))
-    with packed(params, Path.cwd(), "runs", runs_study=study.study_name) as packed_params:
+    sets = load_splits(prepared_dir(split))
+    study = open_runs(method, loss, hyperparameters, params, storage)
+    with packed(params, Path.cwd(), [packed_service(study)]) as packed_params:
         serve_runs(study, packed_params, sets, ship_checkpoints=storage_url(params.search) is not None)
-    runs, history = collect_runs(study, params, RUNS_DIR / method)
-    write_csv(runs, RUNS_DIR / method / "runs.csv")
-    write_csv(history, RUNS_DIR / method / "history.csv")
-
+    out_dir = runs_dir(method, split)
+    runs, history = collect_runs(study, params, out_dir)
+    write_csv(runs.assign(split=split), out_dir / "runs.csv")
+    write_csv(history.assign(split=split), out_dir / "history.csv")
 
 if __name__ == "__main__":
     main()

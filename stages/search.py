@@ -1,14 +1,15 @@
-"""DVC stage `search@<loss>`: the Optuna searches over (s, m), one per repeat, resumed from their storage (study/storage.py),
-train.parallel trials at a time; writes the trial tables."""
+"""DVC stage `search@<loss>`: the Optuna searches over (s, m), one per class split and repeat, resumed from their storage
+(study/storage.py), train.parallel trials at a time; writes each split's trial tables."""
 
 import argparse
 from pathlib import Path
 
 from study.config import load_params
 from study.data import load_splits
-from study.results import JOURNAL, PREPARED_DIR, SEARCH_DIR, write_csv, write_json
+from study.results import JOURNAL, prepared_dir, search_dir, write_csv, write_json
 from study.search import best_trial, history_table, run_searches, trials_table
 from study.storage import open_storage
+from study.workers import ends_cleanly
 
 
 def main() -> None:
@@ -16,20 +17,27 @@ def main() -> None:
     parser.add_argument("--loss", required=True)
     loss = parser.parse_args().loss
     params = load_params()
-    sets = load_splits(PREPARED_DIR)
-    out_dir = SEARCH_DIR / loss
-    storage = open_storage(params.search, JOURNAL)
+    with ends_cleanly(params.search, JOURNAL):  # a storage fault: one message naming the path or URL and the fix
+        storage = open_storage(params.search, JOURNAL)
+        for split in params.data.split_seeds():
+            search_split(loss, params.for_split(split), storage, split)
+
+
+def search_split(loss: str, params, storage, split: int) -> None:
+    """The searches of one class split, written to its folder."""
+    sets = load_splits(prepared_dir(split))
+    out_dir = search_dir(loss, split)
     studies = []
     try:
         run_searches(loss, params, storage, sets, Path.cwd(), studies)
     finally:
         # Written even when interrupted, so the finished trials can be inspected; the storage keeps them too.
-        write_csv(trials_table(loss, studies, params.train.objective), out_dir / "trials.csv")
-        write_csv(history_table(loss, studies), out_dir / "history.csv")
+        write_csv(trials_table(loss, studies, params.train.objective).assign(split=split), out_dir / "trials.csv")
+        write_csv(history_table(loss, studies).assign(split=split), out_dir / "history.csv")
     best = best_trial(loss, studies[0], params.train.objective)
     write_json(best, out_dir / "best.json")
-    print(f"{loss}: best {best['objective']} {best['value']:.4f} at {best['hyperparameters']} (trial {best['trial']})")
-
+    print(f"{loss}, split {split}: best {best['objective']} {best['value']:.4f} at {best['hyperparameters']} "
+          f"(trial {best['trial']})")
 
 if __name__ == "__main__":
     main()

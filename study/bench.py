@@ -29,7 +29,7 @@ from study.config import StudyParams
 from study.data import ImageSet, load_dataset, save_splits, split_dataset
 from study.losses import LOSSES, build_loss
 from study.models import build_model, model_names
-from study.results import JOURNAL, PREPARED_DIR
+from study.results import JOURNAL, prepared_dir
 from study.search import FINISHED, run_searches
 from study.storage import open_storage
 from study.training import build_modules, device_description, evaluate, resolve_device, train
@@ -171,7 +171,7 @@ def trials_per_hour(params: StudyParams, sets: dict[str, ImageSet], packings: tu
         with tempfile.TemporaryDirectory() as folder:
             for parallel in packings:
                 root = Path(folder) / f"K{parallel}"  # a study of its own: the same trials, none of them resumed
-                save_splits(sets, root / PREPARED_DIR, source=data.dataset, protocol=data.protocol, seed=data.seed,
+                save_splits(sets, root / prepared_dir(data.seed), source=data.dataset, protocol=data.protocol, seed=data.seed,
                             fractions=data.fractions)
                 search = {**params.search.to_dict(), "n_trials": trials_per_run * parallel, "sampler": "random",
                           "storage": None, "pruner": "none", "repeats": 1}

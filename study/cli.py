@@ -139,7 +139,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--save", default=None, help="write a checkpoint of the trained model here")
     train.set_defaults(handler=_train_command)
 
-    preset = commands.add_parser("preset", help="write params.yaml from a preset (a published setup, a dataset)")
+    preset = commands.add_parser("preset", help="set params.yaml to a preset (a published setup, a dataset), "
+                                                "changing only the keys that differ and keeping its comments")
     preset.add_argument("name", nargs="?", help="the preset; `default` restores the embedded default study")
     preset.add_argument("--set", dest="assignments", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="change a key on top of the preset, e.g. --set data.dataset=folder:/data/faces")
@@ -201,21 +202,53 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _preset_command(args: argparse.Namespace) -> int:
-    from study.presets import build_preset, preset_names, write_params
+    from study.presets import apply_params, build_preset, preset_names
 
     if args.list or not args.name:
         print("\n".join(["default"] + preset_names()))
         return 0
-    write_params(build_preset(args.name, args.assignments), args.output, " ".join([args.name, *(
+    existed = Path(args.output).is_file()
+    changed = apply_params(build_preset(args.name, args.assignments), args.output, " ".join([args.name, *(
         f"--set {a}" for a in args.assignments)]))
-    print(f"{args.output} written from preset {args.name}; run `dvc repro` to run the study", file=sys.stderr)
+    if not existed:
+        print(f"{args.output} written from preset {args.name}; run `dvc repro` to run the study", file=sys.stderr)
+    elif changed:
+        print(f"{args.output}: {', '.join(changed)} set from preset {args.name} (its comments and other keys kept); "
+              "run `dvc repro` to run the study", file=sys.stderr)
+    else:
+        print(f"{args.output} already holds preset {args.name}; nothing changed", file=sys.stderr)
     return 0
 
 
 def _worker_command(args: argparse.Namespace) -> int:
-    from study.workers import run_worker
+    """`study worker`: serve a study's searches, then its queued final runs, from another process or machine.
 
-    return run_worker(args.params, args.loss, args.serve, max_trials=args.trials, threads=args.threads)
+    It needs the study's checkout with the prepared data (`dvc repro prepare` or `dvc pull`) and the same
+    params.yaml (a worker whose data or params differ from a study's is refused its trials); a shared database
+    in search.storage lets it run on another machine.
+    """
+    from functools import partial
+
+    from study.config import load_params
+    from study.results import JOURNAL
+    from study.runs import serve_queued_runs
+    from study.search import serve_searches
+    from study.storage import storage_faults
+    from study.workers import serve_study
+
+    params = load_params(args.params)
+    if args.threads is not None:  # several workers on one machine share its cores
+        params = params.replace(train=params.train.replace(threads=args.threads))
+    unknown = sorted(set(args.loss or ()) - set(params.search.losses))
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)} not searched in {args.params}; search.losses is "
+                         f"{list(params.search.losses)}")
+    services = ([partial(serve_searches, losses=args.loss)] if args.serve in ("all", "search") else []) + (
+        [serve_queued_runs] if args.serve in ("all", "runs") else [])
+    root = Path(args.params).resolve().parent
+    with storage_faults(params.search, root / JOURNAL):  # one line naming the path or URL and the fix
+        serve_study(params, root, services, args.trials)
+    return 0
 
 
 def _bench_command(args: argparse.Namespace) -> int:

@@ -10,8 +10,9 @@ import math
 import re
 import typing
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Optional
+from typing import Annotated, Any, Callable, Literal, Optional, Union
 
+import yaml
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt,
                       StrictStr, ValidationError, field_validator, model_validator)
 from pydantic.fields import FieldInfo
@@ -34,13 +35,39 @@ Float = Annotated[float, Field(strict=True, allow_inf_nan=False),
 Text = Annotated[StrictStr, Field(min_length=1)]
 
 
+class _Quoted:
+    """A value as an error quotes it ({value} or {value!r}): cut short, since a pasted file can make one huge."""
+
+    LIMIT = 80
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __str__(self) -> str:
+        return self._cut(str(self.value))
+
+    def __repr__(self) -> str:
+        return self._cut(repr(self.value))
+
+    def _cut(self, text: str) -> str:
+        return text if len(text) <= self.LIMIT else f"{text[:self.LIMIT]}… ({len(text):,} characters)"
+
+
 def _check(test: Callable[[Any], bool], problem: str) -> AfterValidator:
     """A check of one value; `problem` (with {value} filled in) is its error and says what is accepted."""
     def check(value: Any) -> Any:
         if not test(value):
-            raise ValueError(problem.format(value=value))
+            raise ValueError(problem.format(value=_Quoted(value)))
         return value
     return AfterValidator(check)
+
+
+# What numpy (np.random.seed) and torch (torch.manual_seed) both take as a seed; numpy refuses anything else.
+SEED_LIMIT = 2**32
+# A seed of params.yaml: data.seed(s), train.seed, search.seed, runs.seeds, analysis.seed all use it.
+Seed = Annotated[Int, _check(lambda seed: 0 <= seed < SEED_LIMIT,
+                             "{value} is no seed: numpy and torch take whole numbers from 0 to 2**32 − 1 "
+                             f"({SEED_LIMIT - 1}); give one in that range")]
 
 
 def _invalid(key: str, problem: str) -> PydanticCustomError:
@@ -82,12 +109,21 @@ class DataConfig(ParamsModel):
         _check(lambda f: len(f) == 3 and min(f) > 0, "give three positive fractions for train, val, test"),
         _check(lambda f: abs(sum(f) - 1) < 1e-6, "must sum to 1, got {value}")] = (0.5, 0.25, 0.25)
     seed: Int = 0
+    # Several class splits, one study of the whole protocol each (split seeds): the analysis pairs by split and
+    # seed, and the verdict's interval carries split-to-split (and search-to-search) variance. null: `seed` alone.
+    seeds: Optional[Annotated[tuple[Int, ...], _check(lambda s: len(s) >= 1 and len(set(s)) == len(s),
+                                                      "give distinct split seeds, e.g. [0, 1, 2]")]] = None
     image_size: Optional[Int] = Field(None, ge=8)
     cache_dir: Optional[Text] = None
     # Used instead of `dataset` when that cannot be had (e.g. offline); the manifest and report say so.
     fallback: Optional[Text] = None
     # Keep only this many of the source's classes (a seeded choice, nested across counts); null keeps all.
     classes: Optional[Int] = Field(None, ge=2)
+
+
+    def split_seeds(self) -> tuple[int, ...]:
+        """The class splits the study runs: `seeds`, or `seed` alone."""
+        return tuple(self.seeds) if self.seeds is not None else (self.seed,)
 
 
 class ModelConfig(ParamsModel):
@@ -106,7 +142,7 @@ class TrainConfig(ParamsModel):
     optimizer: Literal["adam", "adamw", "sgd"] = "adam"
     lr: Float = Field(3e-3, gt=0)
     weight_decay: Float = Field(0.0, ge=0)
-    momentum: Float = 0.9
+    momentum: Float = Field(0.9, ge=0, lt=1)  # SGD's: at 1 or more a step's velocity never decays
     schedule: Literal["constant", "cosine"] = "cosine"
     max_iterations: Optional[Int] = Field(None, ge=1)
     eval_every: Int = Field(10, ge=1)
@@ -121,7 +157,7 @@ class TrainConfig(ParamsModel):
     # one per core, up to 4, on a CPU. Neither knob changes what a run means (see study/workers.py).
     parallel: Annotated[Any, _check(lambda v: v == "auto" or (type(v) is int and v >= 1),
                         "{value!r} runs at once: give auto or a whole number of at least 1")] = "auto"
-    seed: Int = 0  # a single `study train` run's seed; search trials and final runs derive or list their own
+    seed: Seed = 0  # a single `study train` run's seed; search trials and final runs derive or list their own
     objective: Literal["accuracy", "knn_accuracy", "precision_at_1", "r_precision", "map_at_r"] = "map_at_r"
 
 
@@ -172,13 +208,20 @@ def _storage_location(location: str) -> str:
 
 
 TUNABLE_LOSSES = ("arcface", "cosface", "normface", "sphereface")
+MAX_GRID_POINTS = 1000
+# CosFace's target logit is s·(cos θ − m), and a cosine is at most 1.
+COSFACE_MAX_M = 1.0
+COSFACE_MARGIN_PROBLEM = ("CosFace subtracts m from a cosine, which is at most 1: beyond m = 1 the target logit stays "
+                          "negative even at θ = 0, and from m = 2 it lies below every other class's, so training "
+                          "learns nothing")
 HYPERPARAMETER_FREE_LOSSES = ("fixed_adacos", "dynamic_adacos", "softmax")
 
 
 class SearchConfig(ParamsModel):
     """The Optuna search over (s, m) for each tunable loss."""
 
-    losses: tuple[Text, ...] = ("arcface",)
+    losses: Annotated[tuple[Text, ...], _check(len, "give at least one loss to search, e.g. [arcface]; the "
+                                                     "study's question is what searching one buys")] = ("arcface",)
     n_trials: Int = Field(32, ge=1)
     max_failed_trials: Int = Field(32, ge=0)
     # Random search by default: its trials are independent draws, for which the tuning-cost curve is exact.
@@ -187,7 +230,7 @@ class SearchConfig(ParamsModel):
     # sampler such as TPE is the mean over them; for independent samplers their trials are pooled.
     repeats: Int = Field(1, ge=1)
     pruner: Literal["none", "median", "hyperband"] = "none"
-    seed: Int = 0
+    seed: Seed = 0
     storage: Optional[Annotated[Text, AfterValidator(_storage_location)]] = None
     # How often workers sharing a database say they are alive; one silent for 3 beats is dead, its trial retried.
     heartbeat_seconds: Int = Field(30, ge=1)
@@ -197,7 +240,8 @@ class SearchConfig(ParamsModel):
     m_range: dict[str, Annotated[tuple[Float, ...], _check(lambda r: len(r) == 2 and 0 <= r[0] <= r[1],
                                                            "give [low, high] with 0 ≤ low ≤ high")]] = Field(
         default_factory=lambda: {"arcface": (0.0, 1.0), "cosface": (0.0, 0.7), "sphereface": (1.0, 4.0)})
-    grid_points: Int = Field(5, ge=2)
+    # Optuna's grid sampler lists every (s, m) point at once: 1000 a side is a million points, 100 MB per worker.
+    grid_points: Int = Field(5, ge=2, le=MAX_GRID_POINTS)
 
     @model_validator(mode="after")
     def _searchable(self) -> Self:
@@ -209,6 +253,9 @@ class SearchConfig(ParamsModel):
             raise _invalid("losses", "lists a loss twice")
         if self.m_range.get("arcface", (0, 0))[1] >= math.pi:
             raise _invalid("m_range.arcface", "must stay below π radians")
+        if self.m_range.get("cosface", (0, 0))[1] > COSFACE_MAX_M:
+            raise _invalid("m_range.cosface", COSFACE_MARGIN_PROBLEM + "; give [low, high] with high ≤ 1 (the CosFace "
+                           "paper's best m is 0.35)")
         if self.m_range.get("sphereface", (1, 1))[0] < 1:  # cos(mθ) with m < 1 eases the target: no margin
             raise _invalid("m_range.sphereface", "SphereFace multiplies the angle by m: give [low, high], 1 ≤ low")
         for loss in self.losses:
@@ -250,7 +297,7 @@ class FixedRun(ParamsModel):
 class RunsConfig(ParamsModel):
     """The final runs at several seeds: the methods below, and each searched loss at its best trial's (s, m)."""
 
-    seeds: Annotated[tuple[Int, ...], _check(lambda s: s and len(set(s)) == len(s),
+    seeds: Annotated[tuple[Seed, ...], _check(lambda s: s and len(set(s)) == len(s),
                                              "give at least one seed, each once")] = tuple(range(10))
     # Hyperparameter-free losses and names of `fixed` runs; `fixed_adacos` is the reference of every comparison.
     methods: tuple[Text, ...] = HYPERPARAMETER_FREE_LOSSES + ("arcface_default",)
@@ -285,6 +332,24 @@ class RunsConfig(ParamsModel):
 METRIC_KINDS = ("accuracy", "retrieval", "verification")
 
 
+_RELATIVE_MARGIN = re.compile(r"(\d+\.?\d*|\.\d+)\s*(sd|%)")
+
+
+def relative_margin(text: str) -> tuple[float, str]:
+    """A relative equivalence margin as (value, unit): "0.5sd" → (0.5, "sd"), "5%" → (5.0, "%")."""
+    match = _RELATIVE_MARGIN.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"{text!r} is not a relative margin such as 0.5sd or 5%")
+    return float(match.group(1)), match.group(2)
+
+
+def _valid_margin(margin: float | str) -> bool:
+    if isinstance(margin, str):
+        match = _RELATIVE_MARGIN.fullmatch(margin.strip())
+        return match is not None and 0 < float(match.group(1)) and (match.group(2) == "sd" or float(match.group(1)) < 100)
+    return 0 < margin < 1
+
+
 class AnalysisConfig(ParamsModel):
     """Confidence levels, bootstrap size, the tuning-cost estimator, equivalence margins and convergence targets."""
 
@@ -296,10 +361,13 @@ class AnalysisConfig(ParamsModel):
     # Order statistics of n trials drawn without replacement from the N run (unbiased for n ≤ N; Tang et al.
     # 2020) or with replacement (Dodge et al. 2019, biased): the pooled tuning curve of independent samplers.
     estimator: Literal["without_replacement", "with_replacement"] = "without_replacement"
-    # Differences smaller than these (absolute, per metric kind) count as practically none: two one-sided
-    # tests (TOST) then call two methods equivalent.
+    # Differences smaller than these (per metric kind) count as practically none: two one-sided tests (TOST) then
+    # call two methods equivalent, and a significant difference must reach it to count. Absolute (0.01), or relative
+    # to Fixed AdaCos's seed-to-seed sd ("0.5sd") or to its remaining error ("5%" of 1 − mean; of the mean for EER).
     equivalence_margin: Annotated[
-        dict[str, Annotated[Float, _check(lambda m: 0 < m < 1, "must lie in (0, 1)")]],
+        dict[str, Annotated[Union[Float, StrictStr], _check(_valid_margin, "must be an absolute difference in (0, 1), "
+                                                             "a multiple of the seed sd such as 0.5sd, or a share of "
+                                                             "the remaining error such as 5%")]],
         _check(lambda m: set(m) == set(METRIC_KINDS),
                f"give one margin for each metric kind: {', '.join(METRIC_KINDS)}"),
     ] = Field(default_factory=lambda: {"accuracy": 0.005, "retrieval": 0.01, "verification": 0.01})
@@ -334,6 +402,11 @@ class StudyParams(ParamsModel):
     def _empty_section(cls, values: Any) -> Any:
         return {} if values is None else values  # `train:` with nothing under it: all defaults
 
+    def for_split(self, split: int) -> Self:
+        """The params of one class split's study: data.seed set to it, data.seeds cleared (what its stages and study
+        names see)."""
+        return self.replace(data=self.data.replace(seed=split, seeds=None))
+
     @model_validator(mode="after")
     def _objective_fits_protocol(self) -> Self:
         if self.data.protocol == "open" and self.train.objective in ("accuracy", "knn_accuracy"):
@@ -342,21 +415,123 @@ class StudyParams(ParamsModel):
                            "precision_at_1, or set data.protocol: closed")
         return self
 
+    @model_validator(mode="after")
+    def _cosface_margins_can_learn(self) -> Self:
+        if self.report.reproduce is not None:  # a published setup is reproduced as it was, margin and all
+            return self
+        for name, run in self.runs.fixed.items():
+            margin = run.hyperparameters().get("m", 0)
+            if run.loss == "cosface" and margin > COSFACE_MAX_M:
+                raise _invalid(f"runs.fixed.{name}.m", f"{margin:g}: {COSFACE_MARGIN_PROBLEM}; give m in [0, 1] (the "
+                               "CosFace paper's is 0.35), or set report.reproduce to the published setup that used it")
+        return self
+
+
+# A study's params take a few KB and nest four deep (runs.fixed.<name>.m): far more is no params file.
+MAX_PARAMS_BYTES = 1 << 20
+MAX_PARAMS_DEPTH = 8
+_PLAIN_INTEGER = re.compile(r"[-+]?(0|[1-9][0-9]*)")
+_PLAIN_BOOLEAN = ("true", "True", "TRUE", "false", "False", "FALSE")
+
+
+class NotPlainData(ValueError):
+    """YAML that is valid but not plain data: its line and the problem."""
+
+    def __init__(self, mark: Any, problem: str) -> None:
+        super().__init__(f"line {mark.line + 1}: {problem}")
+
+
+class _PlainDataLoader(yaml.SafeLoader):
+    """YAML read as plain data: no aliases, no deep nesting, no key twice, and none of the YAML 1.1 readings that
+    YAML 1.2 (DVC's reader) disagrees with, such as 010 (8), 0x10 (16), 1:30 (90) or on (true)."""
+
+    depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        mark = self.peek_event().start_mark
+        if self.check_event(yaml.AliasEvent):  # an alias bomb expands a few lines into gigabytes
+            raise NotPlainData(mark, "an alias (*name) repeats another part of the file; write the value out where "
+                                     "it is used")
+        if self.depth >= MAX_PARAMS_DEPTH:  # deeper composing recurses until Python's stack gives out
+            raise NotPlainData(mark, f"nests deeper than {MAX_PARAMS_DEPTH} levels, and params nest at most four "
+                                     "(runs.fixed.<name>.m); remove the extra brackets or indentation")
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict:
+        seen = set()
+        for key, _ in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.value in seen:  # YAML readers keep the last silently
+                raise NotPlainData(key.start_mark, f"the key {_Quoted(key.value)} appears twice in one mapping; "
+                                                   "keep one of them")
+            seen.add(getattr(key, "value", None))
+        return super().construct_mapping(node, deep)
+
+    def construct_plain_integer(self, node: Any) -> int:
+        value = self.construct_yaml_int(node)
+        if not _PLAIN_INTEGER.fullmatch(node.value):
+            raise NotPlainData(node.start_mark, f"{_Quoted(node.value)} is no plain decimal number: YAML 1.1 reads "
+                               f"it as {value} (octal, hexadecimal, binary or base 60), YAML 1.2, which DVC reads, "
+                               f"not always alike; write {value} if that is what you mean, or quote it if it is text")
+        return value
+
+    def construct_plain_float(self, node: Any) -> float:
+        value = self.construct_yaml_float(node)
+        if ":" in node.value or "_" in node.value:
+            raise NotPlainData(node.start_mark, f"{_Quoted(node.value)} is no plain decimal number: YAML 1.1 reads "
+                               f"it as {value} (base 60, or digits with _), YAML 1.2, which DVC reads, as text; write "
+                               f"{value} if that is what you mean, or quote it if it is text")
+        return value
+
+    def construct_plain_boolean(self, node: Any) -> bool:
+        value = self.construct_yaml_bool(node)
+        if node.value not in _PLAIN_BOOLEAN:
+            raise NotPlainData(node.start_mark, f"{_Quoted(node.value)} reads as {str(value).lower()} in YAML 1.1 "
+                               "but as text in YAML 1.2, which DVC reads; write true or false, or quote it if it "
+                               "is text")
+        return value
+
+
+_PlainDataLoader.add_constructor("tag:yaml.org,2002:int", _PlainDataLoader.construct_plain_integer)
+_PlainDataLoader.add_constructor("tag:yaml.org,2002:float", _PlainDataLoader.construct_plain_float)
+_PlainDataLoader.add_constructor("tag:yaml.org,2002:bool", _PlainDataLoader.construct_plain_boolean)
+
+
+def read_plain_yaml(path: str) -> Any:
+    """The plain data of a YAML file; a ConfigError says what in it is not plain data, where, and the fix."""
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} not found; run from the study's folder or pass the params file") from None
+    if len(raw) > MAX_PARAMS_BYTES:
+        raise ConfigError(f"{path} holds {len(raw):,} bytes, and a study's params take a few thousand; is it the "
+                          "right file?")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw[:error.start].count(b"\n") + 1
+        raise ConfigError(f"{path} is not UTF-8 text: byte 0x{raw[error.start]:02x} on line {line} is not UTF-8; "
+                          "save the file as UTF-8") from None
+    try:
+        return yaml.load(text, Loader=_PlainDataLoader)
+    except NotPlainData as error:
+        raise ConfigError(f"{path} is not plain data, {error}") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path} is not valid YAML: {error}") from None
+
 
 def load_params(path: str = "params.yaml") -> StudyParams:
     """params.yaml read and validated."""
-    import yaml
-
-    try:
-        with open(path, encoding="utf-8") as handle:
-            values = yaml.safe_load(handle) or {}
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path} not found; run from the study's folder or pass the params file") from None
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{path} is not valid YAML: {error}") from None
+    values = read_plain_yaml(path)
+    if values is None:  # an empty file would otherwise run the default study, unasked
+        raise ConfigError(f"{path} is empty; write the study's params there (`study preset default` writes the "
+                          "default study)")
     if not isinstance(values, dict):
         sections = ", ".join(StudyParams.model_fields)
-        raise ConfigError(f"{path} must be a mapping of sections ({sections}), got {values!r}")
+        raise ConfigError(f"{path} must be a mapping of sections ({sections}), got {_Quoted(values)!r}")
     return StudyParams.from_dict(values)
 
 
@@ -384,7 +559,8 @@ def _problem(error: ErrorDetails, model: type[ParamsModel], where: str) -> str:
         return f"unknown section {loc[0]!r}; the sections are: {', '.join(StudyParams.model_fields)}"
     declared, field = _declared(model, loc[:-1] if kind == "extra_forbidden" else loc)
     return _PROBLEMS.get(kind, "{key}: {msg}").format(
-        **ctx, key=_key(where, loc) or "params", parent=_key(where, loc[:-1]) or "params", input=error.get("input"),
+        **ctx, key=_key(where, loc) or "params", parent=_key(where, loc[:-1]) or "params",
+        input=_Quoted(error.get("input")),
         msg=error["msg"], keys=", ".join(getattr(declared, "model_fields", ())),
         choices=ctx.get("expected", "").replace(" or ", ", "),  # pydantic writes 'a', 'b' or 'c'
         bounds=_bounds(field) if field else error["msg"])

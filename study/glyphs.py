@@ -209,18 +209,36 @@ def _character_table() -> tuple[tuple[int, tuple[int, ...]], ...]:
     return tuple(table)
 
 
-def max_glyph_classes() -> int:
-    """How many classes the glyphs source can give on this install."""
-    return len(_character_table())
+def max_glyph_classes(cache_dir: str | os.PathLike | None = None) -> int:
+    """How many classes the glyphs source can give on this install, kept under `cache_dir` when given (building the
+    character table takes seconds, and validation asks at every params change)."""
+    if cache_dir is None:
+        return len(_character_table())
+    path = Path(cache_dir).expanduser() / "glyphs" / f"classes-v{GENERATOR_VERSION}-{_fingerprint()}.txt"
+    try:
+        return int(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # not counted yet, or a damaged file: count again
+        count = len(_character_table())
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes(str(count).encode(), path)
+    except OSError:  # a read-only cache only makes the next count slow
+        pass
+    return count
+
+
+def check_glyph_classes(num_classes: int, available: int) -> None:
+    """A ValueError when `num_classes` is more than the `available` characters of this install."""
+    if num_classes > available:
+        raise ValueError(f"glyphs has at most {available} classes on this install (characters drawn "
+                         f"by at least {MIN_FACES_PER_CHARACTER} of matplotlib's font faces), "
+                         f"{num_classes} were asked for; ask for at most {available}")
 
 
 def glyph_code_points(num_classes: int) -> list[int]:
     """The code points of classes 0..num_classes-1."""
     table = _character_table()
-    if num_classes > len(table):
-        raise ValueError(f"glyphs has at most {len(table)} classes on this install (characters drawn "
-                         f"by at least {MIN_FACES_PER_CHARACTER} of matplotlib's font faces), "
-                         f"{num_classes} were asked for")
+    check_glyph_classes(num_classes, len(table))
     return [code_point for code_point, _ in table[:num_classes]]
 
 

@@ -1,12 +1,15 @@
 """Where the stages meet: the result folders, their table schemas, and atomic writers.
 
-prepare   → data/prepared/{train,val,test}.pt, manifest.json
-search    → results/search/<loss>/trials.csv (one row per trial), history.csv (one row per evaluation of a trial),
-            best.json
-runs      → results/runs/<method>/runs.csv (one row per seed), history.csv (one row per evaluation), seed<k>.pt
+Each class split (data.seeds; data.seed alone by default) has a folder split<seed> of its own in each of these:
+prepare   → data/prepared/split<seed>/{train,val,test}.pt, manifest.json
+search    → results/search/<loss>/split<seed>/trials.csv (one row per trial), history.csv (one row per evaluation of
+            a trial), best.json
+runs      → results/runs/<method>/split<seed>/runs.csv (one row per seed), history.csv (one row per evaluation),
+            seed<k>.pt
 The trials of both live in the Optuna storage (study/storage.py): by default results/trials/journal.log, with the
 runs' checkpoints under results/trials/checkpoints/, kept across stage runs and outside DVC's outputs.
-evaluate  → results/evaluation/runs.csv (runs.csv plus test_<metric> columns), history.csv (all runs' curves)
+evaluate  → results/evaluation/runs.csv (every split's runs.csv with a split column and test_<metric> columns),
+            history.csv (all runs' curves, with a split column)
 report    → reports/report.md, report.html, metrics.json, figures/*.png, tables/*.csv
 """
 
@@ -30,6 +33,26 @@ CHECKPOINT_STORE = TRIALS_DIR / "checkpoints"
 
 RUN_COLUMNS = ["method", "loss", "s", "m", "seed", "status", "reason", "seconds", "device", "iterations",
                "objective", "val_score", "checkpoint"]
+
+
+def split_folder(split: int) -> str:
+    """The folder of one class split's files inside each result folder."""
+    return f"split{split}"
+
+
+def prepared_dir(split: int) -> Path:
+    """Where the prepare stage writes one class split."""
+    return PREPARED_DIR / split_folder(split)
+
+
+def search_dir(loss: str, split: int) -> Path:
+    """Where a loss's search on one class split writes its tables."""
+    return SEARCH_DIR / loss / split_folder(split)
+
+
+def runs_dir(method: str, split: int) -> Path:
+    """Where a method's final runs on one class split are written."""
+    return RUNS_DIR / method / split_folder(split)
 
 
 def tuned_method(loss: str) -> str:

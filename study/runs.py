@@ -5,6 +5,10 @@ database, on others); an interrupted stage keeps its finished seeds and trains o
 ones; the stage then collects every seed's row, learning curve and checkpoint. A run's study is
 named after everything that gives it its meaning (data, model, training, loss and its values), so
 a changed param starts fresh runs instead of mixing them with old ones.
+
+The storage is the truth about which seeds are done: a done seed whose checkpoint is missing or no
+longer matches the SHA-256 the storage recorded is marked lost in the study and trained again.
+`serve_queued_runs` is what a worker serves of the final runs (study/workers.py).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
+from functools import partial
 from pathlib import Path
 
 import optuna
@@ -20,47 +25,84 @@ from optuna.trial import FrozenTrial, TrialState
 
 from study.config import StudyParams
 from study.data import ImageSet
-from study.results import CHECKPOINT_STORE, RUN_COLUMNS, write_bytes
-from study.search import digest, run_meaning
+from study.results import CHECKPOINT_STORE, RUN_COLUMNS, is_tuned, write_bytes
+from study.storage import create_or_load, load_history, save_history, set_missing_user_attrs, storage_url
 from study.training import save_checkpoint, train
-from study.workers import Budget, serve
+from study.workers import Budget, digest, run_meaning, serve, study_identity
 
 KIND = "runs"
+# The study's record of done trials whose checkpoint was lost: {trial number: what was found}.
+LOST = "lost_checkpoints"
 
 
 def runs_study_name(method: str, loss: str, hyperparameters: dict, params: StudyParams) -> str:
     """The study of `method`'s runs: its name, plus a hash of the data, model, training, loss and values."""
-    return f"{KIND}-{method}-{digest({**run_meaning(params), 'loss': loss, 'hyperparameters': hyperparameters})}"
+    return f"{KIND}-{method}-{digest(runs_meaning(loss, hyperparameters, params))}"
 
 
-def _is_done(trial: FrozenTrial) -> bool:
-    # A diverged run is a result (recorded as such); an interrupted or refused one is not.
-    return trial.state == TrialState.COMPLETE or (trial.state == TrialState.FAIL
-                                                  and trial.user_attrs.get("status") == "diverged")
+def runs_meaning(loss: str, hyperparameters: dict, params: StudyParams) -> dict:
+    """What gives a final run its meaning: data, model, training, the loss and its values."""
+    return {**run_meaning(params), "loss": loss, "hyperparameters": hyperparameters}
 
 
-def open_runs(method: str, loss: str, hyperparameters: dict, params: StudyParams, storage) -> optuna.Study:
-    """The runs study of `method`, with a trial queued for every seed of runs.seeds that has none done or under way."""
-    study = optuna.create_study(study_name=runs_study_name(method, loss, hyperparameters, params), storage=storage,
-                                direction="maximize", load_if_exists=True)
-    for key, value in {"kind": KIND, "method": method, "loss": loss, "hyperparameters": hyperparameters}.items():
-        study.set_user_attr(key, value)
-    present = {t.user_attrs.get("seed") for t in study.get_trials(deepcopy=False)
-               if _is_done(t) or t.state in (TrialState.RUNNING, TrialState.WAITING)}
+def lost_trials(study: optuna.Study) -> set[int]:
+    """The numbers of the study's done trials whose checkpoint was found lost (their seeds are trained again)."""
+    return {int(number) for number in study.user_attrs.get(LOST, {})}
+
+
+def _is_done(trial: FrozenTrial, lost=frozenset()) -> bool:
+    # A diverged run is a result (recorded as such); an interrupted or refused one is not, nor a lost checkpoint's.
+    return trial.number not in lost and (trial.state == TrialState.COMPLETE or (
+        trial.state == TrialState.FAIL and trial.user_attrs.get("status") == "diverged"))
+
+
+def open_runs(method: str, loss: str, hyperparameters: dict, params: StudyParams, storage,
+              root: str | Path = ".") -> optuna.Study:
+    """The runs study of `method`, with a trial queued for every seed of runs.seeds that has none done or under way
+    (a done seed whose checkpoint under `root` is lost counts as none: see `retire_lost_checkpoints`)."""
+    study = create_or_load(runs_study_name(method, loss, hyperparameters, params), storage, params.train.objective)
+    set_missing_user_attrs(study, {"kind": KIND, "method": method, "loss": loss, "hyperparameters": hyperparameters})
+    retire_lost_checkpoints(study, root)
+    lost = lost_trials(study)
+    trials = study.get_trials(deepcopy=False)
+    done = {t.user_attrs.get("seed") for t in trials if _is_done(t, lost)}
+    present = done | {t.user_attrs.get("seed") for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)}
     for seed in params.runs.seeds:
         if seed not in present:
             study.enqueue_trial({}, user_attrs={"seed": seed})
+    print(f"{study.study_name}: {len(done & set(params.runs.seeds))} of {len(params.runs.seeds)} seeds done",
+          flush=True)
     return study
 
 
-class SeedQueue(Budget):
-    """Every seed of `seeds` done once: workers take the queued trials, and no seed is trained twice."""
+def retire_lost_checkpoints(study: optuna.Study, root: str | Path = ".") -> list[int]:
+    """Mark lost every done seed whose checkpoint is neither under `root` nor in the storage with the SHA-256 the
+    storage recorded, so that it is trained again; returns those seeds. The storage is the truth: a checkpoint
+    deleted or changed after its run finished is no result."""
+    lost, found, seeds = lost_trials(study), {}, []
+    for trial in study.get_trials(deepcopy=False):
+        if not _is_done(trial, lost) or trial.user_attrs.get("status") == "diverged":
+            continue
+        state = checkpoint_problem(trial, study.study_name, Path(root))
+        if state:
+            found[str(trial.number)] = state
+            seeds.append(trial.user_attrs["seed"])
+            print(f"{study.study_name} seed {seeds[-1]}: its checkpoint {state}; the seed is trained again",
+                  flush=True)
+    if found:
+        study.set_user_attr(LOST, {**study.user_attrs.get(LOST, {}), **found})
+    return seeds
 
-    def __init__(self, seeds):
-        self.seeds = set(seeds)
+
+class SeedQueue(Budget):
+    """Every seed of `seeds` done once: workers take the queued trials, and no seed is trained twice; the trials
+    numbered in `lost` (their checkpoint is lost) do not count as done."""
+
+    def __init__(self, seeds, lost=frozenset()):
+        self.seeds, self.lost = set(seeds), frozenset(lost)
 
     def met(self, trials):
-        return self.seeds <= {t.user_attrs.get("seed") for t in trials if _is_done(t)}
+        return self.seeds <= {t.user_attrs.get("seed") for t in trials if _is_done(t, self.lost)}
 
     def may_start(self, trials):
         return any(t.state == TrialState.WAITING for t in trials)
@@ -69,7 +111,7 @@ class SeedQueue(Budget):
         seed = next(t.user_attrs.get("seed") for t in trials if t.number == number)
         for other in trials:
             if other.number != number and other.user_attrs.get("seed") == seed and (
-                    _is_done(other) or (other.state == TrialState.RUNNING and other.number < number)):
+                    _is_done(other, self.lost) or (other.state == TrialState.RUNNING and other.number < number)):
                 return f"seed {seed} was already trained, or is being trained by {other.user_attrs.get('worker')}"
         return ""
 
@@ -90,8 +132,9 @@ def run_objective(study: optuna.Study, params: StudyParams, sets: dict[str, Imag
         result = train(sets, loss_name=loss, hyperparameters=hyperparameters, model_config=params.model,
                        config=params.train.replace(seed=seed), image_size=params.data.image_size)
         score = result.final.get(objective, math.nan)
+        save_history(study, trial, result.history)
         attrs = {"status": result.status, "reason": result.reason, "seconds": result.seconds, "device": result.device,
-                 "iterations": result.iterations, "val_score": score, "history": result.history}
+                 "iterations": result.iterations, "val_score": score}
         if result.status != "diverged":
             path = Path(root) / CHECKPOINT_STORE / study.study_name / f"seed{seed}.pt"
             save_checkpoint(result, path, loss=loss, hyperparameters=hyperparameters)
@@ -110,25 +153,43 @@ def run_objective(study: optuna.Study, params: StudyParams, sets: dict[str, Imag
 
 def serve_runs(study: optuna.Study, params: StudyParams, sets: dict[str, ImageSet], seeds=None,
                root: str | Path = ".", ship_checkpoints: bool = False, max_trials: int | None = None) -> int:
-    """Train queued seeds of `study` until each of `seeds` (default runs.seeds) is done, by this or other workers."""
+    """Train queued seeds of `study` until each of `seeds` (default runs.seeds) is done, by this or other workers,
+    each taken only while this process's data and params are the study's own (see study/workers.py)."""
+    identity = study_identity(runs_meaning(study.user_attrs["loss"], study.user_attrs["hyperparameters"], params), sets)
     return serve(study, run_objective(study, params, sets, root, ship_checkpoints),
-                 SeedQueue(params.runs.seeds if seeds is None else seeds), max_trials=max_trials)
+                 SeedQueue(params.runs.seeds if seeds is None else seeds, lost_trials(study)), max_trials=max_trials,
+                 identity=identity)
 
 
-def _checkpoint(trial: FrozenTrial, study_name: str, root: Path) -> bytes:
-    """The trial's checkpoint from this machine's store, or from the trial itself; its hash is checked either way."""
-    expected = trial.user_attrs["checkpoint_sha256"]
+def _checkpoint_candidates(trial: FrozenTrial, study_name: str, root: Path) -> tuple[Path, bytes | None, bytes | None]:
     local = root / CHECKPOINT_STORE / study_name / f"seed{trial.user_attrs['seed']}.pt"
-    if local.is_file() and hashlib.sha256(data := local.read_bytes()).hexdigest() == expected:
-        return data
-    if "checkpoint_bytes" in trial.user_attrs:
-        data = base64.b64decode(trial.user_attrs["checkpoint_bytes"])
-        if hashlib.sha256(data).hexdigest() == expected:
+    shipped = trial.user_attrs.get("checkpoint_bytes")
+    return local, local.read_bytes() if local.is_file() else None, base64.b64decode(shipped) if shipped else None
+
+
+def checkpoint_problem(trial: FrozenTrial, study_name: str, root: Path) -> str:
+    """What is wrong with a done trial's checkpoint, found where the storage says it is ('' when it is whole)."""
+    expected = trial.user_attrs.get("checkpoint_sha256")
+    local, stored, shipped = _checkpoint_candidates(trial, study_name, root)
+    if any(data is not None and hashlib.sha256(data).hexdigest() == expected for data in (stored, shipped)):
+        return ""
+    if stored is not None:
+        return (f"at {local} does not match the SHA-256 the storage recorded when its run finished (the file was "
+                "changed since)")
+    return f"is missing: not at {local}" + (", and the copy in the database does not match its SHA-256" if shipped
+                                           else "")
+
+
+def _checkpoint(trial: FrozenTrial, study_name: str, root: Path, stage: str) -> bytes:
+    """The trial's checkpoint from this machine's store, or from the trial itself; its hash is checked either way."""
+    local, stored, shipped = _checkpoint_candidates(trial, study_name, root)
+    for data in (stored, shipped):
+        if data is not None and hashlib.sha256(data).hexdigest() == trial.user_attrs["checkpoint_sha256"]:
             return data
     raise FileNotFoundError(
         f"the checkpoint of {study_name} seed {trial.user_attrs['seed']} (trained by {trial.user_attrs.get('worker')}) "
-        f"is not at {local} and not in the database; run the stage where that worker ran, or rerun the seed "
-        "with `dvc repro --force` on the stage")
+        f"{checkpoint_problem(trial, study_name, root)}; run the stage again (dvc repro --force {stage}): it marks "
+        "the seed lost in the storage and trains it again")
 
 
 def collect_runs(study: optuna.Study, params: StudyParams, out_dir: str | Path, root: str | Path = ".",
@@ -137,9 +198,10 @@ def collect_runs(study: optuna.Study, params: StudyParams, out_dir: str | Path, 
     out_dir, root = Path(out_dir), Path(root)
     method, loss = study.user_attrs["method"], study.user_attrs["loss"]
     hyperparameters = study.user_attrs["hyperparameters"]
-    done = {}
+    stage = f"tuned@{loss}" if is_tuned(method) else f"runs@{method}"
+    done, lost = {}, lost_trials(study)
     for trial in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
-        if _is_done(trial):
+        if _is_done(trial, lost):
             done.setdefault(trial.user_attrs["seed"], trial)
     missing = [seed for seed in params.runs.seeds if seed not in done]
     if missing:
@@ -150,13 +212,13 @@ def collect_runs(study: optuna.Study, params: StudyParams, out_dir: str | Path, 
         checkpoint = ""
         if attrs["status"] != "diverged":
             checkpoint = str(out_dir / f"seed{seed}.pt")
-            write_bytes(_checkpoint(done[seed], study.study_name, root), checkpoint)
+            write_bytes(_checkpoint(done[seed], study.study_name, root, stage), checkpoint)
         rows.append({"method": method, "loss": loss, "s": hyperparameters.get("s", math.nan),
                      "m": hyperparameters.get("m", math.nan), "seed": seed, "status": attrs["status"],
                      "reason": attrs["reason"], "seconds": attrs["seconds"], "device": attrs["device"],
                      "iterations": attrs["iterations"], "objective": params.train.objective,
                      "val_score": attrs["val_score"], "checkpoint": checkpoint})
-        histories.append(pd.DataFrame(attrs["history"]).assign(method=method, seed=seed))
+        histories.append(pd.DataFrame(load_history(study, done[seed])).assign(method=method, seed=seed))
     history = pd.concat(histories, ignore_index=True)
     history = history[["method", "seed"] + [c for c in history.columns if c not in ("method", "seed")]]
     return pd.DataFrame(rows, columns=RUN_COLUMNS), history
@@ -180,3 +242,17 @@ def join_runs(params: StudyParams, storage, sets: dict[str, ImageSet], root: str
             trained += serve_runs(study, params, sets, {t.user_attrs.get("seed") for t in trials}, root,
                                   ship_checkpoints, None if max_trials is None else max_trials - trained)
     return trained
+
+
+def serve_queued_runs(params: StudyParams, storage, sets: dict[str, ImageSet], root: Path,
+                      max_trials: int | None = None, only: str | None = None) -> None:
+    """What a worker serves of the final runs (study/workers.py `serve_study`): the queued seeds of every runs study
+    of these params, or only of the study named `only`."""
+    trained = join_runs(params, storage, sets, root, ship_checkpoints=storage_url(params.search) is not None,
+                        max_trials=max_trials, only=only)
+    print(f"{trained} final run(s) trained by this worker", flush=True)
+
+
+def packed_service(study: optuna.Study):
+    """What the workers packed beside a runs stage serve: `study`'s queued seeds only."""
+    return partial(serve_queued_runs, only=study.study_name)

@@ -4,13 +4,15 @@ The objective is small: it turns a trial's suggestions into one training run and
 val score. Training sees Optuna only through the "report and maybe stop" callback. Each trial
 is an independent draw of what a user does: it trains at its own seed and, once trained, is
 also scored on test — recorded for the tuning-cost analysis, never used to choose anything.
+A search's study is named `<loss>-<digest>` (final runs' are `runs-<method>-<digest>`), its objective
+named after the metric; a trial's training history is kept beside the storage (study/storage.py),
+out of `optuna trials`. `serve_searches` is what a worker serves of a search (study/workers.py).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -20,10 +22,13 @@ from optuna.trial import TrialState
 
 from study.config import SearchConfig, StudyParams
 from study.data import ImageSet
+from study.storage import create_or_load, first_attempt, load_history, save_history, set_missing_user_attrs
 from study.training import evaluate, planned_iterations, resolve_device, train
-from study.workers import INTERRUPTED, RUNNING, TrialCount, first_attempt, packed, serve
+from study.workers import (IDENTITY, INTERRUPTED, RUNNING, NotTheSameStudy, TrialCount, differences, digest, packed,
+                           run_meaning, serve, study_identity)
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+KIND = "search"
 # Tags the seed streams of this module, so that trial seeds and sampler seeds never coincide.
 _TRIAL_SEED_STREAM, _SAMPLER_SEED_STREAM = 1, 2
 
@@ -35,23 +40,16 @@ def study_name(loss: str, params: StudyParams, repeat: int = 0) -> str:
     `repeats` resumes the same studies, while a change of data, model, training or search space starts
     fresh ones instead of mixing trials.
     """
+    return f"{loss}-{digest(search_meaning(loss, params))}" + (f"-r{repeat}" if repeat else "")
+
+
+def search_meaning(loss: str, params: StudyParams) -> dict:
+    """What gives a trial of `loss`'s search its meaning: data, model, training and this loss's search space."""
     search = params.search.to_dict()
     excluded = ("n_trials", "max_failed_trials", "storage", "heartbeat_seconds", "losses", "repeats")
     space = {k: v for k, v in search.items() if k not in excluded}
     space["m_range"] = search["m_range"].get(loss)  # only this loss's range: adding another loss's keeps its studies
-    return f"{loss}-{digest({**run_meaning(params), 'search': space, 'loss': loss})}" + (f"-r{repeat}" if repeat else "")
-
-
-def run_meaning(params: StudyParams) -> dict:
-    """What a training run's result depends on: data, model and training, without how many runs and threads share the
-    device (speed: on a CPU a change of threads moves scores by float rounding only)."""
-    return {"data": params.data.to_dict(), "model": params.model.to_dict(),
-            "train": {k: v for k, v in params.train.to_dict().items() if k not in ("threads", "parallel")}}
-
-
-def digest(meaning: dict) -> str:
-    """Ten hex digits that name `meaning`: equal meanings, equal digests."""
-    return hashlib.sha256(json.dumps(meaning, sort_keys=True, default=list).encode()).hexdigest()[:10]
+    return {**run_meaning(params), "search": space, "loss": loss}
 
 
 def _derived_seed(*keys: int) -> int:
@@ -141,16 +139,15 @@ def open_study(loss: str, params: StudyParams, storage, num_train: int, seed: in
     repeat the first one's draws; random search draws by trial number, so every worker gets it);
     each repeat and each resume draws its sampler seed from it.
     """
-    name = study_name(loss, params, repeat)
-    study = optuna.create_study(
-        study_name=name, storage=storage, direction="maximize",
+    study = create_or_load(
+        study_name(loss, params, repeat), storage, params.train.objective,
         sampler=make_sampler(loss, params.search, None if seed is None else sampler_seed(seed, repeat, 0)),
-        pruner=make_pruner(params, num_train), load_if_exists=True)
+        pruner=make_pruner(params, num_train))
     existing = len(study.get_trials(deepcopy=False))
     if seed is not None and existing and params.search.sampler != "random":
         # A resumed study with the original seed would draw its first points again (random search draws by trial).
         study.sampler = make_sampler(loss, params.search, sampler_seed(seed, repeat, existing))
-    study.set_user_attr("repeat", repeat)
+    set_missing_user_attrs(study, {"kind": KIND, "loss": loss, "repeat": repeat})
     return study
 
 
@@ -180,9 +177,10 @@ def objective_for(loss: str, params: StudyParams, sets: dict[str, ImageSet], rep
         if result.status == "completed":
             test = evaluate(result.model, result.loss, sets, "test", config, resolve_device(config.device),
                             params.data.image_size, full=True)
+        save_history(trial.study, trial, result.history)
         for key, value in {"seed": seed, "repeat": repeat, "seconds": result.seconds, "device": result.device,
                            "iterations": result.iterations, "status": result.status, "reason": result.reason,
-                           "history": result.history, "test": test}.items():
+                           "test": test}.items():
             trial.set_user_attr(key, value)
         if result.status == "stopped":
             raise optuna.TrialPruned(result.reason)
@@ -215,27 +213,31 @@ class SearchBudget(TrialCount):
 
 
 def run_search(study: optuna.Study, loss: str, params: StudyParams, sets: dict[str, ImageSet],
-               max_trials: int | None = None, repeat: int = 0) -> None:
-    """Run trials until the study holds exactly `n_trials` COMPLETE or PRUNED ones, counting every worker's."""
+               max_trials: int | None = None, repeat: int = 0, quiet: bool = False) -> None:
+    """Run trials until the study holds exactly `n_trials` COMPLETE or PRUNED ones, counting every worker's.
+
+    Each trial is taken only while this process's data and params are the study's own (see study/workers.py).
+    """
     search = params.search
     target = min(search.n_trials, grid_size(loss, search)) if search.sampler == "grid" else search.n_trials
-    print(f"{study.study_name}: {count_trials(study, FINISHED)} of {target} trials finished", flush=True)
+    if not quiet:
+        print(f"{study.study_name}: {count_trials(study, FINISHED)} of {target} trials finished", flush=True)
     serve(study, objective_for(loss, params, sets, repeat), SearchBudget(study, target, search.max_failed_trials),
-          max_trials=max_trials)
+          max_trials=max_trials, identity=study_identity(search_meaning(loss, params), sets))
 
 
 def run_searches(loss: str, params: StudyParams, storage, sets: dict[str, ImageSet], root: str | Path,
                  studies: list[optuna.Study]) -> None:
     """Every repeat's search of `loss`, train.parallel trials at a time (workers started beside this process for the
     study whose checkout is `root`: see study/workers.py); each repeat's study is appended to `studies` as it opens,
-    so the caller has them even when a search is interrupted."""
-    with packed(params, root, "search", losses=[loss]) as packed_params:
-        for repeat in range(params.search.repeats):
-            studies.append(open_study(loss, params, storage, len(sets["train"]), seed=params.search.seed,
-                                      repeat=repeat))
+    before any worker starts, so the workers find them and the caller has them even when a search is interrupted."""
+    for repeat in range(params.search.repeats):
+        studies.append(open_study(loss, params, storage, len(sets["train"]), seed=params.search.seed, repeat=repeat))
+    with packed(params, root, [partial(serve_searches, losses=[loss], quiet=True)]) as packed_params:
+        for repeat, study in enumerate(studies):
             if params.search.repeats > 1:
                 print(f"{loss}: repeat {repeat + 1} of {params.search.repeats}", flush=True)
-            run_search(studies[-1], loss, packed_params, sets, repeat=repeat)
+            run_search(study, loss, packed_params, sets, repeat=repeat)
 
 
 TRIAL_COLUMNS = ["loss", "repeat", "trial", "seed", "state", "s", "m", "value", "test_value", "objective", "seconds",
@@ -280,9 +282,10 @@ def trial_status(trial: optuna.trial.FrozenTrial) -> tuple[str, str]:
 
 def history_table(loss: str, studies: list[optuna.Study]) -> pd.DataFrame:
     """One row per evaluation of every trial of every repeat (its learning curve)."""
-    frames = [pd.DataFrame(trial.user_attrs["history"]).assign(loss=loss, repeat=repeat, trial=trial.number)
-              for repeat, study in enumerate(studies)
-              for trial in study.get_trials(deepcopy=False) if trial.user_attrs.get("history")]
+    histories = [(repeat, trial.number, load_history(study, trial))
+                 for repeat, study in enumerate(studies) for trial in study.get_trials(deepcopy=False)]
+    frames = [pd.DataFrame(history).assign(loss=loss, repeat=repeat, trial=number)
+              for repeat, number, history in histories if history]
     if not frames:
         return pd.DataFrame(columns=["loss", "repeat", "trial", "iteration"])
     table = pd.concat(frames, ignore_index=True)
@@ -300,11 +303,44 @@ def best_trial(loss: str, study: optuna.Study, objective: str) -> dict:
 
 
 def join_search(loss: str, params: StudyParams, storage, sets: dict[str, ImageSet],
-                max_trials: int | None = None) -> None:
+                max_trials: int | None = None, quiet: bool = False) -> None:
     """Serve the searches of `loss` (every repeat) as an extra worker: unseeded, so it does not repeat the first one's
     draws, except under random search, whose trial n draws the same point in every worker."""
     seed = params.search.seed if params.search.sampler == "random" else None
     for repeat in range(params.search.repeats):
+        check_joinable(loss, params, storage, sets, repeat)
         study = open_study(loss, params, storage, len(sets["train"]), seed=seed, repeat=repeat)
-        run_search(study, loss, params, sets, max_trials=max_trials, repeat=repeat)
-        print(f"{study.study_name}: {count_trials(study, FINISHED)} finished trials in the study", flush=True)
+        run_search(study, loss, params, sets, max_trials=max_trials, repeat=repeat, quiet=quiet)
+        if not quiet:
+            print(f"{study.study_name}: {count_trials(study, FINISHED)} finished trials in the study", flush=True)
+
+
+def check_joinable(loss: str, params: StudyParams, storage, sets: dict[str, ImageSet], repeat: int = 0) -> None:
+    """Refuse to start a search of `loss` that the storage lacks while its newest search of `loss` means something
+    else: a worker with other params or data would run a separate search that no stage reads."""
+    name = study_name(loss, params, repeat)
+    studies = storage.get_all_studies()
+    if any(study.study_name == name for study in studies):
+        return  # its own identity is checked before each trial
+    others = [study for study in studies  # of the same loss and class split (data.seed): other splits differ anyway
+              if study.user_attrs.get("kind") == KIND and study.user_attrs.get("loss") == loss
+              and study.user_attrs.get(IDENTITY, {}).get("data", {}).get("seed") == params.data.seed]
+    if not others:
+        return
+    newest = max(others, key=lambda study: study._study_id)
+    found = differences(study_identity(search_meaning(loss, params), sets), newest.user_attrs[IDENTITY],
+                        f"in {newest.study_name}")
+    if found:
+        raise NotTheSameStudy(
+            f"this worker's params give the search {name}, which the storage does not hold, and its newest {loss} "
+            f"search {newest.study_name} differs: {'; '.join(found[:6])}. If that search is the one being run, use "
+            "the params.yaml and prepared data of its checkout; if these params are the new ones, start the worker "
+            "once the stage has begun the new search")
+
+
+def serve_searches(params: StudyParams, storage, sets: dict[str, ImageSet], root: Path, max_trials: int | None = None,
+                   losses=None, quiet: bool = False) -> None:
+    """What a worker serves of the searches (study/workers.py `serve_study`): every repeat of each of `losses`
+    (default search.losses)."""
+    for loss in losses or params.search.losses:
+        join_search(loss, params, storage, sets, max_trials=max_trials, quiet=quiet)

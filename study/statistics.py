@@ -8,6 +8,7 @@ per-seed differences a[i] − b[i] are the sample every test here works on.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 from scipy import optimize, stats
@@ -66,6 +67,17 @@ def _without_spread(difference: float) -> dict:
             "p_value": 1.0 if difference == 0.0 else 0.0, "significant": difference != 0.0, "standard_error": 0.0}
 
 
+def _t_test(test, *samples, **options):
+    """scipy's t-test `test` on `samples`, without its warning about nearly identical values.
+
+    A constant group is a valid sample here (e.g. every seed at the same score) and its test is still exact;
+    the cases with no spread at all are answered before any test is called.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Precision loss occurred", category=RuntimeWarning)
+        return test(*samples, **options)
+
+
 def mean_ci(values, confidence: float = 0.95) -> tuple[float, float, float]:
     """Mean and Student-t confidence interval (mean, low, high); the bounds are NaN for a single value."""
     sample = finite_vector(values, "values")
@@ -73,17 +85,18 @@ def mean_ci(values, confidence: float = 0.95) -> tuple[float, float, float]:
     mean = float(sample.mean())
     if sample.size < 2:
         return mean, float("nan"), float("nan")
-    half_width = stats.t.ppf(0.5 + confidence / 2.0, sample.size - 1) * sample.std(ddof=1) / np.sqrt(sample.size)
-    return mean, float(mean - half_width), float(mean + half_width)
+    interval = _t_test(stats.ttest_1samp, sample, 0.0).confidence_interval(confidence)
+    return mean, float(interval.low), float(interval.high)
 
 
 def difference_ci(a, b, confidence: float = 0.95) -> dict:
     """Welch's t interval, two-sided p-value and standard error for mean(a) − mean(b) of two unpaired samples.
 
-    With fewer than two values in a group nothing about spread is known: the interval,
-    p-value and df are NaN and the difference is not significant. With zero variance in
-    both groups the interval collapses onto the observed difference (the limit of Welch's
-    interval), which is significant exactly when it is non-zero.
+    scipy.stats.ttest_ind(equal_var=False) and its confidence_interval. With fewer than two
+    values in a group nothing about spread is known: the interval, p-value and df are NaN and
+    the difference is not significant. With zero variance in both groups the interval
+    collapses onto the observed difference (the limit of Welch's interval), which is
+    significant exactly when it is non-zero.
     """
     first, second = finite_vector(a, "a"), finite_vector(b, "b")
     check_probability(confidence, "confidence")
@@ -92,33 +105,30 @@ def difference_ci(a, b, confidence: float = 0.95) -> dict:
     if first.size < 2 or second.size < 2:
         return {"difference": difference, "low": nan, "high": nan, "p_value": nan, "significant": False, "df": nan,
                 "standard_error": nan}
-    var_first = first.var(ddof=1) / first.size
-    var_second = second.var(ddof=1) / second.size
-    variance = var_first + var_second
+    # The standard error travels on to the equivalence test, which needs it beside the interval.
+    variance = first.var(ddof=1) / first.size + second.var(ddof=1) / second.size
     if variance == 0.0:
         return _without_spread(difference) | {"df": nan}
-    df = variance**2 / (var_first**2 / (first.size - 1) + var_second**2 / (second.size - 1))
-    standard_error = np.sqrt(variance)
-    half_width = stats.t.ppf(0.5 + confidence / 2.0, df) * standard_error
-    low, high = difference - half_width, difference + half_width
+    welch = _t_test(stats.ttest_ind, first, second, equal_var=False)
+    interval = welch.confidence_interval(confidence)
     return {
         "difference": difference,
-        "low": float(low),
-        "high": float(high),
-        "p_value": float(2.0 * stats.t.sf(abs(difference) / standard_error, df)),
-        "significant": bool(low > 0.0 or high < 0.0),
-        "df": float(df),
-        "standard_error": float(standard_error),
+        "low": float(interval.low),
+        "high": float(interval.high),
+        "p_value": float(welch.pvalue),
+        "significant": bool(interval.low > 0.0 or interval.high < 0.0),
+        "df": float(welch.df),
+        "standard_error": float(np.sqrt(variance)),
     }
 
 
 def paired_difference(a, b, confidence: float = 0.95) -> dict:
     """Paired t interval and two-sided p-value for mean(a − b): t = mean(d)/(sd(d)/√n), df = n − 1.
 
-    Matches scipy.stats.ttest_rel and its confidence_interval. With one pair nothing about
-    spread is known: interval, p-value, df, sd and standard error are NaN, not significant.
-    When every difference is the same (zero variance) the interval collapses onto it, which
-    is significant exactly when it is non-zero (the limit of the t interval as sd → 0).
+    scipy.stats.ttest_rel and its confidence_interval. With one pair nothing about spread is
+    known: interval, p-value, df, sd and standard error are NaN, not significant. When every
+    difference is the same (zero variance) the interval collapses onto it, which is
+    significant exactly when it is non-zero (the limit of the t interval as sd → 0).
     """
     first, second = finite_vector(a, "a"), finite_vector(b, "b")
     if first.size != second.size:
@@ -142,25 +152,23 @@ def paired_difference(a, b, confidence: float = 0.95) -> dict:
             "sd": nan,
             "standard_error": nan,
         }
-    df = n - 1
     # Test identical values directly: the mean of equal floats can round away from them,
     # which would leave a spurious ~1e-17 sd and a meaningless huge t statistic.
     if np.all(differences == differences[0]):
-        return _without_spread(difference) | {"df": float(df), "n": n, "sd": 0.0}
+        return _without_spread(difference) | {"df": float(n - 1), "n": n, "sd": 0.0}
+    paired = _t_test(stats.ttest_rel, first, second)
+    interval = paired.confidence_interval(confidence)
     sd = float(differences.std(ddof=1))
-    standard_error = sd / math.sqrt(n)
-    half_width = float(stats.t.ppf(0.5 + confidence / 2.0, df)) * standard_error
-    low, high = difference - half_width, difference + half_width
     return {
         "difference": difference,
-        "low": low,
-        "high": high,
-        "p_value": float(2.0 * stats.t.sf(abs(difference) / standard_error, df)),
-        "significant": bool(low > 0.0 or high < 0.0),
-        "df": float(df),
+        "low": float(interval.low),
+        "high": float(interval.high),
+        "p_value": float(paired.pvalue),
+        "significant": bool(interval.low > 0.0 or interval.high < 0.0),
+        "df": float(paired.df),
         "n": n,
         "sd": sd,
-        "standard_error": standard_error,
+        "standard_error": sd / math.sqrt(n),
     }
 
 

@@ -3,33 +3,116 @@
 Both the searches and the final runs keep their trials here, outside DVC's outputs: DVC deletes a
 stage's outputs before it runs, and workers write to the storage while and after a stage runs.
 Credentials never come from params.yaml (which lands in git, dvc.lock and the experiment history):
-a database URL there carries no password — PGPASSWORD or ~/.pgpass supply it — or params names an
-environment variable that holds the whole URL (`search.storage: env:STUDY_STORAGE`).
+a database URL there carries no password or other secret, in its user-info or its query — PGPASSWORD
+or ~/.pgpass supply it — or params names an environment variable that holds the whole URL
+(`search.storage: env:STUDY_STORAGE`); a driver's error is shown with every secret of the URL masked.
+
+A storage that fails (read-only, full, a database gone) ends the stage with one message naming the
+path or URL and the fix (`storage_faults`); a journal append that fails is cut back, never left torn.
+The retry of a dead worker's trial lives here too: Optuna's callback, used for the journal and the database.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
+import re
 import time
 import warnings
 from pathlib import Path
+from typing import Iterator
 
 import optuna
-from optuna.storages import JournalStorage, RDBStorage
+from optuna.storages import JournalStorage, RDBStorage, RetryHeartbeatStaleTrialCallback
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
-
-from study.config import SearchConfig
-from study.workers import retry_callback
+from optuna.storages.journal._file import get_lock_file
 
 # Optuna forcibly releases a journal lock older than this: the lock is held only while a few lines are
 # appended, so a lock this old belongs to a killed process.
 LOCK_GRACE_SECONDS = 10
 # A database worker that has not beaten for GRACE_FACTOR heartbeats is dead: its trial is failed and retried.
 GRACE_FACTOR = 3
+# A trial whose worker died this often is not queued again (its parameters may be what kills the workers).
+MAX_RETRIES = 3
+# Query keys (lower case, letters and digits only) that hold a secret in some dialect's URL: PostgreSQL's
+# password and sslpassword, MySQL's passwd, Oracle's, MSSQL's PWD (inside odbc_connect), tokens and keys.
+_SECRET_KEY_PARTS = ("password", "passwd", "passphrase", "pwd", "secret", "token", "apikey", "accesskey",
+                     "privatekey", "credential")
+_SECRET_KEYS = ("pass", "pw")
+_INNER_PAIR = re.compile(r"([^;=&]+)=([^;&]*)")  # key=value pairs inside a value, e.g. ODBC's "UID=a;PWD=b"
+MASK = "***"
 
 
-def storage_url(search: SearchConfig) -> str | None:
+class StorageFault(RuntimeError):
+    """The storage cannot be written or reached; the message names the path or URL and the fix."""
+
+
+# --- secrets -------------------------------------------------------------------------------------------------------
+
+
+def _is_secret_key(key: str) -> bool:
+    name = re.sub(r"[^a-z0-9]", "", key.lower())
+    return name in _SECRET_KEYS or any(part in name for part in _SECRET_KEY_PARTS)
+
+
+def _query_values(value) -> tuple[str, ...]:
+    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
+
+
+def _url_secrets(url) -> list[tuple[str, str]]:
+    """(where, value) of every secret of a parsed URL: its user-info's password, and query values that hold one."""
+    found = [("its password", url.password)] if url.password else []
+    for key, values in url.query.items():
+        for value in _query_values(values):
+            if _is_secret_key(key) and value:
+                found.append((f"its query's {key}", value))
+            found += [(f"its query's {key} ({inner.strip()})", secret) for inner, secret in _INNER_PAIR.findall(value)
+                      if _is_secret_key(inner) and secret]
+    return found
+
+
+def secrets_in_url(location: str) -> list[str]:
+    """Where a database URL carries a secret (e.g. "its password", "its query's sslpassword"), never the secret."""
+    import sqlalchemy
+
+    try:
+        return [where for where, _ in _url_secrets(sqlalchemy.engine.make_url(location))]
+    except sqlalchemy.exc.ArgumentError:
+        return []
+
+
+def masked(text: str, url: str | None) -> str:
+    """`text` with every secret of `url` (plain or URL-quoted) replaced by ***, e.g. a driver's error message."""
+    import urllib.parse
+
+    import sqlalchemy
+
+    if not url:
+        return text
+    try:
+        secrets = [value for _, value in _url_secrets(sqlalchemy.engine.make_url(url))]
+    except sqlalchemy.exc.ArgumentError:
+        return text.replace(url, "<the database URL>")
+    for secret in sorted(secrets, key=len, reverse=True):
+        for form in {secret, urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)}:
+            text = text.replace(form, MASK)
+    return text
+
+
+def shown(url: str) -> str:
+    """A database URL as logs and messages may show it: its password and every secret of its query masked."""
+    import sqlalchemy
+
+    try:
+        parsed = sqlalchemy.engine.make_url(url)
+    except sqlalchemy.exc.ArgumentError:
+        return "<not a database URL>"
+    return masked(parsed.render_as_string(hide_password=True), url)
+
+
+def storage_url(search) -> str | None:
     """The database URL of `search.storage`, read from the environment for `env:NAME`; None for the journal."""
     location = search.storage
     if location is None or not location.startswith("env:"):
@@ -43,22 +126,108 @@ def storage_url(search: SearchConfig) -> str | None:
     return url
 
 
-def shown(url: str) -> str:
-    """A database URL as logs and messages may show it: the password masked."""
-    import sqlalchemy
+# --- opening -------------------------------------------------------------------------------------------------------
 
+
+def retry_callback() -> RetryHeartbeatStaleTrialCallback:
+    """Optuna's retry of a dead worker's trial (same parameters, queued again), used for the journal and the database."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES)
+
+
+def first_attempt(study: optuna.Study, number: int) -> int:
+    """The number of the trial that trial `number` retries (its own when it is no retry): it fixes the training seed."""
+    trial = next(t for t in study.get_trials(deepcopy=False) if t.number == number)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        retried = RetryHeartbeatStaleTrialCallback.retried_trial_number(trial)
+    return number if retried is None else retried
+
+
+def create_or_load(study_name: str, storage, objective: str, **options) -> optuna.Study:
+    """The study `study_name` in `storage`, created when absent, with its objective named (the dashboard and
+    `optuna trials` show it). Optuna's own lines ("A new study created", "Using an existing study") are left out:
+    the caller says in one line where the study stands."""
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
-    except sqlalchemy.exc.ArgumentError:
-        return "<not a database URL>"
+        study = optuna.create_study(study_name=study_name, storage=storage, direction="maximize", load_if_exists=True,
+                                    **options)
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+    if study.metric_names != [objective]:
+        with warnings.catch_warnings():  # "experimental" since Optuna 3.2
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names([objective])
+    return study
 
 
-def open_storage(search: SearchConfig, journal: str | Path, heartbeat_seconds: int | None = None):
+def set_missing_user_attrs(study: optuna.Study, attrs: dict) -> None:
+    """Set the study's user attributes that it lacks or holds with another value (each write is a journal line)."""
+    held = study.user_attrs
+    for key, value in attrs.items():
+        if held.get(key) != value:
+            study.set_user_attr(key, value)
+
+
+HISTORY = "history"
+
+
+def _histories(study: optuna.Study) -> Path | None:
+    """The folder of the study's training histories, one file per trial, next to the journal (and so next to the
+    runs' checkpoints); None for a database, where workers on other machines write them."""
+    backend = getattr(study._storage, "_backend", None)
+    if not isinstance(backend, JournalFileBackend):
+        return None
+    return Path(backend._file_path).parent / "histories" / study.study_name
+
+
+def save_history(study: optuna.Study, trial: optuna.Trial, history: list[dict]) -> None:
+    """Keep a trial's training history where `optuna trials` does not list it: a file per trial beside the journal, or
+    in a database a system attribute of the trial."""
+    folder = _histories(study)
+    if folder is None:
+        study._storage.set_trial_system_attr(trial._trial_id, HISTORY, history)
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    _write_whole(folder / f"trial{trial.number}.json", json.dumps(history).encode())
+
+
+def load_history(study: optuna.Study, trial) -> list[dict]:
+    """A trial's training history as `save_history` kept it (a user attribute in studies from before it)."""
+    folder = _histories(study)
+    path = folder / f"trial{trial.number}.json" if folder is not None else None
+    if path is not None and path.is_file():
+        return json.loads(path.read_text())
+    return trial.system_attrs.get(HISTORY) or trial.user_attrs.get(HISTORY) or []
+
+
+def open_storage(search, journal: str | Path, heartbeat_seconds: int | None = None):
     """The storage params name: the database (workers heartbeat there), or else the journal file `journal`."""
     url = storage_url(search)
     if url is None:
         return journal_storage(journal)
     return database_storage(url, heartbeat_seconds or search.heartbeat_seconds)
+
+
+class JournalFile(JournalFileBackend):
+    """Optuna's journal file, whose append that fails (a full disk) is cut back to the last whole line under the lock,
+    so that the next writer's line never follows a torn one."""
+
+    def append_logs(self, logs: list[dict]) -> None:
+        data = ("\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n").encode("utf-8")
+        with get_lock_file(self._lock):
+            size = os.path.getsize(self._file_path)
+            try:
+                with open(self._file_path, "ab") as handle:
+                    handle.write(data)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+            except OSError:
+                with open(self._file_path, "r+b") as handle:  # truncating needs no free space
+                    handle.truncate(size)
+                raise
 
 
 def journal_storage(path: str | Path) -> JournalStorage:
@@ -71,25 +240,24 @@ def journal_storage(path: str | Path) -> JournalStorage:
         repair_journal(path)
     finally:
         lock.release()
-    return JournalStorage(JournalFileBackend(str(path), lock_obj=lock))
+    return JournalStorage(JournalFile(str(path), lock_obj=lock))
 
 
 def repair_journal(path: Path) -> None:
     """Cut a torn last line (a process killed mid-write) into a side file, or name a corrupt line with the fix.
 
     A torn last line holds no finished operation: every line before it is whole, so the trials they
-    record survive. A corrupt line inside the file is not a torn write, and is not guessed at.
+    record survive. The side file is written whole before the journal is cut (on a full disk the journal
+    is left as it was). A corrupt line inside the file is not a torn write, and is not guessed at.
     """
     if not path.is_file() or path.stat().st_size == 0:
         return
     data = path.read_bytes()
     whole, _, torn = data.rpartition(b"\n")
     if torn:
-        whole += b"\n"
-        if not whole.strip():
-            whole = b""
+        whole = whole + b"\n" if whole.strip() else b""
         side = path.with_name(f"{path.name}.torn-{int(time.time())}")
-        side.write_bytes(torn)
+        _write_whole(side, torn)
         with open(path, "r+b") as handle:
             handle.truncate(len(whole))
             os.fsync(handle.fileno())
@@ -105,6 +273,20 @@ def repair_journal(path: Path) -> None:
                                "those trials, or delete it to start the searches afresh") from None
 
 
+def _write_whole(path: Path, data: bytes) -> None:
+    """Write `data` at `path` whole or not at all: a temporary file renamed once written and synced."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except OSError:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
 def database_storage(url: str, heartbeat_seconds: int) -> RDBStorage:
     """Optuna's database storage with worker heartbeats: a dead worker's trial is failed and retried."""
     import sqlalchemy
@@ -116,13 +298,14 @@ def database_storage(url: str, heartbeat_seconds: int) -> RDBStorage:
                               heartbeat_stale_trial_callback=retry_callback(),
                               engine_kwargs=_engine_options(url))
     except ImportError as error:
-        raise RuntimeError(f"search.storage {shown(url)} needs a database driver that is not installed ({error}); "
-                           "for PostgreSQL install it with: pip install -c constraints.txt -e \".[postgres]\"") from None
+        raise RuntimeError(f"search.storage {shown(url)} needs a database driver that is not installed "
+                           f"({masked(str(error), url)}); for PostgreSQL install it with: "
+                           "pip install -c constraints.txt -e \".[postgres]\"") from None
     except sqlalchemy.exc.NoSuchModuleError:
         raise ValueError(f"search.storage {shown(url)}: SQLAlchemy knows no such database; use postgresql://, "
                          "mysql:// or sqlite:///") from None
-    except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.ArgumentError) as error:
-        reason = getattr(error, "orig", None) or error
+    except (sqlalchemy.exc.DBAPIError, sqlalchemy.exc.ArgumentError) as error:
+        reason = masked(str(getattr(error, "orig", None) or error), url).strip()
         raise RuntimeError(f"cannot open the study database {shown(url)}: {reason}; check the URL, that the server "
                            "runs and accepts connections from this machine, and for sqlite that the folder "
                            "exists") from None
@@ -133,8 +316,70 @@ def _engine_options(url: str) -> dict:
     return {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
 
 
-def check_storage(search: SearchConfig) -> None:
-    """Fail now, with the fix named, when the database params name cannot be opened (the journal always can)."""
+# --- checks and faults ---------------------------------------------------------------------------------------------
+
+
+def check_storage(search, journal: str | Path | None = None) -> None:
+    """Fail now, with the fix named, when the database params name cannot be opened, or the journal's folder (the
+    checkpoints' too) cannot be written: the validate stage asks before DVC deletes an output of a stage that
+    writes there."""
     url = storage_url(search)
     if url is not None:
         database_storage(url, search.heartbeat_seconds)
+    if journal is None:
+        from study.results import JOURNAL  # deferred: results is the stages' meeting place, not the storage's
+
+        journal = JOURNAL
+    check_writable(Path(journal).parent)  # the journal's folder, which holds the runs' checkpoints either way
+
+
+def check_writable(folder: Path) -> None:
+    """Raise a StorageFault naming `folder` and the fix when a file cannot be created and written there."""
+    existing = next((parent for parent in (folder, *folder.parents) if parent.exists()), Path("/"))
+    probe = existing / f".study-write-check-{os.getpid()}"
+    try:
+        with open(probe, "wb") as handle:
+            handle.write(b"x")
+            os.fsync(handle.fileno())
+    except OSError as error:
+        raise StorageFault(fault_message(error, folder)) from None
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+
+
+def fault_message(error: OSError, fallback: str | Path) -> str:
+    """One line for a failed write: the path, what is wrong and the fix."""
+    path = error.filename or fallback
+    folder = Path(path) if Path(path).is_dir() else Path(path).parent
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (f"no space left to write {path}: free space on its disk (df -h {folder}), then run the stage again; "
+                "every finished trial is kept")
+    if error.errno == errno.EROFS:
+        return (f"{path} is on a read-only file system: remount it writable, or set search.storage to a database "
+                "(the runs' checkpoints need results/trials writable too), then run the stage again")
+    if error.errno in (errno.EACCES, errno.EPERM):
+        return f"no permission to write {path}: make it writable (chmod -R u+w {folder}) or run as its owner"
+    return f"cannot write {path}: {error.strerror or error}; fix that, then run the stage again"
+
+
+@contextlib.contextmanager
+def storage_faults(search, journal: str | Path) -> Iterator[None]:
+    """Turn a storage's failure into a StorageFault of one line: a write refused (read-only, full disk, no
+    permission) names the path, a lost database its URL (secrets masked); both name the fix."""
+    import sqlalchemy
+
+    url = storage_url(search)
+    try:
+        yield
+    except StorageFault:
+        raise
+    except OSError as error:
+        if error.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        raise StorageFault(masked(fault_message(error, journal), url)) from None
+    except (sqlalchemy.exc.DBAPIError, optuna.exceptions.StorageInternalError) as error:
+        cause = error if isinstance(error, sqlalchemy.exc.DBAPIError) else error.__cause__
+        reason = masked(str(getattr(cause, "orig", None) or cause or error), url).strip().splitlines() or ["?"]
+        raise StorageFault(f"lost the study database {shown(url) if url else journal} ({reason[0]}): its finished "
+                           "trials are kept there; once it accepts connections again, run the stage again") from None

@@ -6,18 +6,22 @@ Every problem is one line naming the key or file, what is wrong and the fix; all
 
 from __future__ import annotations
 
+import math
+import os
 from pathlib import Path
 
 import numpy as np
 import torch
 from PIL import Image
 
-from study.config import ConfigError, DataConfig, StudyParams, load_params
-from study.data import DATASETS, ImageSet, keep_classes, load_dataset, split_dataset
-from study.glyphs import parse_glyph_spec
+from study.config import ConfigError, DataConfig, StudyParams, TrainConfig, load_params
+from study.data import (DEFAULT_CACHE_DIR, ImageSet, check_torchvision_name, idx_labels, keep_classes, load_dataset,
+                        mnist5k_labels, rgb_image, split_dataset)
+from study.glyphs import GlyphSpec, check_glyph_classes, max_glyph_classes, parse_glyph_spec
 from study.models import check_model
 from study.storage import check_storage
 from study.training import resolve_device
+from study.workers import available_cores
 
 # The validate stage's output, which every other stage depends on. Always the same bytes: a params change that
 # passes changes nothing downstream stages depend on, so only the stages that read the changed keys rerun.
@@ -49,11 +53,17 @@ def params_problems(params: StudyParams) -> list[str]:
     problems += _problem("train.device", resolve_device, params.train.device)
     problems += [problem.replace("search.storage: search.storage", "search.storage")  # said once is enough
                  for problem in _problem("search.storage", check_storage, params.search)]
+    problems += _problem("report.palette", check_palette, params.report.palette)
+    problems += cores_problems(params.train, available_cores())
     try:
-        train = planned_train_split(params.data)
-    except (ValueError, RuntimeError, OSError) as error:  # the messages of study.data name the fix
-        return problems + [str(error) if str(error).startswith("data.") else f"data.dataset: {error}"]
-    return problems + (training_split_problems(train, params, params.data.dataset) if train is not None else [])
+        planned = planned_splits(params.data)
+    except DataProblem as problem:
+        return problems + [str(problem)]
+    if planned is None:
+        return problems + memory_problems(params, None)
+    source, splits = planned
+    return (problems + training_split_problems(splits["train"], params, source)
+            + evaluation_split_problems(splits, params.data, source) + memory_problems(params, splits))
 
 
 def _problem(key: str, check, *args) -> list[str]:
@@ -65,39 +75,121 @@ def _problem(key: str, check, *args) -> list[str]:
     return []
 
 
-def planned_train_split(data: DataConfig) -> ImageSet | None:
-    """The training split prepare will make, where the source's labels come cheaply (no image decoded or made);
-    None for sources that must be downloaded or read whole, which prepare checks."""
+# Seaborn's own palettes, known without importing seaborn (seconds); any other name is asked of seaborn itself.
+SEABORN_PALETTES = tuple(f"{name}{variant}" for name in ("deep", "muted", "bright", "pastel", "dark", "colorblind")
+                         for variant in ("", "6"))
+
+
+def check_palette(name: str) -> None:
+    """A ValueError when seaborn (and through it matplotlib) knows no palette called `name`."""
+    if name in SEABORN_PALETTES:
+        return
+    import seaborn
+
     try:
-        image_set = _labels_only(data.dataset, data.cache_dir)
-    except (RuntimeError, FileNotFoundError):
+        seaborn.color_palette(name, n_colors=10)
+    except (ValueError, TypeError):
+        raise ValueError(f"{name!r} is not a palette seaborn knows; use one of its own ({', '.join(SEABORN_PALETTES[::2])}, "
+                         "husl), a matplotlib colormap (viridis, tab10, ...) or a spec such as light:#5A9") from None
+
+
+# Beyond this many runs per core, packed runs only take turns on the cores, each holding its own copy of the data.
+MAX_RUNS_PER_CORE = 4
+
+
+def cores_problems(train: TrainConfig, cores: int) -> list[str]:
+    """Processes and threads that this machine's `cores` cannot run: one line per key, with the bound."""
+    problems = []
+    if train.parallel != "auto" and train.parallel > MAX_RUNS_PER_CORE * cores:
+        problems.append(f"train.parallel: {train.parallel} runs at once is more than {MAX_RUNS_PER_CORE} per core of "
+                        f"this machine's {cores}: each run is a process with its own copy of the data, and the extra "
+                        f"ones only take turns on the cores; give at most {MAX_RUNS_PER_CORE * cores}, or auto")
+    if train.threads is not None and train.threads > cores:
+        problems.append(f"train.threads: {train.threads} threads per run is more than this machine's {cores} cores, "
+                        f"and threads beyond the cores only slow each other down; give at most {cores}, or null "
+                        "(torch's default, shared among packed runs)")
+    if train.num_workers > cores:
+        problems.append(f"train.num_workers: {train.num_workers} image-loading processes per run is more than this "
+                        f"machine's {cores} cores (torch's own limit for a DataLoader); give at most {cores}")
+    return problems
+
+
+class DataProblem(ValueError):
+    """A problem of the data section, already worded as a line naming its key."""
+
+
+def planned_splits(data: DataConfig) -> tuple[str, dict[str, ImageSet]] | None:
+    """The source prepare will read and the splits it will make, where the source's labels come cheaply (no image
+    decoded or made); None for sources that must be downloaded or read whole, which prepare checks."""
+    try:
+        source, image_set = data.dataset, _labels_only(data.dataset, data.cache_dir)
+    except (RuntimeError, FileNotFoundError) as error:
         if data.fallback is None:
-            raise
-        image_set = _labels_only(data.fallback, data.cache_dir)  # as prepare falls back
+            raise DataProblem(f"data.dataset: {error}") from None
+        source, image_set = data.fallback, _labels_only_as("data.fallback", data.fallback, data.cache_dir)
+    except (ValueError, OSError) as error:
+        raise DataProblem(f"data.dataset: {error}") from None
     if image_set is None:
         return None
-    if data.classes is not None:
-        image_set = keep_classes(image_set, data.classes, seed=data.seed)
-    return split_dataset(image_set, data.protocol, data.fractions, seed=data.seed)["train"]
+    try:
+        if data.classes is not None:
+            image_set = keep_classes(image_set, data.classes, seed=data.seed)
+        return source, split_dataset(image_set, data.protocol, data.fractions, seed=data.seed)
+    except ValueError as error:  # keep_classes names data.classes itself
+        raise DataProblem(str(error) if str(error).startswith("data.") else f"data.dataset: {error}") from None
+
+
+def planned_train_split(data: DataConfig) -> ImageSet | None:
+    """The training split prepare will make where the source's labels come cheaply; None otherwise."""
+    planned = planned_splits(data)
+    return planned[1]["train"] if planned is not None else None
+
+
+def _labels_only_as(key: str, spec: str, cache_dir: str | None) -> ImageSet | None:
+    try:
+        return _labels_only(spec, cache_dir)
+    except (ValueError, RuntimeError, OSError) as error:
+        raise DataProblem(f"{key}: {error}") from None
 
 
 def _labels_only(spec: str, cache_dir: str | None) -> ImageSet | None:
     name, _, argument = spec.strip().partition(":")
     if name == "glyphs":  # the labels follow from the spec; the images (blank stand-ins here) are never rendered
-        glyphs = parse_glyph_spec(argument)
-        labels = np.repeat(np.arange(glyphs.num_classes), glyphs.instances_per_class)
-        return ImageSet(labels, [str(k) for k in range(glyphs.num_classes)],
-                        images=torch.zeros((len(labels), 1, 1, 1), dtype=torch.uint8))
+        return _glyph_labels(parse_glyph_spec(argument), cache_dir)
+    if name == "idx":  # the label files, and the image files' headers and sizes
+        return idx_labels(argument)
+    if name == "mnist5k":  # its class sizes are fixed; parsing its CSV takes seconds
+        return mnist5k_labels(argument)
+    if name == "torchvision":  # the name resolves offline; the files are downloaded, or found, by prepare
+        check_torchvision_name(argument)
+        return None
     # Small sets shipped with their packages; a folder's files are only listed; an unknown name gets its error.
-    if name in ("digits", "mnist5k", "folder") or name not in DATASETS:
-        return load_dataset(spec, cache_dir)
-    return None
+    return load_dataset(spec, cache_dir)
+
+
+def _glyph_labels(glyphs: GlyphSpec, cache_dir: str | None) -> ImageSet:
+    """The labels of a glyphs spec, once its class count is checked against this install and its size against
+    this machine's memory; the images are blank stand-ins."""
+    check_glyph_classes(glyphs.num_classes, max_glyph_classes(cache_dir or DEFAULT_CACHE_DIR))
+    count = glyphs.num_classes * glyphs.instances_per_class
+    needed, memory = count * glyphs.image_side ** 2, machine_memory()
+    if memory is not None and needed > memory:
+        raise ValueError(f"{glyphs} makes {count:,} images of {glyphs.image_side}×{glyphs.image_side} pixels, "
+                         f"{_size(needed)} in memory, more than this machine's {_size(memory)}; ask for fewer "
+                         "instances per class")
+    labels = np.repeat(np.arange(glyphs.num_classes), glyphs.instances_per_class)
+    return ImageSet(labels, [str(k) for k in range(glyphs.num_classes)],
+                    images=torch.zeros((len(labels), 1, 1, 1), dtype=torch.uint8))
+
+
+def _described(source: str, data: DataConfig) -> str:
+    return f"{source}{f' with data.classes: {data.classes}' if data.classes else ''} ({data.protocol} protocol)"
 
 
 def training_split_problems(train: ImageSet, params: StudyParams, source: str) -> list[str]:
     """What the training split of `source` cannot support: too few classes for AdaCos, fewer images than a batch."""
     data, problems = params.data, []
-    described = f"{source}{f' with data.classes: {data.classes}' if data.classes else ''} ({data.protocol} protocol)"
+    described = _described(source, data)
     adacos = [method for method in params.runs.methods if method in ADACOS_METHODS]
     if adacos and train.num_classes < MIN_ADACOS_CLASSES:
         share = ", which gives the training split data.fractions[0] of the classes" if data.protocol == "open" else ""
@@ -113,13 +205,85 @@ def training_split_problems(train: ImageSet, params: StudyParams, source: str) -
     return problems
 
 
+def evaluation_split_problems(splits: dict[str, ImageSet], data: DataConfig, source: str) -> list[str]:
+    """Val and test splits that retrieval and verification cannot score: no class with two images to compare."""
+    problems = []
+    for name in ("val", "test"):
+        split = splits[name]
+        if len(split) and np.bincount(split.labels).max() < 2:
+            key, fix = (("data.dataset", "give each class at least 2 images, e.g. glyphs:<classes>:2")
+                        if data.protocol == "open" else
+                        ("data.fractions", f"give each class more images, or {name} a larger share of them"))
+            problems.append(f"{key}: {_described(source, data)} leaves each of the {split.num_classes} {name} classes "
+                            f"a single image, and retrieval and verification, which score {name}, compare images of "
+                            f"one class; {fix}")
+    return problems
+
+
+def memory_problems(params: StudyParams, splits: dict[str, ImageSet] | None) -> list[str]:
+    """Sizes one run cannot hold in the training device's memory, whatever the backbone: the loss head's weights and
+    gradients (classes × embedding_size) and a batch of images at data.image_size. Lower bounds: a refusal is sure."""
+    try:
+        device = resolve_device(params.train.device)
+    except RuntimeError:  # said under train.device already
+        return []
+    memory = device_memory(device)
+    if memory is None:
+        return []
+    within = f"this machine's {_size(memory)} of {'GPU ' if device.type == 'cuda' else ''}memory"
+    problems, size = [], params.model.embedding_size
+    classes = splits["train"].num_classes if splits else 2
+    head = 2 * 4 * classes * size
+    if head > memory:
+        problems.append(f"model.embedding_size: {size} needs at least {_size(head)} for the loss head alone ({classes} "
+                        f"training classes × {size} float32 weights, and their gradients), more than {within}; give "
+                        "a smaller size, e.g. 512")
+    if params.data.image_size is not None:
+        side, batch = params.data.image_size, max(params.train.batch_size, params.train.eval_batch_size)
+        batch = min(batch, max(map(len, splits.values()))) if splits else batch
+        channels = 3 if params.data.dataset.startswith("folder:") else 1
+        images = 4 * batch * channels * side ** 2
+        if images > memory:
+            problems.append(f"data.image_size: {side}×{side} images, {batch} to a batch (train.batch_size, "
+                            f"train.eval_batch_size), take at least {_size(images)} as float32, more than {within}; "
+                            "give a smaller data.image_size, e.g. 224")
+    return problems
+
+
+def machine_memory() -> int | None:
+    """Bytes of this machine's memory, within a container's limit; None where unknown."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+    except OSError:
+        return memory
+    return min(memory, int(limit)) if limit.isdigit() else memory
+
+
+def device_memory(device: torch.device) -> int | None:
+    """Bytes of memory of `device`: a GPU's own, else this machine's; None where unknown."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return machine_memory()
+
+
+def _size(count: float) -> str:
+    """A byte count as people say it: 3.2 GB, 640.0 TB."""
+    units = ("bytes", "KB", "MB", "GB", "TB")
+    power = min(int(math.log10(max(count, 1)) // 3), len(units) - 1)
+    return f"{count / 1000 ** power:,.1f} {units[power]}"
+
+
 def check_images(image_set: ImageSet, source: str) -> None:
     """Decode every image file of `image_set` once, as training will; a ValueError names each one that fails."""
     bad = []
     for path in image_set.paths or []:
         try:
             with Image.open(path) as image:
-                image.convert("RGB")  # decodes every pixel: a truncated file fails here, not an hour into training
+                rgb_image(image, path)  # decodes every pixel: a truncated file fails here, not an hour into training
         except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
             bad.append(f"{path}: {error}")
     if bad:

@@ -11,15 +11,27 @@ A stage trains `train.parallel` runs at once on its device by starting that many
 beside itself (`packed`): small models leave most of a GPU, and of a CPU's cores, idle when runs
 take turns. A run's trial number fixes its seed and, under random search, its point, so packed
 runs are the runs a stage trains one at a time, with the same scores at the same threads per run.
+The stage reaps its packed workers as they exit: one killed by any signal costs at most its own trial.
+
+Workers prove they run the same study: a study records the identity of what its trials mean (the
+prepared data, the model, the training and the search space or the run's values) when it is created,
+and a worker whose data or params differ refuses to take a trial, naming what differs.
+
+What a worker serves (a loss's searches, a method's queued seeds) is given to it by search.py and
+runs.py as services; this module knows nothing about either.
 """
 
 from __future__ import annotations
 
 import abc
 import contextlib
+import hashlib
+import json
 import multiprocessing
 import os
+import signal
 import socket
+import sys
 import threading
 import time
 import warnings
@@ -27,17 +39,16 @@ from functools import partial
 from pathlib import Path
 from typing import Callable, Iterator
 
+import numpy as np
 import optuna
-from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import FrozenTrial, TrialState
 
+from study.storage import StorageFault, retry_callback, storage_faults
 from study.training import resolve_device
 
 # Statuses of trials that trained nothing worth counting (see the module's docstring).
 INTERRUPTED, NOT_RUN = "interrupted", "not run"
 RUNNING = "running"
-# A trial whose worker died this often is not queued again (its parameters may be what kills the workers).
-MAX_RETRIES = 3
 # A RUNNING trial that names no worker this long after it started was left by a process killed as it began it.
 ORPHAN_SECONDS = 30
 
@@ -53,6 +64,13 @@ def _process_start(pid: int) -> str:
     """When process `pid` started (clock ticks since boot, from /proc), so a reused pid is not taken for it."""
     stat = _read(f"/proc/{pid}/stat")
     return stat.rpartition(")")[2].split()[19] if stat else ""
+
+
+def _is_zombie(pid: int) -> bool:
+    """Whether process `pid` has exited and only waits to be reaped (state Z or X in /proc): a killed packed worker
+    is one until its stage reaps it, and keeps its start time meanwhile."""
+    stat = _read(f"/proc/{pid}/stat")
+    return bool(stat) and stat.rpartition(")")[2].split()[0] in ("Z", "X")
 
 
 def machine_id() -> str:
@@ -79,21 +97,14 @@ def has_died(trial: FrozenTrial) -> bool:
     if boot != _read("/proc/sys/kernel/random/boot_id"):
         return True  # the machine rebooted since
     if start:
-        return _process_start(int(pid)) != start
+        return _process_start(int(pid)) != start or _is_zombie(int(pid))
     try:
         os.kill(int(pid), 0)
     except ProcessLookupError:
         return True
     except PermissionError:
         return False
-    return False
-
-
-def retry_callback() -> RetryHeartbeatStaleTrialCallback:
-    """Optuna's retry of a dead worker's trial (same parameters, queued again), used for the journal and the database."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES)
+    return _is_zombie(int(pid))
 
 
 def retire_dead_trials(study: optuna.Study) -> list[int]:
@@ -121,13 +132,82 @@ def retire_dead_trials(study: optuna.Study) -> list[int]:
     return retired
 
 
-def first_attempt(study: optuna.Study, number: int) -> int:
-    """The number of the trial that trial `number` retries (its own when it is no retry): it fixes the training seed."""
-    trial = next(t for t in study.get_trials(deepcopy=False) if t.number == number)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        retried = RetryHeartbeatStaleTrialCallback.retried_trial_number(trial)
-    return number if retried is None else retried
+# --- the same study: what a study's trials mean, recorded when it is created and checked by every worker ----------
+
+IDENTITY, IDENTITY_DIGEST = "identity", "identity_digest"
+_DIFFERENCES_SHOWN = 6
+
+
+def digest(meaning: dict) -> str:
+    """Ten hex digits that name `meaning`: equal meanings, equal digests."""
+    return hashlib.sha256(json.dumps(meaning, sort_keys=True, default=list).encode()).hexdigest()[:10]
+
+
+def run_meaning(params) -> dict:
+    """What a training run's result depends on: data, model and training, without how many runs and threads share the
+    device (speed: on a CPU a change of threads moves scores by float rounding only)."""
+    return {"data": params.data.to_dict(), "model": params.model.to_dict(),
+            "train": {k: v for k, v in params.train.to_dict().items() if k not in ("threads", "parallel")}}
+
+
+def data_identity(sets: dict) -> dict:
+    """The prepared data a worker trains on, per split: images, classes and a SHA-256 of labels, class names and
+    pixels (or of the class folder and name of each image file, since the folder may lie elsewhere on another machine)."""
+    identity = {}
+    for name, image_set in sets.items():
+        content = hashlib.sha256(np.ascontiguousarray(image_set.labels, dtype=np.int64))
+        content.update(json.dumps(image_set.class_names).encode())
+        if image_set.images is not None:
+            content.update(np.ascontiguousarray(image_set.images.numpy()))
+        else:
+            content.update(json.dumps([f"{Path(p).parent.name}/{Path(p).name}" for p in image_set.paths]).encode())
+        identity[name] = {"images": len(image_set), "classes": image_set.num_classes, "sha256": content.hexdigest()[:16]}
+    return identity
+
+
+def study_identity(meaning: dict, sets: dict) -> dict:
+    """A study's identity: what its trials mean (`meaning`, from params) and the prepared data they train on, as the
+    storage gives it back (JSON)."""
+    return json.loads(json.dumps({**meaning, "prepared data": data_identity(sets)}, sort_keys=True, default=list))
+
+
+class NotTheSameStudy(RuntimeError):
+    """A worker whose prepared data or params are not those of the study it would serve."""
+
+
+def differences(ours: dict, theirs: dict, where: str = "in the study") -> list[str]:
+    """Every key (dotted) whose value differs: `train.lr: 0.01 here, 0.003 in the study`."""
+    mine, stored = _flat(ours), _flat(theirs)
+    return [f"{key}: {mine.get(key, 'absent')!r} here, {stored.get(key, 'absent')!r} {where}"
+            for key in sorted(set(mine) | set(stored)) if mine.get(key) != stored.get(key)]
+
+
+def _flat(tree, prefix: str = "") -> dict:
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    flat = {}
+    for key, value in tree.items():
+        flat.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return flat
+
+
+def refusal(study_name: str, found: list[str]) -> str:
+    """Why a worker takes no trial of `study_name`, naming what differs, and the fix."""
+    shown = "; ".join(found[:_DIFFERENCES_SHOWN])
+    more = f"; and {len(found) - _DIFFERENCES_SHOWN} more" if len(found) > _DIFFERENCES_SHOWN else ""
+    return (f"this worker's data or params are not those of the study {study_name}, so it takes none of its trials: "
+            f"{shown}{more}. Use the params.yaml of the checkout that runs the stage, prepare the data from it "
+            "(dvc repro prepare, or dvc pull), then start the worker again")
+
+
+def claim_identity(study: optuna.Study, identity: dict) -> None:
+    """Record `identity` as the study's own when it has none yet (it was just created), else refuse if it differs."""
+    stored = study.user_attrs.get(IDENTITY)
+    if stored is None:
+        study.set_user_attr(IDENTITY, identity)
+        study.set_user_attr(IDENTITY_DIGEST, digest(identity))
+    elif study.user_attrs.get(IDENTITY_DIGEST) != digest(identity):
+        raise NotTheSameStudy(refusal(study.study_name, differences(identity, stored)))
 
 
 class NotRun(Exception):
@@ -177,11 +257,12 @@ class TrialCount(Budget):
 
 
 def serve(study: optuna.Study, run_trial: Callable[[optuna.Trial], float], budget: Budget,
-          max_trials: int | None = None, poll_seconds: float = 2.0) -> int:
+          max_trials: int | None = None, poll_seconds: float = 2.0, identity: dict | None = None) -> int:
     """Run trials of `study` until `budget` is met (or `max_trials` were started here); returns how many started.
 
     Dead workers' trials are retired and retried first. While the remaining places are held by other
-    workers' running trials, this waits: one of them may still fail and need replacing.
+    workers' running trials, this waits: one of them may still fail and need replacing. Before each trial,
+    `identity` (see `study_identity`) must be the study's own, else NotTheSameStudy names what differs.
     """
     def reserved(trial: optuna.Trial) -> float:
         for key, value in this_process().items():
@@ -223,50 +304,42 @@ def serve(study: optuna.Study, run_trial: Callable[[optuna.Trial], float], budge
             time.sleep(poll_seconds)
             continue
         waiting_said = False
+        if identity is not None:
+            claim_identity(study, identity)
         study.optimize(reserved, n_trials=1, catch=(NotRun,))
         started += 1
     return started
 
 
-def run_worker(params_path: str = "params.yaml", losses=None, serve_what: str = "all", max_trials: int | None = None,
-               threads: int | None = None) -> int:
-    """`study worker`: serve a study's searches, then its queued final runs, from another process or machine.
+def serve_study(params, root: Path, services, max_trials: int | None = None) -> None:
+    """Run each of `services` on the study whose checkout is `root`, with its prepared data and its storage.
 
-    It needs the study's checkout with the prepared data (`dvc repro prepare` or `dvc pull`) and the same
-    params.yaml; a shared database in search.storage lets it run on another machine.
+    A service is what search.py and runs.py give a worker to serve (a loss's searches, the queued final runs),
+    called as `service(params, storage, sets, root, max_trials=max_trials)`.
     """
-    from study.config import load_params
-
-    params = load_params(params_path)
-    if threads is not None:  # several workers on one machine share its cores
-        params = params.replace(train=params.train.replace(threads=threads))
-    unknown = sorted(set(losses or ()) - set(params.search.losses))
-    if unknown:
-        raise ValueError(f"{', '.join(unknown)} not searched in {params_path}; search.losses is "
-                         f"{list(params.search.losses)}")
-    serve_study(params, Path(params_path).resolve().parent, losses, serve_what, max_trials)
-    return 0
-
-
-def serve_study(params, root: Path, losses=None, serve_what: str = "all", max_trials: int | None = None,
-                runs_study: str | None = None) -> None:
-    """Serve the searches of `losses` (default all), then the queued final runs (only `runs_study`'s, when named), of
-    the study whose checkout is `root`."""
     from study.data import load_splits
-    from study.results import JOURNAL, PREPARED_DIR
-    from study.runs import join_runs
-    from study.search import join_search
-    from study.storage import open_storage, storage_url
+    from study.results import JOURNAL, prepared_dir
+    from study.storage import open_storage
 
-    sets = load_splits(root / PREPARED_DIR)
+    if params.data.seeds is not None:  # a whole study's params (`study worker`): each class split in turn
+        for split in params.data.split_seeds():
+            serve_study(params.for_split(split), root, services, max_trials)
+        return
+    sets = load_splits(root / prepared_dir(params.data.seed))
     storage = open_storage(params.search, root / JOURNAL)
-    if serve_what in ("all", "search"):
-        for loss in losses or params.search.losses:
-            join_search(loss, params, storage, sets, max_trials=max_trials)
-    if serve_what in ("all", "runs"):
-        trained = join_runs(params, storage, sets, root, ship_checkpoints=storage_url(params.search) is not None,
-                            max_trials=max_trials, only=runs_study)
-        print(f"{trained} final run(s) trained by this worker", flush=True)
+    for service in services:
+        service(params, storage, sets, root, max_trials=max_trials)
+
+
+@contextlib.contextmanager
+def ends_cleanly(search, journal: str | Path) -> Iterator[None]:
+    """A stage (or worker) that the storage fails (read-only, full, a database lost) or that is refused a study ends
+    with that one message, which names the path or URL and the fix, instead of a traceback."""
+    try:
+        with storage_faults(search, journal):
+            yield
+    except (StorageFault, NotTheSameStudy) as error:
+        raise SystemExit(f"error: {error}") from None
 
 
 def available_cores() -> int:
@@ -299,25 +372,55 @@ def _serve_beside(stage: int, work: Callable, params) -> None:
         os._exit(1)
 
     threading.Thread(target=end_with_the_stage, daemon=True).start()
-    work(params)
+    try:
+        work(params)
+    except (StorageFault, NotTheSameStudy) as error:  # its one line, as the stage says it: no traceback
+        print(f"{multiprocessing.current_process().name}: {error}", file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+def _reap_as_they_exit(workers: list, stop: threading.Event) -> None:
+    """Wait for each packed worker that exits, until `stop`: a dead worker is then gone, not a zombie whose trial
+    looks alive (see `has_died`)."""
+    while not stop.wait(1):
+        for worker in workers:
+            worker.is_alive()  # reaps it once it has exited
+
+
+def _say_how_workers_ended(workers: list, parallel: int) -> None:
+    """Name each packed worker a signal stopped (its trial was retried), and raise for those that failed."""
+    for worker in workers:
+        if worker.exitcode is not None and worker.exitcode < 0:
+            print(f"{worker.name} was stopped by {signal.Signals(-worker.exitcode).name}: the trial it was running "
+                  "was retried, those it finished are kept", flush=True)
+    failed = [f"{worker.name} (exit code {worker.exitcode})" for worker in workers if worker.exitcode
+              and worker.exitcode > 0]
+    if failed:
+        raise RuntimeError(f"{', '.join(failed)} of the {parallel} packed runs failed; the error is printed above. "
+                           "The finished trials are kept in the storage: fix the cause and run the stage again, or "
+                           "set train.parallel: 1")
 
 
 @contextlib.contextmanager
-def packed(params, root: Path, serve_what: str, losses=None, runs_study: str | None = None) -> Iterator:
-    """Train `runs_at_once` runs at a time: while the block runs, that many workers less one serve the same studies
-    beside this process (`serve_study`), each a process of its own; yields the params this process trains with.
+def packed(params, root: Path, services) -> Iterator:
+    """Train `runs_at_once` runs at a time: while the block runs, that many workers less one serve `services` (see
+    `serve_study`) beside this process, each a process of its own; yields the params this process trains with.
 
     Packed runs share the machine's cores: each gets cores ÷ runs torch threads unless train.threads says otherwise.
-    A worker that fails is named once the block ends; the trials it finished are kept, its unfinished one is retried.
+    A worker is reaped as it exits, so its unfinished trial is retried at once; one that a signal stopped costs
+    that trial only. One that fails is named once the block ends; the trials it finished are kept.
     """
     parallel = runs_at_once(params.train)
     params = threads_per_run(params, parallel)
-    work = partial(serve_study, root=Path(root).resolve(), losses=losses, serve_what=serve_what, runs_study=runs_study)
+    work = partial(serve_study, root=Path(root).resolve(), services=list(services))
     context = multiprocessing.get_context("spawn")  # a forked copy of torch's thread pools or CUDA state misbehaves
     workers = [context.Process(target=_serve_beside, args=(os.getpid(), work, params), name=f"packed worker {n}")
                for n in range(1, parallel)]
     for worker in workers:
         worker.start()
+    stop_reaping = threading.Event()
+    reaper = threading.Thread(target=_reap_as_they_exit, args=(workers, stop_reaping), daemon=True)
+    reaper.start()
     try:
         yield params
     except BaseException:
@@ -325,10 +428,8 @@ def packed(params, root: Path, serve_what: str, losses=None, runs_study: str | N
             worker.terminate()
         raise
     finally:
+        stop_reaping.set()
+        reaper.join()
         for worker in workers:
             worker.join()
-    failed = [f"{worker.name} (exit code {worker.exitcode})" for worker in workers if worker.exitcode]
-    if failed:
-        raise RuntimeError(f"{', '.join(failed)} of the {parallel} packed runs failed; the error is printed above. "
-                           "The finished trials are kept in the storage: fix the cause and run the stage again, or "
-                           "set train.parallel: 1")
+    _say_how_workers_ended(workers, parallel)

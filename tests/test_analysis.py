@@ -465,7 +465,10 @@ def test_study_tuning_curve_is_the_test_score_of_the_trial_val_selects():
     for n in range(1, 6):
         row = curve[curve["n"] == n].iloc[0]
         assert row["expected_test"] == pytest.approx(brute_force_selected(selection, reported, n, False))
-        assert row["low"] - 1e-12 <= row["expected_test"] <= row["high"] + 1e-12
+        if n == 1:  # five trials carry n = 1; beyond it the weights rest on fewer and no interval is valid
+            assert row["low"] - 1e-12 <= row["expected_test"] <= row["high"] + 1e-12
+        else:
+            assert np.isnan(row["low"]) and np.isnan(row["high"])
     # The search spent 10 + 20 + 30 s on its completed trials and 5 + 15 s on the failed and the pruned one:
     # 80 s over 5 draws.
     np.testing.assert_allclose(curve["seconds"], 16.0 * np.arange(1, 6))
@@ -508,7 +511,8 @@ def test_study_break_even_against_fixed_adacos_on_test_with_the_old_quantity_bes
     # The classic quantity: the expected maximum of the completed val scores, with replacement, against
     # Fixed AdaCos's mean val score (0.98833).
     assert row["old_target"] == pytest.approx(np.mean([0.99, 0.98, 0.995]))
-    assert row["old_val_gain"] == pytest.approx(brute_force_expected_max([0.90, 0.95, 0.97], 3) - row["old_target"])
+    # The classic curve by the same estimator as the figure (without replacement, every draw): at n = N, the best val.
+    assert row["old_val_gain"] == pytest.approx(0.97 - row["old_target"])
     assert row["old_trials"] is None or pd.isna(row["old_trials"])
 
 
@@ -646,7 +650,7 @@ def verdict_for(tuned_tests, reference_tests=(0.90, 0.91, 0.92, 0.93, 0.94)):
 
 
 @pytest.mark.parametrize("shift, recommendation, reason", [
-    (+0.02, "arcface_tuned", "tuning_significantly_better"),
+    (+0.02, "arcface_tuned", "tuning_better_beyond_margin"),
     (-0.02, "fixed_adacos", "adacos_significantly_better"),
     (0.0, "fixed_adacos", "equivalent"),
 ])

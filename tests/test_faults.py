@@ -19,25 +19,26 @@ import study.workers as workers
 from study.config import load_params
 from study.data import load_dataset, load_splits, save_splits, split_dataset
 from study.presets import write_params
-from study.results import JOURNAL
+from study.results import JOURNAL, prepared_dir
 from study.search import open_study, run_search, study_name, trials_table
-from study.storage import journal_storage, open_storage
+from study.storage import MAX_RETRIES, journal_storage, open_storage
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 REPOSITORY = Path(__file__).resolve().parents[1]
 ENVIRONMENT = {**os.environ, "PYTHONPATH": str(REPOSITORY), "OMP_NUM_THREADS": "1"}
 
 
-def study_folder(root: Path, **search) -> Path:
-    """A tiny study's folder: params.yaml (digits, a small MLP, one epoch, one thread) and the prepared splits."""
+def study_folder(root: Path, train: dict | None = None, **search) -> Path:
+    """A tiny study's folder: params.yaml (digits, a small MLP, one epoch, one thread, unless `train` says otherwise)
+    and the prepared splits."""
     params = {"data": {"dataset": "digits", "protocol": "closed", "fractions": [0.6, 0.2, 0.2]},
               "model": {"name": "mlp", "embedding_size": 16},
               "train": {"epochs": 1, "batch_size": 128, "eval_every": 4, "device": "cpu", "lr": 0.01,
-                        "objective": "accuracy"},
+                        "objective": "accuracy", **(train or {})},
               "search": {"n_trials": 8, **search}, "runs": {"seeds": [0, 1, 2, 3]}}
     write_params(load_params_from(params), root / "params.yaml", "fault test")
     sets = split_dataset(load_dataset("digits"), "closed", (0.6, 0.2, 0.2), seed=0)
-    save_splits(sets, root / "data" / "prepared", source="digits", protocol="closed", seed=0, fractions=(0.6, 0.2, 0.2))
+    save_splits(sets, root / prepared_dir(0), source="digits", protocol="closed", seed=0, fractions=(0.6, 0.2, 0.2))
     return root
 
 
@@ -106,9 +107,9 @@ def test_ten_kills_of_the_search_lose_nothing_and_leave_no_running_trial(tmp_pat
     interrupted = trials[trials["status"] == "interrupted"]
     assert len(interrupted) >= 5 and interrupted["reason"].str.contains("worker died").all()
     for seed, attempts in interrupted.dropna(subset=["seed"]).groupby("seed"):
-        assert len(attempts) <= workers.MAX_RETRIES + 1 and len(attempts[["s", "m"]].drop_duplicates()) == 1
+        assert len(attempts) <= MAX_RETRIES + 1 and len(attempts[["s", "m"]].drop_duplicates()) == 1
         finished = complete[complete["seed"] == seed]
-        if len(attempts) <= workers.MAX_RETRIES:
+        if len(attempts) <= MAX_RETRIES:
             assert len(finished) == 1 and (finished[["s", "m"]].to_numpy() == attempts[["s", "m"]].to_numpy()[:1]).all()
     assert not list((root / "results" / "trials").glob("*.lock"))
     # No torn line is left in the journal: every line is a whole record.
@@ -170,7 +171,7 @@ def database(tmp_path):
 def test_a_killed_worker_sharing_a_database_has_its_trial_failed_and_retried(tmp_path, database, monkeypatch):
     root = study_folder(tmp_path, storage=database, heartbeat_seconds=1)
     params = load_params(str(root / "params.yaml"))
-    sets = load_splits(root / "data" / "prepared")
+    sets = load_splits(root / prepared_dir(0))
     storage = open_storage(params.search, root / JOURNAL)
     study = open_study("arcface", params, storage, len(sets["train"]), seed=0)
     run_search(study, "arcface", params, sets, max_trials=1)

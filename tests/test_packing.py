@@ -17,6 +17,7 @@ from study import workers
 from study.config import StudyParams
 from study.data import load_dataset, save_splits, split_dataset
 from study.presets import write_params
+from study.results import prepared_dir
 from tests.conftest import copy_study
 
 SPLIT = (0.6, 0.2, 0.2)
@@ -38,7 +39,7 @@ def checkout(root, digits, parallel):
         "search": {"n_trials": 6},
         "runs": {"seeds": [0, 1, 2, 3], "methods": ["fixed_adacos"]}})
     write_params(params, root / "params.yaml", "test")
-    save_splits(digits, root / "data" / "prepared", source="digits", protocol="closed", seed=0, fractions=SPLIT)
+    save_splits(digits, root / prepared_dir(0), source="digits", protocol="closed", seed=0, fractions=SPLIT)
     return root
 
 
@@ -108,6 +109,6 @@ def test_packed_runs_share_the_cores_unless_threads_are_given(monkeypatch):
 def test_a_packed_worker_that_fails_is_named_after_the_block(tmp_path, capfd):
     params = StudyParams.from_dict({"train": {"device": "cpu", "parallel": 2, "threads": 1}})
     with pytest.raises(RuntimeError, match=r"packed worker 1 \(exit code 1\) of the 2 packed runs failed"):
-        with workers.packed(params, tmp_path, "runs"):
+        with workers.packed(params, tmp_path, services=[]):
             pass  # this process's own share finishes; the worker finds no prepared data and fails
     assert "data/prepared" in capfd.readouterr().err

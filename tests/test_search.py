@@ -198,10 +198,11 @@ def study_folder(root, digits, **search_values):
     """A study's folder as a worker on another machine sees it: params.yaml and the prepared split."""
     from study.data import save_splits
     from study.presets import write_params
+    from study.results import prepared_dir
 
     params = params_with(search={"n_trials": 4, **search_values})
     write_params(params, root / "params.yaml", "test")
-    save_splits(digits, root / "data" / "prepared", source="digits", protocol="closed", seed=0,
+    save_splits(digits, root / prepared_dir(0), source="digits", protocol="closed", seed=0,
                 fractions=(0.6, 0.2, 0.2))
     return params
 

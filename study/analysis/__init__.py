@@ -8,7 +8,9 @@ carry their direction (EER is an error rate). One room per concern:
 - `tuning`: selection-aware tuning-budget estimators, the tuning curves and the break-even;
 - `comparison`: the final runs' tables, method − Fixed AdaCos differences, runs at chance, reproduction;
 - `convergence`: iterations to targets, convergence speed, val curves, crossings and angle dynamics;
-- `verdict`: the verdict's facts and the recommendation rule;
+- `verdict`: `recommend`, the recommendation rule, and the verdict's facts;
+- `variance`: where the variance a user meets comes from (split, search, seed);
+- `coverage`: simulated worlds with a known truth that measure the tuning intervals' coverage;
 - `study`: `StudyAnalysis` and `analyse_study`, which builds it, with the searches' summary and landscape.
 """
 
@@ -30,7 +32,10 @@ from study.analysis.comparison import (
     DIFFERENCE_COLUMNS,
     METRIC_KIND,
     REPRODUCTION_SPREAD_STDS,
+    differences_to_reference,
     equivalence_margin,
+    margin_meaning,
+    paired_runs,
     reproduction_table,
     runs_at_chance,
     summarise_runs,
@@ -51,15 +56,22 @@ from study.analysis.tuning import (
     INDEPENDENT_SAMPLERS,
     METRIC_FLOOR,
     TUNING_CURVE_COLUMNS,
+    MIN_EFFECTIVE_TRIALS,
     best_so_far_selected,
     bootstrap_selected_curves,
+    break_even_with_interval,
+    effective_trials,
     estimator_description,
     expected_best_after_n_trials,
     expected_selected_after_n_trials,
     first_reaching,
+    jackknife_selected_variance,
     percentile_band,
+    search_gain,
+    selected_curve_with_variance,
 )
-from study.analysis.verdict import FACT_KEYS, RECOMMENDATIONS
+from study.analysis.variance import VARIANCE_SOURCES, search_variance, selected_trial_variance, variance_sources
+from study.analysis.verdict import FACT_KEYS, RECOMMENDATIONS, counts, recommend
 
 __all__ = [
     # common
@@ -67,16 +79,20 @@ __all__ = [
     "TEST_PREFIX", "count_or_none", "fixed_scale_of", "higher_is_better", "primary_loss",
     # comparison
     "CHANCE_LEVEL", "CHANCE_METRIC", "DIFFERENCE_COLUMNS", "METRIC_KIND", "REPRODUCTION_SPREAD_STDS",
-    "equivalence_margin", "reproduction_table", "runs_at_chance", "summarise_runs",
+    "differences_to_reference", "equivalence_margin", "margin_meaning", "paired_runs", "reproduction_table",
+    "runs_at_chance", "summarise_runs",
     # convergence
     "ANGLE_COLUMNS", "CONVERGENCE_COLUMNS", "CROSSING_COLUMNS", "SPEED_COLUMNS", "convergence_targets",
     "crossing_iteration", "crossings_table", "iterations_to_target",
     # study
     "StudyAnalysis", "analyse_study",
     # tuning
-    "BREAK_EVEN_COLUMNS", "INDEPENDENT_SAMPLERS", "METRIC_FLOOR", "TUNING_CURVE_COLUMNS", "best_so_far_selected",
-    "bootstrap_selected_curves", "estimator_description", "expected_best_after_n_trials",
-    "expected_selected_after_n_trials", "first_reaching", "percentile_band",
+    "BREAK_EVEN_COLUMNS", "INDEPENDENT_SAMPLERS", "METRIC_FLOOR", "MIN_EFFECTIVE_TRIALS", "TUNING_CURVE_COLUMNS",
+    "best_so_far_selected", "bootstrap_selected_curves", "break_even_with_interval", "effective_trials",
+    "estimator_description", "expected_best_after_n_trials", "expected_selected_after_n_trials", "first_reaching",
+    "jackknife_selected_variance", "percentile_band", "search_gain", "selected_curve_with_variance",
+    # variance
+    "VARIANCE_SOURCES", "search_variance", "selected_trial_variance", "variance_sources",
     # verdict
-    "FACT_KEYS", "RECOMMENDATIONS",
+    "FACT_KEYS", "RECOMMENDATIONS", "counts", "recommend",
 ]

@@ -11,9 +11,10 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from study.analysis.common import REFERENCE_METHOD, TEST_PREFIX, finite_values, higher_is_better, mean_or_nan
-from study.config import AnalysisConfig
+from study.config import AnalysisConfig, relative_margin
 from study.published import PublishedSetup
 from study.statistics import (
     difference_ci,
@@ -31,9 +32,13 @@ REPRODUCTION_SPREAD_STDS = 2.0
 # network collapsed to one output, e.g. by dead ReLUs) is counted and named, not hidden in a mean ± std.
 CHANCE_METRIC, CHANCE_LEVEL = "test_roc_auc", 0.5
 
-DIFFERENCE_COLUMNS = ["method", "metric", "test", "pairs", "difference", "low", "high", "p_value", "p_holm",
-                      "significant", "welch_difference", "welch_low", "welch_high", "welch_p_value", "margin",
-                      "tost_p_value", "equivalent", "detectable", "seeds_to_resolve", "higher_is_better"]
+# test: paired (by seed, one split), split (paired by split and seed, over splits) or Welch; unit: what
+# seeds_to_resolve counts (seeds, or splits of as many seeds); margin_seed_sds and margin_error_share: the margin in
+# Fixed AdaCos's seed sds and as a share of its remaining error; decision_alpha: the level detectable uses.
+DIFFERENCE_COLUMNS = ["method", "metric", "test", "pairs", "splits", "unit", "difference", "low", "high", "p_value",
+                      "p_holm", "significant", "welch_difference", "welch_low", "welch_high", "welch_p_value", "margin",
+                      "margin_seed_sds", "margin_error_share", "tost_p_value", "equivalent", "detectable",
+                      "decision_alpha", "seeds_to_resolve", "higher_is_better"]
 # Which equivalence margin (see equivalence_margin) each test metric takes.
 METRIC_KIND = {"accuracy": "accuracy", "knn_accuracy": "accuracy", "precision_at_1": "retrieval",
                 "r_precision": "retrieval", "map_at_r": "retrieval", "roc_auc": "verification", "eer": "verification",
@@ -66,57 +71,129 @@ def summarise_runs(runs: pd.DataFrame, metric_columns: Sequence[str], group: str
     return pd.DataFrame(rows, columns=[group, "metric", "mean", "std", "n"])
 
 
-def equivalence_margin(metric: str, config: AnalysisConfig) -> float:
-    """The equivalence margin of a test metric, by its kind (accuracy, retrieval or verification)."""
+def _remaining_error(mean: float, higher_better: bool) -> float:
+    """How far a bounded [0, 1] metric's mean is from perfect: 1 − mean, or the mean itself for an error rate."""
+    return 1.0 - mean if higher_better else mean
+
+
+def equivalence_margin(metric: str, config: AnalysisConfig, reference_scores=None) -> float:
+    """The equivalence margin of a test metric, by its kind: absolute, or relative to the reference's (Fixed
+    AdaCos's) seed-to-seed sd ("0.5sd") or to its remaining error ("5%": of 1 − mean, or of the mean for EER)."""
     kind = METRIC_KIND.get(metric.removeprefix(TEST_PREFIX))
     if kind is None:
         raise KeyError(f"metric {metric!r} has no kind; known: {', '.join(METRIC_KIND)}")
-    return config.equivalence_margin[kind]
+    margin = config.equivalence_margin[kind]
+    if not isinstance(margin, str):
+        return float(margin)
+    value, unit = relative_margin(margin)
+    reference = finite_values(reference_scores if reference_scores is not None else [])
+    if unit == "sd":
+        return value * float(reference.std(ddof=1)) if reference.size >= 2 else math.nan
+    return value / 100.0 * _remaining_error(float(reference.mean()), higher_is_better(metric)) if reference.size \
+        else math.nan
+
+
+def margin_meaning(margin: float, metric: str, reference_scores) -> dict:
+    """A margin in the metric's own terms: how many of the reference's seed sds, what share of its remaining error."""
+    reference = finite_values(reference_scores)
+    sd = float(reference.std(ddof=1)) if reference.size >= 2 else math.nan
+    remaining = _remaining_error(float(reference.mean()), higher_is_better(metric)) if reference.size else math.nan
+    return {"margin_seed_sds": margin / sd if sd > 0 else math.nan,
+            "margin_error_share": margin / remaining if remaining > 0 else math.nan}
+
+
+def paired_runs(group: pd.DataFrame, reference: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """The runs of a method and of the reference that share a class split and a seed, both finite on `metric`."""
+    keys = ["split", "seed"]
+    left = group.assign(split=_splits_of(group))[[*keys, metric]]
+    right = reference.assign(split=_splits_of(reference))[[*keys, metric]]
+    pairs = left.merge(right, on=keys, suffixes=("", "_reference"))
+    finite = np.isfinite(pairs[metric].astype(float)) & np.isfinite(pairs[f"{metric}_reference"].astype(float))
+    return pairs[finite].assign(difference=lambda f: f[metric].astype(float) - f[f"{metric}_reference"].astype(float))
+
+
+def _splits_of(frame: pd.DataFrame) -> pd.Series:
+    """Each run's class split (data seed); a table from a one-split study has none, and is split 0."""
+    return frame["split"] if "split" in frame else pd.Series(0, index=frame.index)
+
+
+def _over_splits_and_seeds(pairs: pd.DataFrame, confidence: float) -> dict:
+    """The mean paired difference over class splits, each split's seeds averaged first (a one-way random-effects
+    model, balanced or not): its t interval on splits − 1 degrees of freedom carries the split-to-split variance,
+    and with it the search-to-search variance of each split's own search, besides the seeds'."""
+    per_split = pairs.groupby("split")["difference"].mean().to_numpy()
+    splits = per_split.size
+    sd = float(per_split.std(ddof=1))
+    standard_error, df = sd / math.sqrt(splits), float(splits - 1)
+    estimate = float(per_split.mean())
+    half = float(stats.t.ppf(0.5 + confidence / 2.0, df)) * standard_error
+    p_value = float(2.0 * stats.t.sf(abs(estimate) / standard_error, df)) if standard_error > 0 else \
+        float(estimate == 0.0)
+    return {"difference": estimate, "low": estimate - half, "high": estimate + half, "p_value": p_value,
+            "standard_error": standard_error, "df": df, "sd": sd}
 
 
 def _method_differences(group: pd.DataFrame, reference: pd.DataFrame, method: str, metrics: list[str],
                         config: AnalysisConfig) -> pd.DataFrame:
-    """One method − Fixed AdaCos on every test metric: paired by seed where they pair, Welch beside it,
-    Holm-corrected across the metric family, TOST against the metric's margin, and what the seeds can detect."""
+    """One method − Fixed AdaCos on every test metric: paired by split and seed where they pair (over splits when
+    there are several), Welch beside it, Holm-corrected across the metric family, TOST against the metric's margin,
+    and what the study can detect at the level the decision uses (Bonferroni's α/m, Holm's strictest step)."""
     alpha = 1.0 - config.confidence
+    decision_alpha = alpha / max(1, len(metrics))
     rows = []
     for metric in metrics:
-        pairs = group[["seed", metric]].merge(reference[["seed", metric]], on="seed", suffixes=("", "_reference"))
-        pairs = pairs[np.isfinite(pairs[metric].astype(float)) & np.isfinite(pairs[f"{metric}_reference"].astype(float))]
+        pairs = paired_runs(group, reference, metric)
+        splits = int(pairs["split"].nunique())
         a, b = finite_values(group[metric]), finite_values(reference[metric])
         welch = difference_ci(a, b, config.confidence) if a.size and b.size else {}
-        paired = len(pairs) >= 2
-        if paired:
+        unit = "splits" if splits > 1 else "seeds"
+        if splits > 1:
+            result = _over_splits_and_seeds(pairs, config.confidence)
+            test, replicates = "split", splits
+        elif len(pairs) >= 2:
             result = paired_difference(pairs[metric].astype(float), pairs[f"{metric}_reference"].astype(float),
                                        config.confidence)
-            standard_error, df, sd = result["standard_error"], result["df"], result["sd"]
+            test, replicates = "paired", len(pairs)
         else:  # nothing pairs (e.g. different seeds): Welch alone
             result = welch or {"difference": math.nan, "low": math.nan, "high": math.nan, "p_value": math.nan,
                                "standard_error": math.nan, "df": math.nan}
-            standard_error, df, sd = result["standard_error"], result["df"], math.nan
-        margin = equivalence_margin(metric, config)
+            result = {**result, "sd": math.nan}
+            test, replicates = "Welch", min(a.size, b.size)
+        standard_error, df, sd = result["standard_error"], result["df"], result["sd"]
+        margin = equivalence_margin(metric, config, b)
         tost = (equivalence_test(result["difference"], standard_error, df, margin, alpha)
-                if np.isfinite(standard_error) else {"p_value": math.nan, "equivalent": False})
-        n = len(pairs) if paired else min(a.size, b.size)
-        detectable = minimum_detectable_difference(sd, n, alpha, config.power) if paired else math.nan
-        to_detect = seeds_to_detect(result["difference"], sd, alpha, config.power) if paired and sd > 0 else None
+                if np.isfinite(standard_error) and np.isfinite(margin) else {"p_value": math.nan, "equivalent": False})
+        resolvable = test != "Welch" and np.isfinite(sd) and sd > 0
+        detectable = minimum_detectable_difference(sd, replicates, decision_alpha, config.power) if resolvable \
+            else math.nan
+        to_detect = seeds_to_detect(result["difference"], sd, decision_alpha, config.power) if resolvable else None
         to_show = (seeds_to_show_equivalence(result["difference"], sd, margin, alpha, config.power)
-                   if paired and sd > 0 else None)
+                   if resolvable and np.isfinite(margin) else None)
         needed = [count for count in (to_detect, to_show) if count is not None]
-        rows.append({"method": method, "metric": metric, "test": "paired" if paired else "Welch", "pairs": len(pairs),
-                     "difference": result["difference"], "low": result["low"], "high": result["high"],
+        rows.append({"method": method, "metric": metric, "test": test, "pairs": len(pairs), "splits": splits,
+                     "unit": unit, "difference": result["difference"], "low": result["low"], "high": result["high"],
                      "p_value": result["p_value"],
                      "welch_difference": welch.get("difference", math.nan), "welch_low": welch.get("low", math.nan),
                      "welch_high": welch.get("high", math.nan), "welch_p_value": welch.get("p_value", math.nan),
-                     "margin": margin, "tost_p_value": tost["p_value"], "equivalent": bool(tost["equivalent"]),
-                     "detectable": detectable, "seeds_to_resolve": min(needed) if needed else None,
+                     "margin": margin, **margin_meaning(margin, metric, b), "tost_p_value": tost["p_value"],
+                     "equivalent": bool(tost["equivalent"]), "detectable": detectable, "decision_alpha": decision_alpha,
+                     "seeds_to_resolve": min(needed) if needed else None,
                      "higher_is_better": higher_is_better(metric)})
     frame = pd.DataFrame(rows, columns=[c for c in DIFFERENCE_COLUMNS if c not in ("p_holm", "significant")])
     # The metrics are one family of tests per method: Holm keeps its family-wise error at alpha.
     frame["p_holm"] = holm_adjusted(frame["p_value"].astype(float).to_numpy()) if len(frame) else []
     frame["significant"] = frame["p_holm"].astype(float) < alpha
     frame["seeds_to_resolve"] = frame["seeds_to_resolve"].astype("Int64")
-    return frame
+    return frame[DIFFERENCE_COLUMNS]
+
+
+def differences_to_reference(runs: pd.DataFrame, methods: list[str], config: AnalysisConfig) -> pd.DataFrame:
+    """Every method − Fixed AdaCos on every test metric of `runs` (DIFFERENCE_COLUMNS), in the order of `methods`."""
+    metrics = [column for column in runs.columns if column.startswith(TEST_PREFIX)]
+    reference = runs[runs["method"] == REFERENCE_METHOD]
+    frames = [_method_differences(runs[runs["method"] == method], reference, method, metrics, config)
+              for method in methods if method != REFERENCE_METHOD and not reference.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=DIFFERENCE_COLUMNS)
 
 
 def runs_at_chance(runs: pd.DataFrame) -> int:
@@ -157,16 +234,14 @@ def final_tables(runs: pd.DataFrame, methods: list[str], summary: pd.DataFrame,
     costs = pd.DataFrame(cost_rows, columns=["method", "loss", "runs", "diverged", "at_chance", "tuning_trials",
                                              "tuning_seconds", "run_seconds"])
 
-    reference = runs[runs["method"] == REFERENCE_METHOD]
-    frames = [_method_differences(runs[runs["method"] == method], reference, method, metrics, config)
-              for method in methods if method != REFERENCE_METHOD and not reference.empty]
-    differences = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=DIFFERENCE_COLUMNS)
-    return final, costs, differences[DIFFERENCE_COLUMNS]
+    return final, costs, differences_to_reference(runs, methods, config)
 
 
 def run_score_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Each final run's status, val score and test metrics (NaN where it diverged), for per-seed plots."""
-    columns = ["method", "seed", "status", "val_score"] + [c for c in runs.columns if c.startswith(TEST_PREFIX)]
+    """Each final run's class split (where there are splits), status, val score and test metrics (NaN where it
+    diverged): `recommend`'s input, and per-seed plots'."""
+    splits = ["split"] if "split" in runs else []
+    columns = ["method", *splits, "seed", "status", "val_score"] + [c for c in runs.columns if c.startswith(TEST_PREFIX)]
     return runs.reindex(columns=columns).reset_index(drop=True)
 
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from study.analysis.common import FINISHED_STATES, finite_values, fixed_scale_of, is_evidence, untuned_methods
+from study.analysis.common import (FINISHED_STATES, TEST_PREFIX, finite_values, fixed_scale_of, is_evidence,
+                                   primary_loss, untuned_methods)
 from study.analysis.comparison import final_tables, run_score_table
 from study.analysis.convergence import (
     angle_dynamics,
@@ -22,7 +23,8 @@ from study.analysis.convergence import (
     final_gap_tests,
     mean_curves,
 )
-from study.analysis.tuning import reference_bands, tuning_budget
+from study.analysis.tuning import _split_column, _trial_draws, reference_bands, tuning_budget
+from study.analysis.variance import search_variance
 from study.analysis.verdict import verdict_facts
 from study.config import AnalysisConfig
 from study.results import tuned_method
@@ -111,15 +113,38 @@ def _landscape(trials: pd.DataFrame) -> pd.DataFrame:
     """Every finished trial's (s, m), state, val and test scores, with each loss's best trial flagged (the best
     of its first repeat, whose values the tuned runs retrain)."""
     finished = trials[trials["state"].isin(FINISHED_STATES)]
-    frame = finished.reindex(columns=["loss", "repeat", "trial", "state", "s", "m", "value", "test_value"]
+    frame = finished.reindex(columns=["loss", "split", "repeat", "trial", "state", "s", "m", "value", "test_value"]
                              ).reset_index(drop=True)
+    frame["split"] = frame["split"].fillna(0).astype(int)
     frame["best"] = False
-    first_repeat = frame["repeat"] == frame.groupby("loss")["repeat"].transform("min")
+    first_repeat = frame["repeat"] == frame.groupby(["loss", "split"])["repeat"].transform("min")
     values = pd.to_numeric(frame["value"], errors="coerce").where((frame["state"] == "COMPLETE") & first_repeat)
-    for _, group in values.groupby(frame["loss"], sort=False):
+    for _, group in values.groupby([frame["loss"], frame["split"]], sort=False):
         if group.notna().any():
             frame.loc[group.idxmax(), "best"] = True
     return frame
+
+
+def _one_run_key(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with its seed made "split:seed" where it holds several class splits, so that a seed names one run."""
+    if "split" not in frame or frame["split"].nunique() < 2:
+        return frame
+    return frame.assign(seed=frame["split"].astype(str) + ":" + frame["seed"].astype(str))
+
+
+def _search_variance(trials: pd.DataFrame, runs: pd.DataFrame, loss: str | None, objective: str) -> float:
+    """The search's share of the variance a user meets (study.analysis.variance): from each split's trials of the
+    searched loss, less the seed noise of its retrained runs."""
+    tuned = runs[runs["method"] == tuned_method(loss)] if loss else runs.iloc[:0]
+    metric = f"{TEST_PREFIX}{objective}"
+    if tuned.empty or metric not in tuned:
+        return math.nan
+    seed_variance = tuned.groupby(_split_column(tuned))[metric].var(ddof=1).mean()
+    draws = [_trial_draws(part) for _, part in trials[trials["loss"] == loss].groupby(_split_column(trials))]
+    draws = [d for d in draws if len(d) >= 2]
+    if not draws:
+        return math.nan
+    return search_variance([d["selection"] for d in draws], [d["reported"] for d in draws], float(seed_variance))
 
 
 def analyse_study(trials: pd.DataFrame, runs: pd.DataFrame, history: pd.DataFrame, objective: str,
@@ -144,19 +169,23 @@ def analyse_study(trials: pd.DataFrame, runs: pd.DataFrame, history: pd.DataFram
     bands = reference_bands(runs, config)
     tuning_curves, even, estimator = tuning_budget(trials, runs, summary, objective, sampler, config)
     final, costs, differences = final_tables(runs, methods, summary, config)
-    best, best_method, targets, per_run, per_method, speed = convergence_tables(runs, history, objective, methods,
-                                                                                config)
-    curves = mean_curves(history, objective, methods, config)
+    # The convergence analysis pairs runs by seed: with several class splits a run is its split and seed.
+    keyed_runs, keyed_history = _one_run_key(runs), _one_run_key(history)
+    best, best_method, targets, per_run, per_method, speed = convergence_tables(keyed_runs, keyed_history, objective,
+                                                                                methods, config)
+    curves = mean_curves(keyed_history, objective, methods, config)
     default = runs.loc[runs["method"] == "arcface_default"].reindex(columns=["s", "m"])
     default_hyperparameters = {key: float(value) for key, value in default.iloc[0].items()} if len(default) else {}
+    run_scores = run_score_table(runs)
     facts = verdict_facts(objective, searched_losses, final, costs, differences, even, summary, tuning_curves, speed,
-                          estimator, default_hyperparameters, config)
+                          estimator, default_hyperparameters, config, run_scores,
+                          _search_variance(trials, runs, primary_loss(searched_losses), objective))
     return StudyAnalysis(
         objective=objective, confidence=config.confidence, methods=methods, searched_losses=searched_losses,
         search_summary=summary, tuning_curves=tuning_curves, estimator=estimator, reference_bands=bands,
-        break_even=even, final=final, costs=costs, run_scores=run_score_table(runs), differences=differences,
+        break_even=even, final=final, costs=costs, run_scores=run_scores, differences=differences,
         best_final_val=best, best_final_method=best_method, targets=targets, convergence_runs=per_run,
-        convergence=per_method, convergence_speed=speed, curves=curves, angles=angle_dynamics(history, methods),
-        crossings=final_gap_tests(runs, crossings_table(curves), config), landscape=_landscape(trials),
+        convergence=per_method, convergence_speed=speed, curves=curves, angles=angle_dynamics(keyed_history, methods),
+        crossings=final_gap_tests(keyed_runs, crossings_table(curves), config), landscape=_landscape(trials),
         num_classes=num_classes, s_f=fixed_scale_of(num_classes), verdict_facts=facts,
     )

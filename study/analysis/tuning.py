@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 from scipy.special import gammaln
 
 from study.analysis.common import (
@@ -20,7 +21,6 @@ from study.analysis.common import (
     count_or_none,
     finite_values,
     mean_or_nan,
-    percentile_pick,
     reaches,
     untuned_methods,
 )
@@ -135,34 +135,139 @@ def first_reaching(curves, targets) -> np.ndarray:
     return np.where(reached.any(axis=1), np.argmax(reached, axis=1) + 1.0, np.inf)
 
 
+# The studentised interval of the selected-test curve is shown only where the order-statistic weights spread over
+# at least this many trials: there its t quantile (df = effective trials − 1) is at most 1.45× the normal one, and
+# the interval covers at ≥ 93% in the simulated worlds of `study.analysis.coverage` (benchmarks/coverage.py).
+# Nearer n = N the estimate rests on the top two or three trials and no interval of this kind is valid.
+MIN_EFFECTIVE_TRIALS = 5.0
+
+
+def effective_trials(n_items: int, replacement: bool = False) -> np.ndarray:
+    """1 / Σ_i w_n(i)², n = 1…N: over how many trials the selection weights spread (N at n = 1, 1 at n = N)."""
+    weights = _order_statistic_weights(n_items, replacement)
+    return 1.0 / (weights ** 2).sum(axis=1)
+
+
+def jackknife_selected_variance(selection_scores, reported_scores, replacement: bool = False) -> np.ndarray:
+    """Jackknife variance of `expected_selected_after_n_trials` at n = 1…N: (N−1)/N · Σ_i (θ̂_(−i) − θ̂_(·))².
+
+    The curve at fixed n is a U-statistic of degree n (without replacement; a V-statistic with), whose jackknife
+    variance is consistent for n ≪ N and conservative as n nears N/2 (Efron & Stein, 1981). NaN at n = N, where
+    no trial can be left out, and everywhere for fewer than two trials.
+    """
+    selection, reported = _paired_scores(selection_scores, reported_scores)
+    size = selection.size
+    if size < 2:
+        return np.full(size, np.nan)
+    leave_one_out = np.stack([expected_selected_after_n_trials(np.delete(selection, i), np.delete(reported, i),
+                                                                replacement) for i in range(size)])
+    spread = ((leave_one_out - leave_one_out.mean(axis=0)) ** 2).sum(axis=0)
+    return np.append((size - 1) / size * spread, np.nan)
+
+
+def _welch_df(variances: np.ndarray, dfs: np.ndarray) -> np.ndarray:
+    """Welch–Satterthwaite degrees of freedom of a sum of independent variance estimates (along the first axis)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return variances.sum(axis=0) ** 2 / (variances ** 2 / dfs).sum(axis=0)
+
+
+def _t_bounds(estimate, variance, df, confidence: float) -> tuple[np.ndarray, np.ndarray]:
+    """estimate ± t_{(1+confidence)/2, df} · √variance (NaN where df or the variance is not finite)."""
+    with np.errstate(invalid="ignore"):
+        half = stats.t.ppf(0.5 + confidence / 2.0, df) * np.sqrt(variance)
+    return estimate - half, estimate + half
+
+
+def selected_curve_with_variance(selection_scores, reported_scores, replacement: bool = False
+                                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The selected-test curve, its jackknife variance and degrees of freedom (effective trials − 1), n = 1…N; the
+    variance is NaN where fewer than MIN_EFFECTIVE_TRIALS carry the estimate (no valid interval there)."""
+    curve = expected_selected_after_n_trials(selection_scores, reported_scores, replacement)
+    variance = jackknife_selected_variance(selection_scores, reported_scores, replacement)
+    effective = effective_trials(curve.size, replacement)
+    variance = np.where(effective >= MIN_EFFECTIVE_TRIALS - 1e-9, variance, np.nan)
+    return curve, variance, effective - 1.0
+
+
+def _reference_moments(reference_scores) -> tuple[float, float, float]:
+    """Mean of the reference runs, the variance of that mean and its degrees of freedom (NaN for one run)."""
+    reference = finite_vector(reference_scores, "reference_scores")
+    if reference.size < 2:
+        return float(reference.mean()), math.nan, math.nan
+    return float(reference.mean()), float(reference.var(ddof=1) / reference.size), float(reference.size - 1)
+
+
+def search_gain(selection_scores, reported_scores, reference_scores, n: int, confidence: float = 0.95,
+                n_bootstrap: int = 1000, seed: int = 0) -> tuple[float, float, float]:
+    """What a search of n trials buys: E[test score of the trial val selects among n] − mean(reference_scores).
+
+    The expectation is the without-replacement order-statistic estimate over the trials (unbiased for random
+    search); `reference_scores` are the test scores of one untuned method's runs (Fixed AdaCos), so the
+    estimate is the gain over one such run. The interval is studentised: the curve's jackknife variance plus the
+    reference mean's, with t on Welch–Satterthwaite degrees of freedom (the curve's are its effective trials − 1).
+    It is valid only where the selection weights spread over at least MIN_EFFECTIVE_TRIALS trials (about n ≤ N/3);
+    beyond, the bounds are NaN. Its coverage is measured in `study.analysis.coverage`. `n_bootstrap` and `seed`
+    are kept for callers of the earlier bootstrap interval; this interval needs no resampling.
+    """
+    check_probability(confidence, "confidence")
+    selection, reported = _paired_scores(selection_scores, reported_scores)
+    if not 1 <= n <= selection.size:
+        raise ValueError(f"n must lie in 1…{selection.size} (the trials given), got {n}")
+    curve, variance, df = selected_curve_with_variance(selection, reported)
+    mean, reference_variance, reference_df = _reference_moments(reference_scores)
+    estimate = float(curve[n - 1] - mean)
+    variances, dfs = np.array([variance[n - 1], reference_variance]), np.array([df[n - 1], reference_df])
+    low, high = _t_bounds(estimate, variances.sum(), _welch_df(variances, dfs), confidence)
+    return estimate, float(low), float(high)
+
+
 # Every objective is a score in [0, 1]: a diverged trial or run leaves a user nothing better than this.
 METRIC_FLOOR = 0.0
 # Samplers whose trials are independent draws (exactly for random search, approximately for QMC and grid):
 # their trials are pooled and the order-statistic estimator applies; others are sequential (TPE).
 INDEPENDENT_SAMPLERS = ("random", "qmc", "grid")
+# low/high: the studentised interval, NaN beyond the n where one is valid (see MIN_EFFECTIVE_TRIALS).
 TUNING_CURVE_COLUMNS = ["method", "kind", "n", "expected_test", "low", "high", "expected_val", "seconds"]
-BREAK_EVEN_COLUMNS = ["loss", "reference", "target", "trials", "trials_low", "trials_high", "seconds", "reached",
-                      "max_trials", "gain", "gain_low", "gain_high", "old_target", "old_trials", "old_val_gain"]
+# trials_low/trials_high: the break-even's interval within the first valid_trials trials (None: beyond them);
+# gain: the whole search's (n = max_trials) gain, gain_n/gain_low/gain_high: at the largest n with a valid interval.
+BREAK_EVEN_COLUMNS = ["loss", "reference", "target", "trials", "trials_low", "trials_high", "valid_trials", "seconds",
+                      "reached", "max_trials", "gain", "gain_n", "gain_at_n", "gain_low", "gain_high", "old_target",
+                      "old_trials", "old_val_gain"]
 
 
-def estimator_description(sampler: str, repeats: int, replacement: bool) -> dict:
-    """Which tuning-cost estimator fits the sampler, whether it is exact, and why, as the report states it."""
+def estimator_description(sampler: str, repeats: int, replacement: bool, splits: int = 1) -> dict:
+    """Which tuning-cost estimator fits the sampler, whether it is unbiased, what its intervals cover, and why."""
     draws = "with replacement (Dodge et al., 2019; biased)" if replacement else \
         "without replacement (Tang et al., 2020; unbiased for n up to the trials run)"
+    over_splits = f", averaged over {splits} class splits" if splits > 1 else ""
     if sampler in INDEPENDENT_SAMPLERS:
-        exact = sampler == "random"
-        why = ("random search draws every trial independently, so the order-statistic estimator is exact"
-               if exact else f"{sampler} trials are not independent draws, so the pooled estimator is an "
-                             "approximation of what a user of that sampler would get")
-        return {"kind": "pooled", "exact": exact, "text": f"order statistics of n trials drawn {draws} from all "
-                f"{'finished trials' + (' of ' + str(repeats) + ' repeats' if repeats > 1 else '')}; {why}"}
+        unbiased = sampler == "random" and not replacement
+        why = ("random search draws every trial independently, so the order-statistic estimator applies"
+               if sampler == "random" else f"{sampler} trials are not independent draws, so the pooled estimator is "
+                                           "an approximation of what a user of that sampler would get")
+        interval = ("studentised: the curve's jackknife variance with t on its effective trials − 1 (plus the "
+                    "reference's mean), shown only where the selection weights spread over at least "
+                    f"{MIN_EFFECTIVE_TRIALS:g} trials; it covers the expected score of a new search of n trials on "
+                    "these splits, not the split-to-split variance")
+        return {"kind": "pooled", "exact": unbiased, "interval": interval,
+                "text": f"order statistics of n trials drawn {draws} from all "
+                        f"{'finished trials' + (' of ' + str(repeats) + ' repeats' if repeats > 1 else '')}"
+                        f"{over_splits}; {why}"}
     if repeats > 1:
-        return {"kind": "repeats", "exact": True, "text": f"the mean over {repeats} independent {sampler} searches "
-                "of the test score of the best-by-val trial so far; a sequential sampler's trials are not "
-                "independent draws, so they are not pooled"}
-    return {"kind": "repeats", "exact": False, "text": f"the test score of the best-by-val trial so far in one "
-            f"{sampler} search: one realisation, not an expectation (set search.repeats to average over "
-            "independent searches); a sequential sampler's trials are not independent draws, so they are not pooled"}
+        return {"kind": "repeats", "exact": True, "interval": f"t over the {repeats} independent searches",
+                "text": f"the mean over {repeats} independent {sampler} searches of the test score of the "
+                        f"best-by-val trial so far{over_splits}; a sequential sampler's trials are not independent "
+                        "draws, so they are not pooled"}
+    return {"kind": "repeats", "exact": False, "interval": "none: one search is one realisation",
+            "text": f"the test score of the best-by-val trial so far in one {sampler} search{over_splits}: one "
+                    "realisation, not an expectation, with no interval (set search.repeats to average over "
+                    "independent searches); a sequential sampler's trials are not independent draws, so they are "
+                    "not pooled"}
+
+
+def _split_column(frame: pd.DataFrame) -> pd.Series:
+    """Each row's class split (the data seed); a table from a one-split study has none, and is split 0."""
+    return frame["split"] if "split" in frame else pd.Series(0, index=frame.index)
 
 
 def _trial_draws(group: pd.DataFrame) -> pd.DataFrame:
@@ -183,14 +288,13 @@ def _trial_draws(group: pd.DataFrame) -> pd.DataFrame:
                          "value": value.where(complete).to_numpy()})
 
 
-def _run_draws(runs: pd.DataFrame, method: str, objective: str) -> pd.DataFrame:
-    """A method's final runs as draws: val selects, test is what a user gets; a diverged run at the floor."""
-    group = runs[runs["method"] == method]
-    val = pd.to_numeric(group["val_score"], errors="coerce").to_numpy(dtype=float)
-    test = pd.to_numeric(group.get(f"{TEST_PREFIX}{objective}", pd.Series(np.nan, index=group.index)),
+def _run_draws(runs: pd.DataFrame, objective: str) -> pd.DataFrame:
+    """One method's final runs as draws: val selects, test is what a user gets; a diverged run at the floor."""
+    val = pd.to_numeric(runs["val_score"], errors="coerce").to_numpy(dtype=float)
+    test = pd.to_numeric(runs.get(f"{TEST_PREFIX}{objective}", pd.Series(np.nan, index=runs.index)),
                          errors="coerce").to_numpy(dtype=float)
     selection = np.where(np.isfinite(val), val, METRIC_FLOOR)
-    return pd.DataFrame({"seed": group["seed"].to_numpy(), "selection": selection, "val": selection,
+    return pd.DataFrame({"seed": runs["seed"].to_numpy(), "selection": selection, "val": selection,
                          "reported": np.where(np.isfinite(test), test, METRIC_FLOOR)})
 
 
@@ -201,94 +305,127 @@ def _sequential_curves(draws: pd.DataFrame, column: str) -> np.ndarray:
     return np.stack([curve[:length] for curve in curves])
 
 
-def _pooled_curves(draws: pd.DataFrame, replacement: bool, config: AnalysisConfig
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Independent draws (random-search trials, or an untuned method's seeds): the selected-test curve, the
-    expected-best val curve, and bootstrap replicates of the former."""
-    return (expected_selected_after_n_trials(draws["selection"], draws["reported"], replacement),
-            expected_selected_after_n_trials(draws["selection"], draws["val"], replacement),
-            bootstrap_selected_curves(draws["selection"], draws["reported"], replacement, config.n_bootstrap,
-                                      config.seed))
+def _pooled_split(draws: pd.DataFrame, replacement: bool) -> dict:
+    """Independent draws of one split (random-search trials, or an untuned method's seeds): the selected-test curve
+    with its variance and degrees of freedom, and the expected-best val curve."""
+    curve, variance, df = selected_curve_with_variance(draws["selection"], draws["reported"], replacement)
+    return {"curve": curve, "variance": variance, "df": df,
+            "val": expected_selected_after_n_trials(draws["selection"], draws["val"], replacement)}
 
 
-def _sequential_search_curves(draws: pd.DataFrame, config: AnalysisConfig
-                              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A sequential sampler's repeats: the mean best-so-far test and val curves, and replicates over repeats."""
+def _sequential_split(draws: pd.DataFrame) -> dict:
+    """A sequential sampler's repeats on one split: the mean best-so-far test and val curves, t over repeats."""
     tests, vals = _sequential_curves(draws, "reported"), _sequential_curves(draws, "val")
-    picks = np.random.default_rng(config.seed).integers(0, tests.shape[0], size=(config.n_bootstrap, tests.shape[0]))
-    return tests.mean(axis=0), vals.mean(axis=0), tests[picks].mean(axis=1)
+    repeats = tests.shape[0]
+    variance = tests.var(axis=0, ddof=1) / repeats if repeats > 1 else np.full(tests.shape[1], np.nan)
+    return {"curve": tests.mean(axis=0), "variance": variance, "df": np.full(tests.shape[1], repeats - 1.0),
+            "val": vals.mean(axis=0)}
+
+
+def _over_splits(per_split: list[dict]) -> dict:
+    """The curves of several splits averaged (cut to the shortest), with the variance of the mean and Welch df."""
+    length = min(part["curve"].size for part in per_split)
+    stacked = {key: np.stack([part[key][:length] for part in per_split]) for key in ("curve", "variance", "df", "val")}
+    splits = len(per_split)
+    return {"curve": stacked["curve"].mean(axis=0), "val": stacked["val"].mean(axis=0),
+            "variance": stacked["variance"].sum(axis=0) / splits ** 2,
+            "df": _welch_df(stacked["variance"], stacked["df"]) if splits > 1 else stacked["df"][0],
+            "split_variances": stacked["variance"] / splits ** 2, "split_dfs": stacked["df"]}
+
+
+def _reference_over_splits(draws_by_split: list[pd.DataFrame]) -> dict:
+    """An untuned reference's mean test score of one run, averaged over splits, with the variance of that mean."""
+    moments = [_reference_moments(draws["reported"]) for draws in draws_by_split]
+    splits = len(moments)
+    return {"target": float(np.mean([mean for mean, _, _ in moments])),
+            "variances": np.array([variance for _, variance, _ in moments]) / splits ** 2,
+            "dfs": np.array([df for _, _, df in moments])}
+
+
+def break_even_with_interval(search: dict, reference: dict, confidence: float) -> dict:
+    """The fewest trials whose selected-test curve reaches the reference's mean, with an interval by test inversion.
+
+    At each n with a valid interval the gain (curve − reference mean) gets a studentised interval; the break-even's
+    lower bound is the first such n whose upper gain bound reaches 0 (None: beyond the valid n), its upper bound the
+    first n whose lower gain bound does (None: not shown to be reached within the valid n). The whole search's gain
+    is stated at the largest valid n.
+    """
+    curve, target = search["curve"], reference["target"]
+    gain = curve - target
+    variances = np.vstack([search["split_variances"], np.repeat(reference["variances"][:, None], curve.size, axis=1)])
+    dfs = np.vstack([search["split_dfs"], np.repeat(reference["dfs"][:, None], curve.size, axis=1)])
+    low, high = _t_bounds(gain, variances.sum(axis=0), _welch_df(variances, dfs), confidence)
+    valid = np.isfinite(low) & np.isfinite(high)
+    valid_trials = int(np.flatnonzero(valid).max() + 1) if valid.any() else 0
+    found = first_reaching(curve, target)[0]
+    # Bounds beyond the valid range are NaN and never reach, so the first valid n that reaches is found.
+    trials_low = first_reaching(np.where(valid, high, np.nan), 0.0)[0]
+    trials_high = first_reaching(np.where(valid, low, np.nan), 0.0)[0]
+    at = valid_trials - 1
+    return {"target": target, "trials": count_or_none(found), "trials_low": count_or_none(trials_low),
+            "trials_high": count_or_none(trials_high), "valid_trials": valid_trials,
+            "reached": bool(np.isfinite(found)), "max_trials": int(curve.size), "gain": float(gain[-1]),
+            "gain_n": valid_trials or None, "gain_at_n": float(gain[at]) if valid_trials else math.nan,
+            "gain_low": float(low[at]) if valid_trials else math.nan,
+            "gain_high": float(high[at]) if valid_trials else math.nan}
+
+
+def _curve_rows(method: str, kind: str, combined: dict, seconds_each: float, confidence: float) -> pd.DataFrame:
+    low, high = _t_bounds(combined["curve"], combined["variance"], combined["df"], confidence)
+    n = np.arange(1, combined["curve"].size + 1)
+    return pd.DataFrame({"method": method, "kind": kind, "n": n, "expected_test": combined["curve"], "low": low,
+                         "high": high, "expected_val": combined["val"], "seconds": n * seconds_each})
 
 
 def tuning_budget(trials: pd.DataFrame, runs: pd.DataFrame, summary: pd.DataFrame, objective: str, sampler: str,
                   config: AnalysisConfig) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """Selection-aware tuning curves of each search and of the untuned controls, and the break-even with its interval.
 
-    The curve is the expected test score of the trial that val selects among n; the break-even is the
-    fewest n at which it reaches a reference's mean test score of one run (diverged runs at the floor),
-    with a percentile-bootstrap interval over trials (or repeats) and the reference's seeds.
+    The curve is the expected test score of the trial that val selects among n, averaged over the class splits
+    (each split's search selects among its own trials); the break-even is the fewest n at which it reaches a
+    reference's mean test score of one run (diverged runs at the floor). Intervals are studentised (see
+    `search_gain`) and conditional on the splits run.
     """
     replacement = config.estimator == "with_replacement"
     repeats = int(trials["repeat"].nunique()) if len(trials) else 1
-    estimator = estimator_description(sampler, repeats, replacement)
-    rows, even = [], []
-    rng = np.random.default_rng(config.seed + 1)
-    references = {}
+    splits = sorted(set(_split_column(runs)) | set(_split_column(trials)))
+    estimator = estimator_description(sampler, repeats, replacement, len(splits))
+    rows, even, references = [], [], {}
     for method in untuned_methods(runs["method"]):
         if method not in HYPERPARAMETER_FREE_LOSSES:
             continue
-        draws = _run_draws(runs, method, objective)
-        if draws.empty:
+        group = runs[runs["method"] == method]
+        by_split = [_run_draws(part, objective) for _, part in group.groupby(_split_column(group), sort=True)]
+        if not by_split:
             continue
-        curve, val_curve, replicates = _pooled_curves(draws, replacement, config)
-        low, high = percentile_band(replicates, config.confidence)
-        n = np.arange(1, curve.size + 1)
-        run_seconds = mean_or_nan(runs.loc[runs["method"] == method, "seconds"])
-        rows.append(pd.DataFrame({"method": method, "kind": "control", "n": n, "expected_test": curve, "low": low,
-                                  "high": high, "expected_val": val_curve,
-                                  "seconds": n * run_seconds}))
-        if method not in ADACOS_METHODS:
-            continue  # the break-even is against what AdaCos delivers with no tuning
-        picks = rng.integers(0, len(draws), size=(config.n_bootstrap, len(draws)))
-        references[method] = {"target": float(draws["reported"].mean()),
-                              "replicates": draws["reported"].to_numpy()[picks].mean(axis=1),
-                              "val_mean": mean_or_nan(runs.loc[runs["method"] == method, "val_score"])}
+        combined = _over_splits([_pooled_split(draws, replacement) for draws in by_split])
+        rows.append(_curve_rows(method, "control", combined, mean_or_nan(group["seconds"]), config.confidence))
+        if method in ADACOS_METHODS:  # the break-even is against what AdaCos delivers with no tuning
+            references[method] = _reference_over_splits(by_split) | {"val_mean": mean_or_nan(group["val_score"])}
 
     for row in summary.itertuples():
-        draws = _trial_draws(trials[trials["loss"] == row.loss])
-        if draws.empty:
-            for reference in references:
-                even.append({"loss": row.loss, "reference": reference, "reached": False, "max_trials": 0})
+        group = trials[trials["loss"] == row.loss]
+        by_split = [_trial_draws(part) for _, part in group.groupby(_split_column(group), sort=True)]
+        by_split = [draws for draws in by_split if not draws.empty]
+        if not by_split:
+            even += [{"loss": row.loss, "reference": reference, "reached": False, "max_trials": 0}
+                     for reference in references]
             continue
-        curve, val_curve, replicates = (_pooled_curves(draws, replacement, config) if estimator["kind"] == "pooled"
-                                        else _sequential_search_curves(draws, config))
-        low, high = percentile_band(replicates, config.confidence)
-        if estimator["kind"] == "repeats" and repeats < 2:
-            low, high = np.full(curve.size, np.nan), np.full(curve.size, np.nan)  # one realisation: no band
-        n = np.arange(1, curve.size + 1)
+        combined = _over_splits([_pooled_split(draws, replacement) if estimator["kind"] == "pooled"
+                                 else _sequential_split(draws) for draws in by_split])
         per_trial = row.seconds_per_trial
-        rows.append(pd.DataFrame({"method": row.loss, "kind": "search", "n": n, "expected_test": curve, "low": low,
-                                  "high": high, "expected_val": val_curve,
-                                  "seconds": n * per_trial}))
-        # The classic quantity, for contrast: expected best val (with replacement, completed trials only)
-        # against the reference's mean val. It includes the maximum of seed noise.
-        completed = draws["value"].dropna().to_numpy()
-        old_curve = expected_best_after_n_trials(completed, replacement=True) if completed.size else np.array([])
-        for reference, target in references.items():
-            found = first_reaching(curve, target["target"])[0]
-            interval = first_reaching(replicates, target["replicates"])
-            # Percentiles that pick observed values: a replicate that never breaks even is inf, not averaged in.
-            trials_low, trials_high = percentile_pick(interval, config.confidence)
-            gain_low, gain_high = percentile_band(replicates[:, -1] - target["replicates"], config.confidence)
-            old_found = first_reaching(old_curve, target["val_mean"])[0] if old_curve.size else np.inf
-            even.append({
-                "loss": row.loss, "reference": reference, "target": target["target"],
-                "trials": count_or_none(found), "trials_low": count_or_none(trials_low),
-                "trials_high": count_or_none(trials_high),
-                "seconds": float(found * per_trial) if np.isfinite(found) and np.isfinite(per_trial) else None,
-                "reached": bool(np.isfinite(found)), "max_trials": int(curve.size),
-                "gain": float(curve[-1] - target["target"]), "gain_low": float(gain_low), "gain_high": float(gain_high),
-                "old_target": target["val_mean"], "old_trials": count_or_none(old_found),
-                "old_val_gain": float(old_curve[-1] - target["val_mean"]) if old_curve.size else math.nan})
+        rows.append(_curve_rows(row.loss, "search", combined, per_trial, config.confidence))
+        # The classic quantity, for contrast: expected best val against the reference's mean val, by the same
+        # estimator as the curves. It includes the maximum of seed noise.
+        old_curve = combined["val"]
+        for reference, moments in references.items():
+            facts = break_even_with_interval(combined, moments, config.confidence)
+            old_found = first_reaching(old_curve, moments["val_mean"])[0]
+            even.append({"loss": row.loss, "reference": reference, **facts,
+                         "seconds": float(facts["trials"] * per_trial) if facts["trials"] and np.isfinite(per_trial)
+                         else None,
+                         "old_target": moments["val_mean"], "old_trials": count_or_none(old_found),
+                         "old_val_gain": float(old_curve[-1] - moments["val_mean"])})
     curves = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=TUNING_CURVE_COLUMNS)
     return curves[TUNING_CURVE_COLUMNS], pd.DataFrame(even, columns=BREAK_EVEN_COLUMNS), estimator
 

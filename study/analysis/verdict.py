@@ -7,13 +7,15 @@ import math
 import numpy as np
 import pandas as pd
 
-from study.analysis.common import REFERENCE_METHOD, TEST_PREFIX, count_or_none, primary_loss
+from study.analysis.common import REFERENCE_METHOD, TEST_PREFIX, count_or_none, mean_or_nan, primary_loss
+from study.analysis.comparison import differences_to_reference, paired_runs
+from study.analysis.variance import variance_sources
 from study.config import HYPERPARAMETER_FREE_LOSSES, AnalysisConfig
-from study.results import tuned_method
+from study.results import is_tuned, tuned_method
 
-FACT_KEYS = ("test", "pairs", "difference", "low", "high", "p_value", "p_holm", "significant", "welch_difference",
-             "welch_low", "welch_high", "welch_p_value", "margin", "tost_p_value", "equivalent", "detectable",
-             "seeds_to_resolve")
+FACT_KEYS = ("test", "pairs", "splits", "unit", "difference", "low", "high", "p_value", "p_holm", "significant",
+             "welch_difference", "welch_low", "welch_high", "welch_p_value", "margin", "margin_seed_sds",
+             "margin_error_share", "tost_p_value", "equivalent", "detectable", "decision_alpha", "seeds_to_resolve")
 RECOMMENDATIONS = ("fixed_adacos", "dynamic_adacos", "softmax", "undecided")  # or "<loss>_tuned"
 
 
@@ -41,18 +43,26 @@ def _difference_row(differences: pd.DataFrame, method: str | None, metric: str) 
     return facts
 
 
+def counts(row: dict | None) -> bool:
+    """Whether a difference counts: significant after Holm and at least the margin in size, so that it is both real
+    and relevant (a difference that reaches the margin can never be shown equivalent within it)."""
+    return bool(row and row["significant"] and row["margin"] is not None and abs(row["difference"]) >= row["margin"])
+
+
 def _recommendation(tuned: str | None, comparison: dict | None, alternatives: list[str]) -> tuple[str, str]:
-    """The recommendation and its reason, by the rule stated in SPEC: tune only for a significant expected gain;
-    Fixed AdaCos when it is significantly better or equivalent within the margin (it costs no tuning);
-    otherwise undecided. A hyperparameter-free method significantly better than Fixed AdaCos replaces it."""
+    """The recommendation and its reason, by the rule stated in SPEC: tune only for a gain that counts (significant
+    and at least the margin); Fixed AdaCos when it is significantly better or equivalent within the margin (it costs
+    no tuning); otherwise undecided. A hyperparameter-free method replaces Fixed AdaCos by the same rule."""
     if comparison is None:
         choice, reason = "undecided", "no_tuned_comparison"
-    elif comparison["significant"] and comparison["favours_method"]:
-        return tuned, "tuning_significantly_better"
-    elif comparison["significant"]:
+    elif counts(comparison) and comparison["favours_method"]:
+        return tuned, "tuning_better_beyond_margin"
+    elif comparison["significant"] and not comparison["favours_method"]:
         choice, reason = REFERENCE_METHOD, "adacos_significantly_better"
     elif comparison["equivalent"]:
-        choice, reason = REFERENCE_METHOD, "equivalent"
+        choice, reason = REFERENCE_METHOD, "gain_within_margin" if comparison["significant"] else "equivalent"
+    elif comparison["significant"]:
+        choice, reason = "undecided", "gain_not_shown_relevant"
     else:
         choice, reason = "undecided", "not_resolved"
     if alternatives and choice == REFERENCE_METHOD:
@@ -60,9 +70,65 @@ def _recommendation(tuned: str | None, comparison: dict | None, alternatives: li
     return choice, reason
 
 
+def recommend(run_scores: pd.DataFrame, objective: str, config: AnalysisConfig = AnalysisConfig(),
+              tuning: dict | None = None) -> dict:
+    """The verdict `reports/metrics.json` holds: the recommendation, its reason and the numbers behind it.
+
+    `run_scores` is shaped like reports/tables/run_scores.csv (method, seed, status, val_score, test_<metric>, and
+    split where the study ran several class splits); `objective` is train.objective. Every method is compared with
+    Fixed AdaCos on every test metric (paired by split and seed; over splits when there are several, so the
+    interval carries split and search variance), Holm-corrected per method, and judged against the metric's margin.
+    `tuning`, when given, adds what tuning costs (the break-even of the searched loss, under "cost") and the
+    search's variance (under "search_variance") to the variance decomposition.
+    """
+    metric = f"{TEST_PREFIX}{objective}"
+    methods = list(dict.fromkeys(run_scores["method"]))
+    tuned_losses = [method.removesuffix("_tuned") for method in methods if is_tuned(method)]
+    loss = primary_loss(tuned_losses)
+    tuned = tuned_method(loss) if loss else None
+    differences = differences_to_reference(run_scores, methods, config)
+    comparison = _difference_row(differences, tuned, metric)
+
+    def test_mean(method):
+        return mean_or_nan(run_scores.loc[run_scores["method"] == method, metric]) if metric in run_scores else math.nan
+
+    alternatives = []
+    for method in HYPERPARAMETER_FREE_LOSSES:
+        row = _difference_row(differences, method, metric)
+        if method != REFERENCE_METHOD and counts(row) and row["favours_method"]:
+            alternatives.append((test_mean(method), method))
+    alternatives = [method for _, method in sorted(alternatives, reverse=True)]
+    recommendation, reason = _recommendation(tuned, comparison, alternatives)
+    others = differences[(differences["method"] == tuned) & (differences["metric"] != metric)]
+    counting = [(other, row) for other, row in ((other, _difference_row(others, tuned, other))
+                                                for other in others["metric"]) if counts(row)]
+    tuning = tuning or {}
+    sources = None
+    if tuned and metric in run_scores:
+        pairs = paired_runs(run_scores[run_scores["method"] == tuned],
+                            run_scores[run_scores["method"] == REFERENCE_METHOD], metric)
+        if len(pairs):
+            sources = _plain_dict(variance_sources(pairs, tuning.get("search_variance", math.nan)))
+    return {
+        "recommendation": recommendation, "reason": reason, "alternatives": alternatives,
+        "objective": objective, "metric": metric, "confidence": config.confidence, "power": config.power,
+        "reference": REFERENCE_METHOD, "reference_test_mean": _plain(test_mean(REFERENCE_METHOD)),
+        "tuned_loss": loss, "tuned_method": tuned, "tuned_test_mean": _plain(test_mean(tuned)), "tuned": comparison,
+        "tuned_better_metrics": [other for other, row in counting if row["favours_method"]],
+        "tuned_worse_metrics": [other for other, row in counting if not row["favours_method"]],
+        "other_metrics": int(len(others)), "variance_sources": sources, "cost": tuning.get("cost"),
+    }
+
+
+def _plain_dict(values: dict) -> dict:
+    return {key: _plain_dict(value) if isinstance(value, dict) else _plain(value) for key, value in values.items()}
+
+
 def verdict_facts(objective: str, searched_losses, final, costs, differences, break_even_table, summary,
-                  tuning_curves, speed, estimator: dict, default_hyperparameters: dict, config: AnalysisConfig) -> dict:
-    """The numbers the verdict states and the recommendation they imply, as plain data (None where absent)."""
+                  tuning_curves, speed, estimator: dict, default_hyperparameters: dict, config: AnalysisConfig,
+                  run_scores: pd.DataFrame, search_variance: float = math.nan) -> dict:
+    """The numbers the verdict states, as plain data (None where absent): `recommend`'s verdict, and beside it the
+    search's break-even, the budget-matched control, ArcFace at its defaults and the convergence speed."""
     metric = f"{TEST_PREFIX}{objective}"
     loss = primary_loss(searched_losses)
     tuned = tuned_method(loss) if loss else None
@@ -76,7 +142,8 @@ def verdict_facts(objective: str, searched_losses, final, costs, differences, br
         if row.empty:
             return None
         facts = {key: _plain(value) for key, value in row.iloc[0].items()}
-        return facts | {key: count_or_none(facts[key]) for key in ("trials", "trials_low", "trials_high", "old_trials")}
+        return facts | {key: count_or_none(facts[key]) for key in ("trials", "trials_low", "trials_high", "old_trials",
+                                                                   "valid_trials", "gain_n")}
 
     def control_gain(method):
         curve = tuning_curves[(tuning_curves["method"] == method) & (tuning_curves["kind"] == "control")]
@@ -85,36 +152,27 @@ def verdict_facts(objective: str, searched_losses, final, costs, differences, br
         return {"seeds": int(curve["n"].max()), "gain": float(curve["expected_test"].iloc[-1]
                                                               - curve["expected_test"].iloc[0])}
 
-    comparison = _difference_row(differences, tuned, metric)
-    alternatives = []
-    for method in HYPERPARAMETER_FREE_LOSSES:
-        row = _difference_row(differences, method, metric)
-        if method != REFERENCE_METHOD and row and row["significant"] and row["favours_method"]:
-            alternatives.append((test_mean(method) or -math.inf, method))
-    alternatives = [method for _, method in sorted(alternatives, reverse=True)]
-    recommendation, reason = _recommendation(tuned, comparison, alternatives)
-    others = differences[(differences["method"] == tuned) & (differences["metric"] != metric)]
-    significant_others = others[others["significant"].astype(bool)]
-    favours_tuned = (significant_others["difference"] > 0) == significant_others["higher_is_better"]
     search = summary[summary["loss"] == loss]
+    even = break_even_of(REFERENCE_METHOD)
+    cost = None
+    if even:
+        cost = {key: even.get(key) for key in ("trials", "trials_low", "trials_high", "valid_trials", "seconds",
+                                               "reached", "max_trials", "gain", "gain_n", "gain_at_n", "gain_low",
+                                               "gain_high")}
+        cost["search_seconds"] = _plain(search["seconds"].iloc[0]) if len(search) else None
+    verdict = recommend(run_scores, objective, config, {"cost": cost, "search_variance": search_variance})
     speed_row = speed[(speed["method"] == tuned) & (speed["basis"] == "own")
                       & (speed["fraction"] == min(config.convergence_targets))]
-    return {
-        "recommendation": recommendation, "reason": reason, "alternatives": alternatives,
-        "objective": objective, "metric": metric, "confidence": config.confidence, "power": config.power,
+    return verdict | {
         "estimator": estimator["text"], "estimator_kind": estimator["kind"], "estimator_exact": estimator["exact"],
-        "reference": REFERENCE_METHOD, "reference_test_mean": test_mean(REFERENCE_METHOD),
-        "tuned_loss": loss, "tuned_method": tuned, "tuned_present": bool(tuned and (costs["method"] == tuned).any()),
-        "tuned_test_mean": test_mean(tuned), "tuned": comparison,
+        "estimator_interval": estimator["interval"],
+        "tuned_present": bool(tuned and (costs["method"] == tuned).any()),
         "default_method": "arcface_default", "default_test_mean": test_mean("arcface_default"),
         "default_hyperparameters": default_hyperparameters,
         "default": _difference_row(differences, "arcface_default", metric),
         "default_diverged": int(costs.loc[costs["method"] == "arcface_default", "diverged"].sum()),
         "default_runs": int(costs.loc[costs["method"] == "arcface_default", "runs"].sum()),
-        "tuned_better_metrics": significant_others.loc[favours_tuned, "metric"].tolist(),
-        "tuned_worse_metrics": significant_others.loc[~favours_tuned, "metric"].tolist(),
-        "other_metrics": int(len(others)),
-        "break_even": break_even_of(REFERENCE_METHOD), "break_even_dynamic": break_even_of("dynamic_adacos"),
+        "break_even": even, "break_even_dynamic": break_even_of("dynamic_adacos"),
         "control": control_gain(REFERENCE_METHOD),
         "search_trials": int(search["trials"].iloc[0]) if len(search) else 0,
         "search_completed_trials": int(search["complete"].iloc[0]) if len(search) else 0,

@@ -112,8 +112,11 @@ def listing(metrics: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def trials_interval(low, high, max_trials) -> str:
-    """A break-even interval in trials; an end that is missing (never reached) reads "not within N"."""
-    lower, upper = (f"not within {max_trials}" if count_or_none(end) is None else f"{count_or_none(end)}"
-                    for end in (low, high))
-    return f"[{lower}, {upper}]"
+def trials_interval(low, high, max_trials, valid_trials=None) -> str:
+    """A break-even interval in trials. Bounds come from the trials with a valid interval: a missing lower end reads
+    "beyond V" (not shown to be reachable within the V valid trials), a missing upper end "not within V"."""
+    valid = max_trials if valid_trials is None or pd.isna(valid_trials) else int(valid_trials)
+    if count_or_none(low) is None:
+        return f"[beyond {valid}]"
+    upper = f"{count_or_none(high)}" if count_or_none(high) is not None else f"not within {valid}"
+    return f"[{count_or_none(low)}, {upper}]"

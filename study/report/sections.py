@@ -82,8 +82,9 @@ def tuning_section(analysis: StudyAnalysis, figures: dict) -> Section:
         f"trial's **test** {objective}. Each trial trained at its own seed and was scored on test once trained, "
         "recorded but never used to choose. Failed (diverged) trials enter at the metric's floor (a user pays for "
         "them), pruned ones are paid for but never selected. "
-        f"Estimator: {analysis.estimator['text']}. Bands: {confidence} percentile bootstrap over "
-        + ("trials." if analysis.estimator["kind"] == "pooled" else "repeats."),
+        f"Estimator: {analysis.estimator['text']}. Bands ({confidence}): {analysis.estimator['interval']}. Their "
+        "coverage was measured in simulated worlds with a known truth calibrated from a real search "
+        "(benchmarks/coverage.py; the table is benchmarks/results/coverage.csv).",
         "The untuned methods get the same treatment over their seeds (train n seeds, keep the one val prefers): "
         "this budget-matched control separates what tuning s and m buys from what picking among n trainings buys.",
     ]
@@ -166,23 +167,34 @@ def final_section(analysis: StudyAnalysis, figures: dict) -> Section:
         "p": "n/a" if fmt.missing(row.p_value) else f"{row.p_value:.3g}",
         "p (Holm)": "n/a" if fmt.missing(row.p_holm) else f"{row.p_holm:.3g}",
         "Welch": f"{fmt.signed(row.welch_difference)} {fmt.interval(row.welch_low, row.welch_high)}",
-        "margin": f"±{row.margin:g}",
+        "margin": f"±{row.margin:.3g}", "margin in seed sds": "n/a" if fmt.missing(row.margin_seed_sds) else
+        f"{row.margin_seed_sds:.2g}", "margin, share of remaining error": "n/a" if fmt.missing(row.margin_error_share)
+        else f"{row.margin_error_share:.1%}",
         "TOST p": "n/a" if fmt.missing(row.tost_p_value) else f"{row.tost_p_value:.3g}",
-        "verdict": ("significant" if row.significant else "equivalent" if row.equivalent else "undecided"),
+        "verdict": ("counts (significant, beyond the margin)" if row.significant and abs(row.difference) >= row.margin
+                    else "significant, within the margin" if row.significant and row.equivalent
+                    else "significant, not shown to reach the margin" if row.significant
+                    else "equivalent" if row.equivalent else "undecided"),
         "detectable": "n/a" if fmt.missing(row.detectable) else f"{row.detectable:.4f}",
-        "seeds to resolve": "n/a" if pd.isna(row.seeds_to_resolve) else f"{int(row.seeds_to_resolve):,}",
+        "seeds (or splits) to resolve": "n/a" if pd.isna(row.seeds_to_resolve) else
+        f"{int(row.seeds_to_resolve):,} {row.unit}",
         "direction": "higher is better" if row.higher_is_better else "lower is better",
     } for row in analysis.differences.itertuples()])
     alpha = 1 - analysis.confidence
     blocks = [
         f"Every run of the final comparison evaluated once on test; every method ran at the same seeds, so each "
         f"difference to Fixed AdaCos is paired by seed (same initialisation and data order), with Welch's unpaired "
-        f"interval beside it. Each method's differences on the {len(metrics)} test metrics are one family: p-values "
-        f"are Holm-corrected and \"significant\" means Holm p < {alpha:.2g}. A difference that is not significant "
-        f"is called equivalent only when two one-sided tests put it inside the metric's margin (analysis."
-        f"equivalence_margin); otherwise it is undecided, and the table says the smallest difference these seeds "
-        f"detect with 80% power and about how many seeds would resolve it. Diverged runs are left out of the means "
-        "and counted. Tuning cost is the whole search behind a tuned method, failed and pruned trials included.",
+        f"interval beside it. With several class splits, each split's seeds are averaged first and the interval is "
+        f"a t interval over splits (a one-way random-effects model): it carries the split-to-split variance and, "
+        f"since each split ran its own search, the search-to-search variance. Each method's differences on the "
+        f"{len(metrics)} test metrics are one family: p-values are Holm-corrected and \"significant\" means Holm "
+        f"p < {alpha:.2g}. A difference counts only when it is significant and at least the metric's margin "
+        f"(analysis.equivalence_margin; the table gives each margin in Fixed AdaCos's seed sds and as a share of "
+        f"its remaining error); it is called equivalent when two one-sided tests put it inside the margin; "
+        f"otherwise it is undecided, and the table says the smallest difference the study detects with 80% power "
+        f"at Holm's strictest level and about how many seeds (or splits) would resolve it. Diverged runs are left "
+        "out of the means and counted. Tuning cost is the whole search behind a tuned method, failed and pruned "
+        "trials included.",
         Table(pd.DataFrame(headline), f"Test {metric_name(objective)}, tuning cost and the difference to Fixed AdaCos"),
     ]
     at_chance = analysis.costs[analysis.costs["at_chance"] > 0]

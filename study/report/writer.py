@@ -1,4 +1,4 @@
-"""The whole report on disk: figures/, tables/, report.md, report.html and metrics.json."""
+"""The whole report on disk: figures/, tables/, report.md, report.html, metrics.json and headline.json."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from study.report.sections import report_sections
 from study.results import write_csv, write_json
 
 # The report's files and folders (the report stage's outs), swapped in together from the staging folder.
-REPORT_PARTS = ("figures", "tables", "report.md", "report.html", "metrics.json")
+REPORT_PARTS = ("figures", "tables", "report.md", "report.html", "metrics.json", "headline.json")
 STAGING = ".report-staging"
 
 
@@ -35,6 +35,12 @@ def _curves_wide(analysis: StudyAnalysis) -> pd.DataFrame:
     return wide.reindex(columns=[m for m in analysis.methods if m in wide.columns]).reset_index()
 
 
+# The keys of study.analysis.recommend's verdict.
+RECOMMEND_KEYS = ("recommendation", "reason", "alternatives", "objective", "metric", "confidence", "power", "reference",
+                  "reference_test_mean", "tuned_loss", "tuned_method", "tuned_test_mean", "tuned",
+                  "tuned_better_metrics", "tuned_worse_metrics", "other_metrics", "variance_sources", "cost")
+
+
 def metrics_summary(analysis: StudyAnalysis, reproduction: pd.DataFrame | None = None) -> dict:
     """What `dvc metrics show` reads: the verdict with its numbers, the break-even of each searched loss with its
     interval, per method the objective's test mean and costs, the crossings and (when given) the reproduction.
@@ -43,17 +49,8 @@ def metrics_summary(analysis: StudyAnalysis, reproduction: pd.DataFrame | None =
         return None if fmt.missing(value) or pd.isna(value) else float(value)
 
     facts = analysis.verdict_facts
-    row = facts["tuned"] or {}
-    even = facts["break_even"] or {}
-    summary = {"verdict": {
-        "recommendation": facts["recommendation"], "reason": facts["reason"], "metric": facts["metric"],
-        "margin": row.get("margin"), "seeds": row.get("pairs"), "difference": row.get("difference"),
-        "low": row.get("low"), "high": row.get("high"), "test": row.get("test"), "p_holm": row.get("p_holm"),
-        "equivalent": row.get("equivalent"), "tost_p_value": row.get("tost_p_value"),
-        "detectable": row.get("detectable"), "seeds_to_resolve": row.get("seeds_to_resolve"),
-        "search_gain": even.get("gain"), "search_gain_low": even.get("gain_low"),
-        "search_gain_high": even.get("gain_high"), "estimator": facts["estimator_kind"],
-        "estimator_exact": facts["estimator_exact"]}}
+    # The verdict is study.analysis.recommend's output, as it is (the numbers it decides by, its cost and variance).
+    summary = {"verdict": {key: facts[key] for key in RECOMMEND_KEYS}}
     summary["break_even"] = {
         loss: {reference.reference: {"trials": count_or_none(reference.trials),
                                      "low": count_or_none(reference.trials_low),
@@ -96,6 +93,26 @@ def metrics_summary(analysis: StudyAnalysis, reproduction: pd.DataFrame | None =
     return summary
 
 
+def headline_metrics(summary: dict) -> dict:
+    """What `dvc metrics show` and `dvc exp show` read (headline.json, DVC's metric): the recommendation, tuned −
+    Fixed AdaCos on the objective with its confidence interval, both methods' test means, and the break-even in
+    trials (null when not reached). A few flat keys, rounded as the report states them, so that a row fits 120
+    columns; metrics.json keeps every number at full precision."""
+    verdict = summary["verdict"]
+    tuned = verdict.get("tuned") or {}
+    references = next(iter(summary.get("break_even", {}).values()), {})
+    even = references.get(verdict.get("reference", "fixed_adacos")) or {}
+    return {"recommendation": verdict.get("recommendation"),
+            "difference": _rounded(tuned.get("difference")), "low": _rounded(tuned.get("low")),
+            "high": _rounded(tuned.get("high")), "fixed_adacos": _rounded(verdict.get("reference_test_mean")),
+            "tuned": _rounded(verdict.get("tuned_test_mean")), "break_even": even.get("trials")}
+
+
+def _rounded(value, decimals: int = 4):
+    """A score or difference to the report's four decimals (None stays None)."""
+    return None if value is None else round(float(value), decimals)
+
+
 def _tuning_wide(analysis: StudyAnalysis, kind: str) -> pd.DataFrame:
     """The expected test score of the val-selected run per n, one column per search (`<loss>_search`) or per
     untuned control, for `dvc plots`: searches and controls apart, since a control stops at its number of seeds
@@ -107,7 +124,8 @@ def _tuning_wide(analysis: StudyAnalysis, kind: str) -> pd.DataFrame:
 
 def write_report(analysis: StudyAnalysis, params: StudyParams, manifest: dict, environment: dict,
                  out_dir: Path) -> dict[str, Path]:
-    """Write figures/, tables/, report.md, report.html (when params.report.html) and metrics.json; return their paths.
+    """Write figures/, tables/, report.md, report.html (when params.report.html), metrics.json and headline.json;
+    return their paths.
 
     `environment` is printed in the reproducibility footer as given (git revision, params hash, package
     versions, device...). The returned dict maps each file's path relative to out_dir to its full path.
@@ -216,7 +234,8 @@ def _write_all(analysis: StudyAnalysis, params: StudyParams, manifest: dict, env
         html_path = out_dir / "report.html"
         html_path.write_text(render_html(params.report.title, sections, out_dir), encoding="utf-8")
         written["report.html"] = html_path
-    metrics_path = out_dir / "metrics.json"
-    write_json(metrics_summary(analysis, reproduction), metrics_path)
-    written["metrics.json"] = metrics_path
+    summary = metrics_summary(analysis, reproduction)
+    for name, data in (("metrics.json", summary), ("headline.json", headline_metrics(summary))):
+        write_json(data, out_dir / name)
+        written[name] = out_dir / name
     return written

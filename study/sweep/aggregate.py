@@ -14,8 +14,9 @@ from study.analysis import REFERENCE_METHOD, TEST_PREFIX, fixed_scale_of, primar
 from study.report import (FigureRef, Section, Table, loss_name, metric_name, new_figure, plain_log_ticks, render_html,
                           render_markdown, save_figure, trials_interval)
 import study.report.formats as fmt
-from study.results import SEARCH_DIR, read_csv, read_json, tuned_method, write_csv
-from study.sweep.pipelines import (DEFAULT_REPORT_DIR, DIFFERENCES_FILE, MANIFEST_FILE, METRICS_FILE, REPORT_FILES,
+from study.config import load_params
+from study.results import prepared_dir, read_csv, read_json, search_dir, tuned_method, write_csv
+from study.sweep.pipelines import (DEFAULT_REPORT_DIR, DIFFERENCES_FILE, MANIFEST_NAME, METRICS_FILE, REPORT_FILES,
                                    TOTAL_PLACEHOLDER, SweepError, class_count_dir)
 
 TABLE_COLUMNS = ["C", "s_f", "tuned_loss", "best_s", "best_m", "search_trials", "break_even_reached",
@@ -28,6 +29,11 @@ def _number(value) -> float:
     return math.nan if value is None else float(value)
 
 
+def _split_of(directory: Path) -> int:
+    """The class split one C's study ran (a sweep's studies run one each), from its params.yaml."""
+    return load_params(str(Path(directory) / "params.yaml")).data.split_seeds()[0]
+
+
 def class_count_row(train_classes: int, directory: Path) -> dict:
     """One C's numbers, read from its finished study's metrics.json, differences.csv and best.json."""
     directory = Path(directory)
@@ -36,7 +42,7 @@ def class_count_row(train_classes: int, directory: Path) -> dict:
     if loss is None:
         raise ValueError(f"{directory / METRICS_FILE} records no searched loss, so there is no tuned method to "
                          "compare with Fixed AdaCos; search at least one loss (search.losses)")
-    best = read_json(directory / SEARCH_DIR / loss / "best.json", f"search@{loss}")
+    best = read_json(directory / search_dir(loss, _split_of(directory)) / "best.json", f"search@{loss}")
     objective, tuned = best["objective"], tuned_method(loss)
     metric = f"{TEST_PREFIX}{objective}"
     even = metrics["break_even"][loss][REFERENCE_METHOD]
@@ -73,7 +79,7 @@ def class_count_table(directories: dict[int, Path]) -> pd.DataFrame:
 
 def check_train_classes(train_classes: int, directory: Path) -> None:
     """Refuse a class count whose prepared data (its manifest) does not hold exactly C training classes."""
-    manifest = read_json(Path(directory) / MANIFEST_FILE, "prepare")
+    manifest = read_json(Path(directory) / prepared_dir(_split_of(directory)) / MANIFEST_NAME, "prepare")
     prepared, dataset = manifest["splits"]["train"]["num_classes"], manifest.get("requested_source", manifest["source"])
     if prepared != train_classes:
         raise SweepError(f"C={train_classes}: data.dataset={dataset} gives {prepared} training "

@@ -20,7 +20,7 @@ import yaml
 from study.config import StudyParams
 from study.data import split_counts
 from study.presets import build_preset, write_params
-from study.results import PREPARED_DIR, REPORT_DIR, SEARCH_DIR
+from study.results import REPORT_DIR, prepared_dir, search_dir
 from study.validation import SOURCE_LINK
 
 DEFAULT_SWEEP_DIR = Path("sweeps")
@@ -30,7 +30,7 @@ TOTAL_PLACEHOLDER = "{total}"
 # The files of a finished study that the aggregate reads (relative to one C's folder), best.json aside.
 METRICS_FILE = REPORT_DIR / "metrics.json"
 DIFFERENCES_FILE = REPORT_DIR / "tables" / "differences.csv"
-MANIFEST_FILE = PREPARED_DIR / "manifest.json"
+MANIFEST_NAME = "manifest.json"
 REPORT_FILES = ("class_count.csv", "class_count.png", "report.md", "report.html")
 # The modules the aggregate stage runs, declared as its code deps.
 AGGREGATE_MODULES = ("stages.sweep_report", "study.sweep", "study.report", "study.analysis")
@@ -155,8 +155,9 @@ def class_count_pipeline(pipeline: dict, to_root: str) -> dict:
 def aggregate_inputs(params: StudyParams) -> list[PurePosixPath]:
     """The files of one C's study the aggregate reads, relative to its folder: what `class_count_row` and
     `check_train_classes` open, with best.json of every searched loss."""
-    return [PurePosixPath(path) for path in (MANIFEST_FILE, METRICS_FILE, DIFFERENCES_FILE,
-                                             *(SEARCH_DIR / loss / "best.json" for loss in params.search.losses))]
+    split = params.data.split_seeds()[0]  # a sweep's studies run one class split each
+    return [PurePosixPath(path) for path in (prepared_dir(split) / MANIFEST_NAME, METRICS_FILE, DIFFERENCES_FILE,
+                                             *(search_dir(loss, split) / "best.json" for loss in params.search.losses))]
 
 
 def module_source(repo_root: Path, module: str) -> str:

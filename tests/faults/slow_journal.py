@@ -8,8 +8,9 @@ import sys
 import time
 from pathlib import Path
 
-from optuna.storages.journal import JournalFileBackend
 from optuna.storages.journal._file import get_lock_file
+
+from study.storage import JournalFile
 
 marker, module, *arguments = sys.argv[1:]
 
@@ -28,6 +29,6 @@ def append_in_two_halves(self, logs):
         Path(marker).unlink(missing_ok=True)
 
 
-JournalFileBackend.append_logs = append_in_two_halves
+JournalFile.append_logs = append_in_two_halves
 sys.argv = [module, *arguments]
 runpy.run_module(module, run_name="__main__")

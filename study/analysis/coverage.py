@@ -1,0 +1,166 @@
+"""Do the tuning intervals cover what they claim? Simulated studies in worlds with a known truth.
+
+A world is calibrated from a real search: a trial is one of its trials, picked at random, with fresh seed noise
+on its val and test scores (a smoothed bootstrap), so the world has the real search's spread of (s, m) quality
+and of val–test agreement. Its truth, the expected test score of the trial val selects among n, comes from a pool
+of a million-odd draws; the untuned reference (Fixed AdaCos) is normal with the real runs' spread, its mean set
+so that tuning pays early, breaks even late (beyond the trials that carry an interval) or never pays. Each
+simulated study draws N trials and R reference runs and computes the report's intervals; coverage is the share
+of studies whose interval holds the truth, with its Monte Carlo error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from study.analysis.tuning import (
+    _over_splits,
+    _pooled_split,
+    _reference_over_splits,
+    bootstrap_selected_curves,
+    break_even_with_interval,
+    first_reaching,
+    percentile_band,
+)
+
+COVERAGE_COLUMNS = ["world", "interval", "method", "n", "studies", "coverage", "mc_error", "truth", "mean_width",
+                    "needed_width", "width_ratio"]
+WORLD_KINDS = ("pays", "late", "never")
+
+
+@dataclass(frozen=True)
+class World:
+    """Where trials and reference runs come from, and the truth they imply."""
+
+    name: str
+    trial_val: np.ndarray
+    trial_test: np.ndarray
+    noise_sd: float
+    reference_mean: float
+    reference_sd: float
+    truth: np.ndarray  # expected test score of the val-selected trial among n = 1…len(truth)
+
+    def trials(self, count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        picks = rng.integers(0, self.trial_val.size, count)
+        noise = rng.normal(0.0, self.noise_sd, (2, count))
+        return self.trial_val[picks] + noise[0], self.trial_test[picks] + noise[1]
+
+    def references(self, count: int, rng: np.random.Generator) -> np.ndarray:
+        return rng.normal(self.reference_mean, self.reference_sd, count)
+
+    def break_even(self) -> float:
+        """The true break-even: the fewest n whose expected selected test score reaches the reference mean."""
+        return float(first_reaching(self.truth, self.reference_mean)[0])
+
+
+def true_selected_curve(val: np.ndarray, test: np.ndarray, max_n: int) -> np.ndarray:
+    """E[test of the best-by-val of n draws], n = 1…max_n, for a population given by a large sample (with
+    replacement from it, which for a large sample is drawing from the population itself)."""
+    ranked = test[np.argsort(val, kind="stable")]
+    quantile = np.arange(1, ranked.size + 1) / ranked.size
+    below = quantile - 1.0 / ranked.size
+    return np.array([ranked @ (quantile ** n - below ** n) for n in range(1, max_n + 1)])
+
+
+def calibrated_worlds(trial_val, trial_test, reference_test, n_trials: int, noise_sd: float | None = None,
+                      pool: int = 400_000, seed: int = 0) -> list[World]:
+    """Three worlds from one real search's trials (val and test) and its reference's test scores: tuning pays
+    after about 2 trials, breaks even at about 0.6·N (beyond the trials an interval is valid for), never pays."""
+    trial_val, trial_test = np.asarray(trial_val, float), np.asarray(trial_test, float)
+    reference_test = np.asarray(reference_test, float)
+    reference_sd = float(reference_test.std(ddof=1))
+    noise_sd = reference_sd / 2.0 if noise_sd is None else noise_sd
+    rng = np.random.default_rng(seed)
+    base = World("calibration", trial_val, trial_test, noise_sd, 0.0, reference_sd, np.array([]))
+    val, test = base.trials(pool, rng)
+    truth = true_selected_curve(val, test, 4 * n_trials)
+    late = int(round(0.6 * n_trials))
+    means = {"pays": (truth[0] + truth[1]) / 2.0, "late": (truth[late - 2] + truth[late - 1]) / 2.0,
+             "never": truth[-1] + reference_sd / 4.0}
+    return [World(kind, trial_val, trial_test, noise_sd, float(means[kind]), reference_sd, truth[:n_trials])
+            for kind in WORLD_KINDS]
+
+
+def _covers_break_even(truth: float, facts: dict) -> bool:
+    """Whether the break-even interval (None ends: beyond the valid trials) holds the true break-even."""
+    low, high, valid = facts["trials_low"], facts["trials_high"], facts["valid_trials"]
+    above_low = truth > valid if low is None else truth >= low
+    below_high = high is None or truth <= high
+    return bool(above_low and below_high)
+
+
+def simulate_world(world: World, n_trials: int, n_references: int, studies: int, confidence: float = 0.95,
+                   seed: int = 0, with_bootstrap: bool = False, n_bootstrap: int = 300) -> pd.DataFrame:
+    """Coverage of the curve (per valid n), the search gain (at the largest valid n) and the break-even intervals
+    over `studies` simulated studies of `world`; with `with_bootstrap`, the earlier percentile bootstrap beside."""
+    rng = np.random.default_rng(seed)
+    curve_hits, curve_widths, estimates, gain_hits, gain_widths, gains, even_hits = [], [], [], [], [], [], []
+    boot_hits = []
+    for _ in range(studies):
+        val, test = world.trials(n_trials, rng)
+        references = world.references(n_references, rng)
+        search = _over_splits([_pooled_split(pd.DataFrame({"selection": val, "reported": test, "val": val}), False)])
+        reference = _reference_over_splits([pd.DataFrame({"reported": references})])
+        half = np.sqrt(search["variance"]) * _t_quantile(search["df"], confidence)
+        curve_hits.append(np.abs(search["curve"] - world.truth) <= half)
+        curve_widths.append(2 * half)
+        estimates.append(search["curve"])
+        facts = break_even_with_interval(search, reference, confidence)
+        at = facts["gain_n"]
+        if at:
+            true_gain = world.truth[at - 1] - world.reference_mean
+            gain_hits.append(facts["gain_low"] <= true_gain <= facts["gain_high"])
+            gain_widths.append(facts["gain_high"] - facts["gain_low"])
+            gains.append(facts["gain_at_n"])
+        even_hits.append(_covers_break_even(world.break_even(), facts))
+        if with_bootstrap:
+            low, high = percentile_band(bootstrap_selected_curves(val, test, n_bootstrap=n_bootstrap,
+                                                                  seed=int(rng.integers(1 << 31))), confidence)
+            boot_hits.append((low <= world.truth) & (world.truth <= high))
+    rows = []
+    hits, widths, estimates = np.array(curve_hits), np.array(curve_widths), np.array(estimates)
+    valid = np.isfinite(widths).all(axis=0)
+    z = _t_quantile(np.inf, confidence)
+    for n in np.flatnonzero(valid) + 1:
+        rows.append(_row(world, "curve", "studentised jackknife", n, hits[:, n - 1], widths[:, n - 1],
+                         estimates[:, n - 1], world.truth[n - 1], z))
+    if gain_hits:
+        n = int(valid.sum())
+        rows.append(_row(world, "search gain", "studentised jackknife", n, np.array(gain_hits), np.array(gain_widths),
+                         np.array(gains), world.truth[n - 1] - world.reference_mean, z))
+    rows.append(_row(world, "break-even", "test inversion", world.break_even(), np.array(even_hits), None, None,
+                     world.break_even(), z))
+    if with_bootstrap:
+        boot = np.array(boot_hits)
+        for n in (1, n_trials // 4, n_trials // 2, n_trials):
+            rows.append(_row(world, "curve", "percentile bootstrap (earlier)", n, boot[:, n - 1], None, None,
+                             world.truth[n - 1], z))
+    return pd.DataFrame(rows, columns=COVERAGE_COLUMNS)
+
+
+def _t_quantile(df, confidence: float):
+    from scipy import stats
+    with np.errstate(invalid="ignore"):
+        return stats.t.ppf(0.5 + confidence / 2.0, df)
+
+
+def _row(world: World, interval: str, method: str, n, hits: np.ndarray, widths, estimates, truth: float,
+         z: float) -> dict:
+    coverage = float(hits.mean())
+    needed = float(2 * z * estimates.std(ddof=1)) if estimates is not None else np.nan
+    mean_width = float(np.mean(widths)) if widths is not None else np.nan
+    return {"world": world.name, "interval": interval, "method": method, "n": n, "studies": int(hits.size),
+            "coverage": coverage, "mc_error": float(np.sqrt(coverage * (1 - coverage) / hits.size)),
+            "truth": float(truth), "mean_width": mean_width, "needed_width": needed,
+            "width_ratio": mean_width / needed if needed else np.nan}
+
+
+def coverage_table(trial_val, trial_test, reference_test, n_trials: int, n_references: int, studies: int,
+                   confidence: float = 0.95, seed: int = 0, with_bootstrap: bool = False) -> pd.DataFrame:
+    """Coverage of every tuning interval the report shows, in each calibrated world (see the module's docstring)."""
+    worlds = calibrated_worlds(trial_val, trial_test, reference_test, n_trials, seed=seed)
+    return pd.concat([simulate_world(world, n_trials, n_references, studies, confidence, seed + 1 + index,
+                                     with_bootstrap) for index, world in enumerate(worlds)], ignore_index=True)

@@ -1,0 +1,98 @@
+"""A packed worker (one of the train.parallel processes a stage starts beside itself) killed by SIGKILL or SIGTERM
+mid-trial, in a search and in final runs: it costs its own trial only, which is retried at once. The stage ends with
+the exact budget, no RUNNING trial, and within one trial's time plus a few seconds of the kill, never waiting on the
+dead worker (a zombie until its stage reaps it, whose start time in /proc still reads as alive)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from optuna.trial import TrialState
+
+from study.results import JOURNAL
+from study.storage import journal_storage
+from tests.test_faults import ENVIRONMENT, study_folder
+
+# Long enough that a kill lands mid-training, short enough for CI: about a second per trial on one thread.
+TRAIN = {"epochs": 6, "parallel": 2, "threads": 1}
+# What the stage may take beyond a trial's time to see the dead worker, retire its trial and retry it.
+SLACK_SECONDS = 12
+STAGES = {"search": ("stages.search", "--loss", "arcface"), "runs": ("stages.runs", "--method", "fixed_adacos")}
+
+
+def start(root: Path, which: str) -> tuple[subprocess.Popen, Path]:
+    log = root / f"{which}.log"
+    with open(log, "w") as output:
+        process = subprocess.Popen([sys.executable, "-m", *STAGES[which]], cwd=root, env=ENVIRONMENT, stdout=output,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    return process, log
+
+
+def trials(root: Path):
+    """Every trial of every study in the checkout's journal."""
+    storage = journal_storage(root / JOURNAL)
+    return [trial for study in storage.get_all_studies()
+            for trial in storage.get_all_trials(study._study_id, deepcopy=False)]
+
+
+def a_packed_workers_training_trial(root: Path, stage: subprocess.Popen, timeout: float = 120):
+    """A trial a packed worker (a process other than the stage) is training, and that worker's pid."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and stage.poll() is None:
+        if (root / JOURNAL).exists():
+            for trial in trials(root):
+                worker = trial.user_attrs.get("worker", "")
+                if (trial.state == TrialState.RUNNING and trial.user_attrs.get("status") == "running"
+                        and "seed" in trial.user_attrs and not worker.endswith(f":{stage.pid}")):
+                    return trial, int(worker.rsplit(":", 1)[1])
+        time.sleep(0.05)
+    raise AssertionError("no packed worker started a trial")
+
+
+@pytest.mark.parametrize("which", ["search", "runs"])
+@pytest.mark.parametrize("stop", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
+def test_a_packed_worker_stopped_mid_trial_costs_only_its_trial(tmp_path, which, stop):
+    root = study_folder(tmp_path, train=TRAIN, n_trials=6)
+    stage, log = start(root, which)
+    try:
+        victim, pid = a_packed_workers_training_trial(root, stage)
+        time.sleep(0.3)  # well inside its training
+        os.kill(pid, stop)
+        killed_at = time.time()
+        stage.wait(timeout=120)
+    finally:
+        if stage.poll() is None:  # it hung on the dead worker: end it and its own workers
+            os.killpg(stage.pid, signal.SIGKILL)
+            stage.wait()
+    ended_at = time.time()
+    output = log.read_text()
+    assert stage.returncode == 0, output
+    assert f"packed worker 1 was stopped by {stop.name}" in output, output
+
+    everything = trials(root)
+    assert not any(trial.state == TrialState.RUNNING for trial in everything)
+    dead = next(trial for trial in everything if trial.number == victim.number
+                and trial.user_attrs.get("seed") == victim.user_attrs["seed"])
+    assert dead.state == TrialState.FAIL and "worker died" in dead.user_attrs["reason"]
+    retry = [trial for trial in everything if trial.system_attrs.get("failed_trial") == victim.number]
+    assert len(retry) == 1 and retry[0].state == TrialState.COMPLETE
+    assert retry[0].user_attrs["seed"] == victim.user_attrs["seed"] and retry[0].params == victim.params
+    # Seen at once: the retry starts once the stage's own trial in hand ends, and the stage ends with the last trial.
+    longest = max((t.datetime_complete - t.datetime_start).total_seconds() for t in everything
+                  if t.state == TrialState.COMPLETE)
+    assert retry[0].datetime_start.timestamp() - killed_at < longest + SLACK_SECONDS, output
+    assert ended_at - max(t.datetime_complete.timestamp() for t in everything if t.datetime_complete) < SLACK_SECONDS
+
+    if which == "search":
+        table = pd.read_csv(root / "results" / "search" / "arcface" / "split0" / "trials.csv")
+        assert (table["state"] == "COMPLETE").sum() == 6 and "RUNNING" not in set(table["state"])
+        assert table.loc[table["state"] == "COMPLETE", "seed"].is_unique
+    else:
+        runs = pd.read_csv(root / "results" / "runs" / "fixed_adacos" / "split0" / "runs.csv")
+        assert runs["seed"].tolist() == [0, 1, 2, 3] and (runs["status"] == "completed").all()
+        assert all((root / path).is_file() for path in runs["checkpoint"])
