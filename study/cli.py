@@ -1,5 +1,5 @@
 """The `study` command: one training run from the shell, a worker that joins a study's searches and runs, the speed bench,
-the class-count sweep and presets."""
+the class-count sweep, the tuning-cost benchmark and presets."""
 
 from __future__ import annotations
 
@@ -152,7 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
         "worker", help="join a study's searches and final runs from another process or machine",
         description="Serves the searches of params.yaml (until each has its n_trials), then the final runs that a "
                     "`runs` or `tuned` stage has queued. Workers share the journal file on one machine, or the "
-                    "database in search.storage across machines; a dead worker's trial is retried.")
+                    "database in search.storage across machines; a dead worker's trial is retried. A worker whose "
+                    "prepared data or params differ from a study's is refused its trials, with what differs.")
     worker.add_argument("--loss", action="append", default=None,
                         help="serve only this loss's search (repeatable; default: every loss of search.losses)")
     worker.add_argument("--serve", choices=["all", "search", "runs"], default="all",
@@ -198,6 +199,31 @@ def build_parser() -> argparse.ArgumentParser:
                                                        "pipelines there)")
     sweep.add_argument("--report-dir", default="reports/sweep", help="where the aggregate goes (default: reports/sweep)")
     sweep.set_defaults(handler=_sweep_command)
+
+    benchmark = commands.add_parser(
+        "benchmark", help="run the tuning-cost benchmark (the whole study in many cells: data sets, class counts, "
+                          "losses, tuners) through DVC and pool its meta-verdict",
+        description="Writes one folder per cell (<out>/<cell>/params.yaml and a dvc.yaml generated from the "
+                    "repository's), <out>/plan.json and <out>/dvc.yaml whose `aggregate` stage pools every cell's "
+                    "committed report; then runs `dvc repro` on the cells that are not finished, and on the "
+                    "aggregate. An interrupted run resumes where it stopped; a finished cell (its reports/, dvc.lock "
+                    "and params.yaml, committed to git) is never retrained, even on a fresh clone. Run it inside the "
+                    "study's git + DVC checkout.")
+    benchmark.add_argument("--quick", action="store_true",
+                           help="the quick variant (presets/benchmark/quick.yaml, about 15 minutes on 2 CPU cores) "
+                                "in benchmarks/quick, reported in reports/benchmark-quick")
+    benchmark.add_argument("--plan", default=None, metavar="FILE",
+                           help="the cells' declaration (default: presets/benchmark/full.yaml, or quick.yaml)")
+    benchmark.add_argument("--out", default=None, help="one folder per cell is made here (default: benchmarks/cells, "
+                                                       "or benchmarks/quick; it must not be git-ignored)")
+    benchmark.add_argument("--report-dir", default=None,
+                           help="where the meta-verdict goes (default: reports/benchmark, or reports/benchmark-quick)")
+    benchmark.add_argument("--rerun", nargs="+", default=[], metavar="CELL",
+                           help="hand finished cells back to DVC (their changed code or params rerun); 'all' for "
+                                "every cell")
+    benchmark.add_argument("--list", action="store_true",
+                           help="list the cells, their planned trainings and whether each is finished; run nothing")
+    benchmark.set_defaults(handler=_benchmark_command)
     return parser
 
 
@@ -265,6 +291,24 @@ def _sweep_command(args: argparse.Namespace) -> int:
     from study.sweep import run_sweep
 
     written = run_sweep(args.classes, args.preset, args.assignments, args.dataset_template, args.out, args.report_dir)
+    print("\n".join(str(path) for path in written.values()))
+    return 0
+
+
+def _benchmark_command(args: argparse.Namespace) -> int:
+    from study.benchmark import default_locations, load_plan, run_benchmark
+    from study.benchmark.pipelines import cells_to_run
+
+    plan, out, report_dir = default_locations(args.quick)
+    plan, out, report_dir = args.plan or plan, args.out or out, args.report_dir or report_dir
+    if args.list:
+        declared = load_plan(plan)
+        pending = set(cells_to_run(declared, out, args.rerun))
+        for cell in declared.cells:
+            print(f"{cell.name:28} {cell.facts()['planned_runs']:5} trainings  "
+                  f"{'to run' if cell.name in pending else 'finished'}")
+        return 0
+    written = run_benchmark(plan, out, report_dir, args.rerun)
     print("\n".join(str(path) for path in written.values()))
     return 0
 

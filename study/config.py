@@ -64,7 +64,7 @@ def _check(test: Callable[[Any], bool], problem: str) -> AfterValidator:
 
 # What numpy (np.random.seed) and torch (torch.manual_seed) both take as a seed; numpy refuses anything else.
 SEED_LIMIT = 2**32
-# A seed of params.yaml: data.seed(s), train.seed, search.seed, runs.seeds, analysis.seed all use it.
+# The type of every seed in params.yaml (a list of them: tuple[Seed, ...]).
 Seed = Annotated[Int, _check(lambda seed: 0 <= seed < SEED_LIMIT,
                              "{value} is no seed: numpy and torch take whole numbers from 0 to 2**32 − 1 "
                              f"({SEED_LIMIT - 1}); give one in that range")]
@@ -108,11 +108,12 @@ class DataConfig(ParamsModel):
         tuple[Float, ...],
         _check(lambda f: len(f) == 3 and min(f) > 0, "give three positive fractions for train, val, test"),
         _check(lambda f: abs(sum(f) - 1) < 1e-6, "must sum to 1, got {value}")] = (0.5, 0.25, 0.25)
-    seed: Int = 0
+    seed: Seed = 0
     # Several class splits, one study of the whole protocol each (split seeds): the analysis pairs by split and
-    # seed, and the verdict's interval carries split-to-split (and search-to-search) variance. null: `seed` alone.
-    seeds: Optional[Annotated[tuple[Int, ...], _check(lambda s: len(s) >= 1 and len(set(s)) == len(s),
-                                                      "give distinct split seeds, e.g. [0, 1, 2]")]] = None
+    # seed, and the verdict's interval carries split-to-split (and search-to-search) variance. null: `seed` alone
+    # (what `study train` and each split's own stages use).
+    seeds: Optional[Annotated[tuple[Seed, ...], _check(lambda s: len(s) >= 1 and len(set(s)) == len(s),
+                                                      "give distinct split seeds, e.g. [0, 1, 2]")]] = (0, 1, 2, 3)
     image_size: Optional[Int] = Field(None, ge=8)
     cache_dir: Optional[Text] = None
     # Used instead of `dataset` when that cannot be had (e.g. offline); the manifest and report say so.
@@ -186,10 +187,14 @@ def _storage_location(location: str) -> str:
     except sqlalchemy.exc.ArgumentError:
         raise ValueError("not a database URL that SQLAlchemy can read; write it as dialect[+driver]://user@host"
                          "/database, e.g. postgresql://user@host/study") from None
-    if url.password is not None or "password" in url.query:  # params.yaml lands in git and dvc.lock
-        raise ValueError("the URL carries a password, and params.yaml is stored in git, dvc.lock and the experiment "
-                         "history; remove it from the URL and supply it through PGPASSWORD or ~/.pgpass, or set "
-                         "search.storage: env:VARNAME with the whole URL in that environment variable")
+    from study.storage import secrets_in_url  # every dialect's secrets, in the user-info or the query
+
+    secrets = secrets_in_url(location)
+    if secrets:  # params.yaml lands in git and dvc.lock
+        raise ValueError(f"the URL carries a password or other secret ({', '.join(secrets)}), and params.yaml is stored "
+                         "in git, dvc.lock and the experiment history; remove it from the URL and supply it through "
+                         "PGPASSWORD or ~/.pgpass, or set search.storage: env:VARNAME with the whole URL in that "
+                         "environment variable")
     try:
         url.get_dialect()
     except sqlalchemy.exc.NoSuchModuleError:
@@ -222,7 +227,7 @@ class SearchConfig(ParamsModel):
 
     losses: Annotated[tuple[Text, ...], _check(len, "give at least one loss to search, e.g. [arcface]; the "
                                                      "study's question is what searching one buys")] = ("arcface",)
-    n_trials: Int = Field(32, ge=1)
+    n_trials: Int = Field(12, ge=1)
     max_failed_trials: Int = Field(32, ge=0)
     # Random search by default: its trials are independent draws, for which the tuning-cost curve is exact.
     sampler: Literal["tpe", "random", "grid", "qmc"] = "random"
@@ -254,8 +259,8 @@ class SearchConfig(ParamsModel):
         if self.m_range.get("arcface", (0, 0))[1] >= math.pi:
             raise _invalid("m_range.arcface", "must stay below π radians")
         if self.m_range.get("cosface", (0, 0))[1] > COSFACE_MAX_M:
-            raise _invalid("m_range.cosface", COSFACE_MARGIN_PROBLEM + "; give [low, high] with high ≤ 1 (the CosFace "
-                           "paper's best m is 0.35)")
+            raise _invalid("m_range.cosface", f"{COSFACE_MARGIN_PROBLEM}; give [low, high] with high ≤ 1 (the "
+                           "CosFace paper's best m is 0.35)")
         if self.m_range.get("sphereface", (1, 1))[0] < 1:  # cos(mθ) with m < 1 eases the target: no margin
             raise _invalid("m_range.sphereface", "SphereFace multiplies the angle by m: give [low, high], 1 ≤ low")
         for loss in self.losses:
@@ -298,7 +303,7 @@ class RunsConfig(ParamsModel):
     """The final runs at several seeds: the methods below, and each searched loss at its best trial's (s, m)."""
 
     seeds: Annotated[tuple[Seed, ...], _check(lambda s: s and len(set(s)) == len(s),
-                                             "give at least one seed, each once")] = tuple(range(10))
+                                             "give at least one seed, each once")] = (0, 1)
     # Hyperparameter-free losses and names of `fixed` runs; `fixed_adacos` is the reference of every comparison.
     methods: tuple[Text, ...] = HYPERPARAMETER_FREE_LOSSES + ("arcface_default",)
     fixed: dict[str, FixedRun] = Field(
@@ -357,7 +362,7 @@ class AnalysisConfig(ParamsModel):
     n_bootstrap: Int = Field(1000, ge=100)
     convergence_targets: Annotated[tuple[Float, ...], _check(lambda t: t and all(0 < f <= 1 for f in t),
                                    "give fractions in (0, 1] of the best final val score")] = (0.95, 0.99)
-    seed: Int = 0
+    seed: Seed = 0
     # Order statistics of n trials drawn without replacement from the N run (unbiased for n ≤ N; Tang et al.
     # 2020) or with replacement (Dodge et al. 2019, biased): the pooled tuning curve of independent samplers.
     estimator: Literal["without_replacement", "with_replacement"] = "without_replacement"

@@ -7,6 +7,7 @@ per-seed differences a[i] − b[i] are the sample every test here works on.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
@@ -277,8 +278,12 @@ def minimum_detectable_difference(sd: float, n: int, alpha: float = 0.05, power:
         raise ValueError(f"sd must be ≥ 0, got {sd}")
     if sd == 0.0:
         return 0.0
-    n = int(n)
+    return float(_detectable_effect_size(int(n), float(alpha), float(power)) * sd)
 
+
+@functools.lru_cache(maxsize=4096)
+def _detectable_effect_size(n: int, alpha: float, power: float) -> float:
+    """The detectable difference in units of sd (it scales with sd, so simulations and searches over n reuse it)."""
     def shortfall(effect_size: float) -> float:
         return _paired_t_power(effect_size, n, alpha) - power
 
@@ -286,8 +291,7 @@ def minimum_detectable_difference(sd: float, n: int, alpha: float = 0.05, power:
     upper = 1.0
     while shortfall(upper) < 0.0:
         upper *= 2.0
-    effect_size = optimize.brentq(shortfall, 0.0, upper, xtol=1e-12, rtol=1e-12)
-    return float(effect_size * sd)
+    return float(optimize.brentq(shortfall, 0.0, upper, xtol=1e-12, rtol=1e-12))
 
 
 def seeds_to_detect(

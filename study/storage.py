@@ -29,6 +29,8 @@ from optuna.storages import JournalStorage, RDBStorage, RetryHeartbeatStaleTrial
 from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.storages.journal._file import get_lock_file
 
+from study.config import SearchConfig
+
 # Optuna forcibly releases a journal lock older than this: the lock is held only while a few lines are
 # appended, so a lock this old belongs to a killed process.
 LOCK_GRACE_SECONDS = 10
@@ -43,6 +45,7 @@ _SECRET_KEY_PARTS = ("password", "passwd", "passphrase", "pwd", "secret", "token
 _SECRET_KEYS = ("pass", "pw")
 _INNER_PAIR = re.compile(r"([^;=&]+)=([^;&]*)")  # key=value pairs inside a value, e.g. ODBC's "UID=a;PWD=b"
 MASK = "***"
+_FAULT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 class StorageFault(RuntimeError):
@@ -112,7 +115,7 @@ def shown(url: str) -> str:
     return masked(parsed.render_as_string(hide_password=True), url)
 
 
-def storage_url(search) -> str | None:
+def storage_url(search: SearchConfig) -> str | None:
     """The database URL of `search.storage`, read from the environment for `env:NAME`; None for the journal."""
     location = search.storage
     if location is None or not location.startswith("env:"):
@@ -130,7 +133,7 @@ def storage_url(search) -> str | None:
 
 
 def retry_callback() -> RetryHeartbeatStaleTrialCallback:
-    """Optuna's retry of a dead worker's trial (same parameters, queued again), used for the journal and the database."""
+    """Optuna's retry of a dead worker's trial (same parameters, queued again), for the journal and the database."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         return RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES)
@@ -203,7 +206,7 @@ def load_history(study: optuna.Study, trial) -> list[dict]:
     return trial.system_attrs.get(HISTORY) or trial.user_attrs.get(HISTORY) or []
 
 
-def open_storage(search, journal: str | Path, heartbeat_seconds: int | None = None):
+def open_storage(search: SearchConfig, journal: str | Path, heartbeat_seconds: int | None = None):
     """The storage params name: the database (workers heartbeat there), or else the journal file `journal`."""
     url = storage_url(search)
     if url is None:
@@ -212,12 +215,13 @@ def open_storage(search, journal: str | Path, heartbeat_seconds: int | None = No
 
 
 class JournalFile(JournalFileBackend):
-    """Optuna's journal file, whose append that fails (a full disk) is cut back to the last whole line under the lock,
-    so that the next writer's line never follows a torn one."""
+    """Optuna's journal file, whose lines are never appended after a torn one: an append that fails (a full disk) is
+    cut back to the last whole line under the lock, and one that a killed writer tore is cut off first."""
 
     def append_logs(self, logs: list[dict]) -> None:
         data = ("\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n").encode("utf-8")
         with get_lock_file(self._lock):
+            cut_torn_tail(Path(self._file_path))  # a packed worker killed mid-write, its lock released since
             size = os.path.getsize(self._file_path)
             try:
                 with open(self._file_path, "ab") as handle:
@@ -252,18 +256,8 @@ def repair_journal(path: Path) -> None:
     """
     if not path.is_file() or path.stat().st_size == 0:
         return
-    data = path.read_bytes()
-    whole, _, torn = data.rpartition(b"\n")
-    if torn:
-        whole = whole + b"\n" if whole.strip() else b""
-        side = path.with_name(f"{path.name}.torn-{int(time.time())}")
-        _write_whole(side, torn)
-        with open(path, "r+b") as handle:
-            handle.truncate(len(whole))
-            os.fsync(handle.fileno())
-        warnings.warn(f"{path}: its last line was cut off mid-write (a process was killed while writing); "
-                      f"the {len(torn)} bytes were moved to {side.name}, every whole line is kept", stacklevel=2)
-    for number, line in enumerate(whole.splitlines(), start=1):
+    cut_torn_tail(path)
+    for number, line in enumerate(path.read_bytes().splitlines(), start=1):
         try:
             json.loads(line)
         except ValueError:
@@ -271,6 +265,40 @@ def repair_journal(path: Path) -> None:
                                f"intact. Restore the file from a backup, or cut it after line {number - 1} "
                                f"(head -n {number - 1} {path.name} > fixed && mv fixed {path.name}) to keep "
                                "those trials, or delete it to start the searches afresh") from None
+
+
+def cut_torn_tail(path: Path) -> None:
+    """Move the bytes after the journal's last line break (a torn write) into a side file, written whole before the
+    journal is cut: on a full disk the journal is left as it was."""
+    size = path.stat().st_size if path.is_file() else 0
+    if size == 0:
+        return
+    with open(path, "rb") as handle:
+        keep = _end_of_last_line(handle, size)
+        if keep == size:
+            return
+        handle.seek(keep)
+        torn = handle.read()
+    side = path.with_name(f"{path.name}.torn-{int(time.time())}")
+    _write_whole(side, torn)
+    with open(path, "r+b") as handle:
+        handle.truncate(keep)
+        os.fsync(handle.fileno())
+    warnings.warn(f"{path}: its last line was cut off mid-write (a process was killed while writing); "
+                  f"the {len(torn)} bytes were moved to {side.name}, every whole line is kept", stacklevel=2)
+
+
+def _end_of_last_line(handle, size: int, block: int = 1 << 16) -> int:
+    """The offset just after the file's last line break (0 if none), reading back from its end a block at a time."""
+    end = size
+    while end > 0:
+        start = max(0, end - block)
+        handle.seek(start)
+        data = handle.read(end - start)
+        if b"\n" in data:
+            return start + data.rindex(b"\n") + 1
+        end = start
+    return 0
 
 
 def _write_whole(path: Path, data: bytes) -> None:
@@ -319,7 +347,7 @@ def _engine_options(url: str) -> dict:
 # --- checks and faults ---------------------------------------------------------------------------------------------
 
 
-def check_storage(search, journal: str | Path | None = None) -> None:
+def check_storage(search: SearchConfig, journal: str | Path | None = None) -> None:
     """Fail now, with the fix named, when the database params name cannot be opened, or the journal's folder (the
     checkpoints' too) cannot be written: the validate stage asks before DVC deletes an output of a stage that
     writes there."""
@@ -349,11 +377,11 @@ def check_writable(folder: Path) -> None:
 
 
 def fault_message(error: OSError, fallback: str | Path) -> str:
-    """One line for a failed write: the path, what is wrong and the fix."""
-    path = error.filename or fallback
-    folder = Path(path) if Path(path).is_dir() else Path(path).parent
+    """One line for a failed write: the path (else the folder of `fallback`), what is wrong and the fix."""
+    path = Path(error.filename) if error.filename else Path(fallback).parent
+    folder = path if path.is_dir() else path.parent
     if error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return (f"no space left to write {path}: free space on its disk (df -h {folder}), then run the stage again; "
+        return (f"no space left on the disk of {path}: free space there (df -h {folder}), then run the stage again; "
                 "every finished trial is kept")
     if error.errno == errno.EROFS:
         return (f"{path} is on a read-only file system: remount it writable, or set search.storage to a database "
@@ -363,8 +391,17 @@ def fault_message(error: OSError, fallback: str | Path) -> str:
     return f"cannot write {path}: {error.strerror or error}; fix that, then run the stage again"
 
 
+def is_storage_fault(error: BaseException) -> bool:
+    """Whether `error` is the storage failing (a write refused, a full disk, a database gone), not the trial."""
+    import sqlalchemy
+
+    if isinstance(error, OSError):
+        return error.errno in _FAULT_ERRNOS
+    return isinstance(error, (sqlalchemy.exc.DBAPIError, optuna.exceptions.StorageInternalError))
+
+
 @contextlib.contextmanager
-def storage_faults(search, journal: str | Path) -> Iterator[None]:
+def storage_faults(search: SearchConfig, journal: str | Path) -> Iterator[None]:
     """Turn a storage's failure into a StorageFault of one line: a write refused (read-only, full disk, no
     permission) names the path, a lost database its URL (secrets masked); both name the fix."""
     import sqlalchemy
@@ -375,7 +412,7 @@ def storage_faults(search, journal: str | Path) -> Iterator[None]:
     except StorageFault:
         raise
     except OSError as error:
-        if error.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM):
+        if not is_storage_fault(error):
             raise
         raise StorageFault(masked(fault_message(error, journal), url)) from None
     except (sqlalchemy.exc.DBAPIError, optuna.exceptions.StorageInternalError) as error:

@@ -55,15 +55,7 @@ def params_problems(params: StudyParams) -> list[str]:
                  for problem in _problem("search.storage", check_storage, params.search)]
     problems += _problem("report.palette", check_palette, params.report.palette)
     problems += cores_problems(params.train, available_cores())
-    try:
-        planned = planned_splits(params.data)
-    except DataProblem as problem:
-        return problems + [str(problem)]
-    if planned is None:
-        return problems + memory_problems(params, None)
-    source, splits = planned
-    return (problems + training_split_problems(splits["train"], params, source)
-            + evaluation_split_problems(splits, params.data, source) + memory_problems(params, splits))
+    return problems + data_problems(params)
 
 
 def _problem(key: str, check, *args) -> list[str]:
@@ -89,8 +81,9 @@ def check_palette(name: str) -> None:
     try:
         seaborn.color_palette(name, n_colors=10)
     except (ValueError, TypeError):
-        raise ValueError(f"{name!r} is not a palette seaborn knows; use one of its own ({', '.join(SEABORN_PALETTES[::2])}, "
-                         "husl), a matplotlib colormap (viridis, tab10, ...) or a spec such as light:#5A9") from None
+        own = ", ".join(SEABORN_PALETTES[::2])
+        raise ValueError(f"{name!r} is not a palette seaborn knows; use one of its own ({own}, husl), a matplotlib "
+                         "colormap (viridis, tab10, ...) or a spec such as light:#5A9") from None
 
 
 # Beyond this many runs per core, packed runs only take turns on the cores, each holding its own copy of the data.
@@ -118,31 +111,50 @@ class DataProblem(ValueError):
     """A problem of the data section, already worded as a line naming its key."""
 
 
-def planned_splits(data: DataConfig) -> tuple[str, dict[str, ImageSet]] | None:
-    """The source prepare will read and the splits it will make, where the source's labels come cheaply (no image
-    decoded or made); None for sources that must be downloaded or read whole, which prepare checks."""
+def data_problems(params: StudyParams) -> list[str]:
+    """What the data cannot support, on every class split prepare will make: one line per problem, each once."""
+    try:
+        planned = planned_source(params.data)
+    except DataProblem as problem:
+        return [str(problem)]
+    if planned is None:
+        return memory_problems(params, None)
+    source, image_set = planned
+    problems = []
+    for split in params.data.split_seeds():
+        try:
+            splits = planned_splits(image_set, params.data, split)
+        except DataProblem as problem:
+            found = [str(problem)]
+        else:
+            found = (training_split_problems(splits["train"], params, source)
+                     + evaluation_split_problems(splits, params.data, source) + memory_problems(params, splits))
+        problems += [problem for problem in found if problem not in problems]
+    return problems
+
+
+def planned_source(data: DataConfig) -> tuple[str, ImageSet] | None:
+    """The source prepare will read and its labels, where they come cheaply (no image decoded or made); None for
+    sources that must be downloaded or read whole, which prepare checks."""
     try:
         source, image_set = data.dataset, _labels_only(data.dataset, data.cache_dir)
-    except (RuntimeError, FileNotFoundError) as error:
+    except (RuntimeError, FileNotFoundError) as error:  # unavailable: prepare falls back, where it may
         if data.fallback is None:
             raise DataProblem(f"data.dataset: {error}") from None
         source, image_set = data.fallback, _labels_only_as("data.fallback", data.fallback, data.cache_dir)
     except (ValueError, OSError) as error:
         raise DataProblem(f"data.dataset: {error}") from None
-    if image_set is None:
-        return None
+    return (source, image_set) if image_set is not None else None
+
+
+def planned_splits(image_set: ImageSet, data: DataConfig, split: int) -> dict[str, ImageSet]:
+    """The splits prepare will make of `image_set` for the class split seeded by `split`."""
     try:
         if data.classes is not None:
-            image_set = keep_classes(image_set, data.classes, seed=data.seed)
-        return source, split_dataset(image_set, data.protocol, data.fractions, seed=data.seed)
+            image_set = keep_classes(image_set, data.classes, seed=split)
+        return split_dataset(image_set, data.protocol, data.fractions, seed=split)
     except ValueError as error:  # keep_classes names data.classes itself
         raise DataProblem(str(error) if str(error).startswith("data.") else f"data.dataset: {error}") from None
-
-
-def planned_train_split(data: DataConfig) -> ImageSet | None:
-    """The training split prepare will make where the source's labels come cheaply; None otherwise."""
-    planned = planned_splits(data)
-    return planned[1]["train"] if planned is not None else None
 
 
 def _labels_only_as(key: str, spec: str, cache_dir: str | None) -> ImageSet | None:
@@ -298,17 +310,31 @@ def check_training_split(train: ImageSet, params: StudyParams, source: str) -> N
         raise ConfigError("\n".join(problems))
 
 
+def _source_folder(data: DataConfig) -> Path | None:
+    """The folder prepare reads a folder:/idx: dataset from; None for other sources and for a folder it falls back
+    from (missing, or without IDX files: DVC would otherwise hash whatever that folder is, /etc say)."""
+    name, _, argument = data.dataset.strip().partition(":")
+    if name not in FOLDER_SOURCES:
+        return None
+    if name == "idx":
+        try:
+            idx_labels(argument)
+        except FileNotFoundError:
+            return None
+    folder = Path(argument).expanduser().resolve()
+    return folder if folder.is_dir() else None
+
+
 def link_source(data: DataConfig, link: Path = SOURCE_LINK) -> None:
     """Point `link` at the folder a folder:/idx: dataset is read from; otherwise make it a file saying there is none."""
-    name, _, argument = data.dataset.strip().partition(":")
-    folder = Path(argument).expanduser().resolve() if name in FOLDER_SOURCES else None
+    folder = _source_folder(data)
     if link.is_symlink() or link.is_file():
         link.unlink()  # the link itself, never what it points at
     elif link.exists():
         raise FileExistsError(f"{link} is a folder, but the validate stage keeps a link to the dataset's folder "
                               "there; move it elsewhere")
     link.parent.mkdir(parents=True, exist_ok=True)
-    if folder is not None and folder.is_dir():
+    if folder is not None:
         link.symlink_to(folder, target_is_directory=True)
-    else:  # a missing folder (data.fallback is read instead) is watched no more than a generated source
+    else:  # a folder data.fallback is read instead of is watched no more than a generated source
         link.write_text(NO_SOURCE_FOLDER, encoding="utf-8")

@@ -27,6 +27,7 @@ import abc
 import contextlib
 import hashlib
 import json
+import math
 import multiprocessing
 import os
 import signal
@@ -43,7 +44,7 @@ import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from study.storage import StorageFault, retry_callback, storage_faults
+from study.storage import StorageFault, is_storage_fault, open_storage, retry_callback, storage_faults
 from study.training import resolve_device
 
 # Statuses of trials that trained nothing worth counting (see the module's docstring).
@@ -152,7 +153,7 @@ def run_meaning(params) -> dict:
 
 def data_identity(sets: dict) -> dict:
     """The prepared data a worker trains on, per split: images, classes and a SHA-256 of labels, class names and
-    pixels (or of the class folder and name of each image file, since the folder may lie elsewhere on another machine)."""
+    pixels (or of each image file's class folder and name: the folder may lie elsewhere on another machine)."""
     identity = {}
     for name, image_set in sets.items():
         content = hashlib.sha256(np.ascontiguousarray(image_set.labels, dtype=np.int64))
@@ -161,7 +162,8 @@ def data_identity(sets: dict) -> dict:
             content.update(np.ascontiguousarray(image_set.images.numpy()))
         else:
             content.update(json.dumps([f"{Path(p).parent.name}/{Path(p).name}" for p in image_set.paths]).encode())
-        identity[name] = {"images": len(image_set), "classes": image_set.num_classes, "sha256": content.hexdigest()[:16]}
+        identity[name] = {"images": len(image_set), "classes": image_set.num_classes,
+                          "sha256": content.hexdigest()[:16]}
     return identity
 
 
@@ -202,12 +204,15 @@ def refusal(study_name: str, found: list[str]) -> str:
 
 def claim_identity(study: optuna.Study, identity: dict) -> None:
     """Record `identity` as the study's own when it has none yet (it was just created), else refuse if it differs."""
-    stored = study.user_attrs.get(IDENTITY)
-    if stored is None:
+    held = study.user_attrs
+    if IDENTITY in held:
+        found = differences(identity, held[IDENTITY])
+        if found:
+            raise NotTheSameStudy(refusal(study.study_name, found))
+    else:
         study.set_user_attr(IDENTITY, identity)
+    if IDENTITY_DIGEST not in held:  # the identity in ten hex digits, to compare at a glance
         study.set_user_attr(IDENTITY_DIGEST, digest(identity))
-    elif study.user_attrs.get(IDENTITY_DIGEST) != digest(identity):
-        raise NotTheSameStudy(refusal(study.study_name, differences(identity, stored)))
 
 
 class NotRun(Exception):
@@ -280,11 +285,17 @@ def serve(study: optuna.Study, run_trial: Callable[[optuna.Trial], float], budge
             trial.set_user_attr("reason", "stopped by an interrupt (Ctrl-C or SIGINT)")
             raise
         except Exception as error:
+            if is_storage_fault(error):  # no evidence about the trial: it fails quietly, and serving stops below
+                storage_failed.append(error)
+                with contextlib.suppress(Exception):  # the storage may refuse these too: then the trial is retired
+                    trial.set_user_attr("status", INTERRUPTED)
+                    trial.set_user_attr("reason", f"the storage failed ({type(error).__name__}): see the stage")
+                return math.nan
             trial.set_user_attr("status", "error")
             trial.set_user_attr("reason", f"{type(error).__name__}: {error}")
             raise
 
-    started, waiting_said = 0, False
+    started, waiting_said, storage_failed = 0, False, []
     while max_trials is None or started < max_trials:
         for number in retire_dead_trials(study):
             print(f"{study.study_name}: trial {number} was left running by a dead worker; failed and queued again",
@@ -307,6 +318,8 @@ def serve(study: optuna.Study, run_trial: Callable[[optuna.Trial], float], budge
         if identity is not None:
             claim_identity(study, identity)
         study.optimize(reserved, n_trials=1, catch=(NotRun,))
+        if storage_failed:
+            raise storage_failed[0]  # study/storage.py's storage_faults says what failed, and the fix, in one line
         started += 1
     return started
 
@@ -319,7 +332,6 @@ def serve_study(params, root: Path, services, max_trials: int | None = None) -> 
     """
     from study.data import load_splits
     from study.results import JOURNAL, prepared_dir
-    from study.storage import open_storage
 
     if params.data.seeds is not None:  # a whole study's params (`study worker`): each class split in turn
         for split in params.data.split_seeds():

@@ -25,6 +25,7 @@ from study.analysis import (
 )
 from study.config import AnalysisConfig
 from study.published import SEED003_FACES, SEED003_MNIST
+from study.report.formats import trials_interval
 
 
 def brute_force_expected_max(scores, n_draws):
@@ -472,7 +473,7 @@ def test_study_tuning_curve_is_the_test_score_of_the_trial_val_selects():
     # The search spent 10 + 20 + 30 s on its completed trials and 5 + 15 s on the failed and the pruned one:
     # 80 s over 5 draws.
     np.testing.assert_allclose(curve["seconds"], 16.0 * np.arange(1, 6))
-    assert analysis.estimator["kind"] == "pooled" and analysis.estimator["exact"]
+    assert analysis.estimator["kind"] == "pooled" and analysis.estimator["unbiased"]
     with_replacement = analyse_study(trials, runs, history, "accuracy",
                                      STUDY_CONFIG.replace(estimator="with_replacement"))
     row = with_replacement.tuning_curves.query("kind == 'search' and n == 3").iloc[0]
@@ -560,8 +561,14 @@ def test_study_with_a_sequential_sampler_averages_best_so_far_over_repeats():
     np.testing.assert_allclose(curve, [(0.4 + 0.7) / 2, (0.6 + 0.7) / 2, (0.6 + 0.5) / 2])
     assert analysis.estimator["kind"] == "repeats" and "2 independent tpe searches" in analysis.estimator["text"]
     single = analyse_study(pd.DataFrame(rows[:3]), runs, history, "accuracy", STUDY_CONFIG, sampler="tpe")
-    assert "one realisation" in single.estimator["text"] and not single.estimator["exact"]
+    assert "one realisation" in single.estimator["text"] and not single.estimator["unbiased"]
     assert single.tuning_curves.query("kind == 'search'")["low"].isna().all()
+    # One realisation carries no search variance, so neither the gain nor the break-even gets an interval (an
+    # interval from Fixed AdaCos's seeds alone would claim a certainty the search does not have).
+    even = single.break_even.iloc[0]
+    assert even["valid_trials"] == 0 and pd.isna(even["gain_low"]) and pd.isna(even["gain_high"])
+    assert pd.isna(even["trials_low"]) and pd.isna(even["trials_high"])
+    assert trials_interval(even["trials_low"], even["trials_high"], even["max_trials"], 0) == "[no valid interval]"
     # The tuned runs retrain the first repeat's best trial, so that is the one the summary names.
     assert analysis.search_summary.iloc[0]["best_value"] == 0.7 and analysis.search_summary.iloc[0]["repeats"] == 2
     assert "approximation" in analyse_study(trials, runs, history, "accuracy", STUDY_CONFIG,

@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -24,6 +25,7 @@ import stages.validate
 import study.training
 from study import cli
 from study.config import ConfigError, ModelConfig
+from study.glyphs import max_glyph_classes
 from study.training import build_modules, load_checkpoint, save_checkpoint
 from study.validation import validate_params
 
@@ -78,12 +80,13 @@ def png_bytes() -> bytes:
 # --- how a case is run: each returns the message the bad input gave ---------------------------------------------
 
 
-def validated(values: dict | None = None, raw: dict[str, str] | None = None, text: str | None = None,
+def validated(values: dict | None = None, raw: dict[str, str] | None = None, text: str | bytes | None = None,
               setup: Callable[[Path, pytest.MonkeyPatch], dict] | None = None):
     """validate_params on a params.yaml in the case's folder (`setup` may make files there and return more values)."""
     def run(folder: Path, monkeypatch: pytest.MonkeyPatch) -> str:
         more = setup(folder, monkeypatch) if setup else {}
-        (folder / "params.yaml").write_text(text if text is not None else params_text({**(values or {}), **more}, raw))
+        content = text if text is not None else params_text({**(values or {}), **more}, raw)
+        (folder / "params.yaml").write_bytes(content.encode() if isinstance(content, str) else content)
         try:
             params = validate_params(str(folder / "params.yaml"))
         except (ConfigError, FileNotFoundError) as error:
@@ -133,6 +136,18 @@ def no_mps(folder: Path, monkeypatch) -> dict:
 def unset_variable(folder: Path, monkeypatch) -> dict:
     monkeypatch.delenv("STUDY_TEST_UNSET_STORAGE", raising=False)
     return {}
+
+
+def fifo_in_folder(folder: Path, monkeypatch) -> dict:
+    """An image folder holding a FIFO named like an image, which DVC's hashing of the folder would block on."""
+    values = folder_dataset()(folder, monkeypatch)
+    os.mkfifo(folder / "images" / "class0" / "pipe.png")
+    return values
+
+
+# Each list holds nine aliases of the one before: 9**6 strings from six lines, a 4 MB value once written out.
+ALIAS_BOMB = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"{name}: &{name} [{', '.join([f'*{previous}'] * 9)}]\n" for previous, name in zip("abcde", "bcdef"))
 
 
 def checkpoint(write: Callable[[Path], None]):
@@ -300,6 +315,70 @@ CASES = [
     Case("train --save to a missing folder", save_to(lambda folder: folder / "nowhere" / "model.pt"),
          ("nowhere does not exist", "mkdir -p")),
     Case("train --save to a folder", save_to(lambda folder: folder), ("is a folder", "give a file name")),
+    # --- values that validation used to accept, to fail after training or to be silently wrong (issue 22) ---------
+    Case("unknown palette", validated({"report.palette": "nope"}),
+         ("report.palette: 'nope' is not a palette seaborn knows", "viridis")),
+    Case("negative final seed", validated({"runs.seeds": [-1]}), ("runs.seeds[0]: -1 is no seed", "0 to 2**32 − 1")),
+    Case("final seed beyond 32 bits", validated({"runs.seeds": [0, 2**32]}),
+         ("runs.seeds[1]: 4294967296 is no seed", "give one in that range")),
+    Case("negative search seed", validated({"search.seed": -1}), ("search.seed: -1 is no seed", "2**32 − 1")),
+    Case("negative momentum with sgd", validated({"train.optimizer": "sgd", "train.momentum": -1}),
+         ("train.momentum: must be in [0, 1)",)),
+    Case("embedding beyond memory", validated({"model.embedding_size": 10**12}),
+         ("model.embedding_size: 1000000000000 needs at least", "for the loss head alone", "give a smaller size")),
+    Case("image size beyond memory", validated({"data.image_size": 10**6}),
+         ("data.image_size: 1000000×1000000 images", "as float32", "give a smaller data.image_size")),
+    Case("glyph images beyond memory", validated({"data.dataset": "glyphs:100:100000000"}),
+         ("data.dataset: glyphs:100:100000000:28 makes 10,000,000,000 images", "fewer instances per class")),
+    Case("open protocol, one image per val and test class", validated(
+        {"data.dataset": "glyphs:40:1", "data.protocol": "open", "train.objective": "map_at_r", "train.batch_size": 4}),
+         ("data.dataset: glyphs:40:1 (open protocol) leaves each of the 10 val classes a single image",
+          "each of the 10 test classes", "give each class at least 2 images")),
+    Case("closed protocol, one image per val class", validated(
+        {"data.dataset": "glyphs:10:3", "data.fractions": [0.34, 0.33, 0.33], "train.batch_size": 4}),
+         ("data.fractions: glyphs:10:3 (closed protocol) leaves each of the 10 val classes", "a larger share")),
+    Case("no loss to search", validated({"search.losses": []}),
+         ("search.losses: give at least one loss to search", "[arcface]")),
+    Case("grid beyond memory", validated({"search.grid_points": 100_000}),
+         ("search.grid_points: must be in [2, 1000]",)),
+    Case("cosface margins up to 100", validated(
+        {"search.losses": ["cosface"], "search.m_range": {"cosface": [0, 100]}}),
+         ("search.m_range.cosface: CosFace subtracts m from a cosine", "high ≤ 1")),
+    Case("fixed cosface margin of 50", validated(
+        {"runs.methods": ["fixed_adacos", "wide"], "runs.fixed": {"wide": {"loss": "cosface", "s": 30.0, "m": 50.0}}}),
+         ("runs.fixed.wide.m: 50: CosFace", "give m in [0, 1]", "report.reproduce")),
+    Case("a thousand packed runs", validated({"train.parallel": 1000}),
+         ("train.parallel: 1000 runs at once", "per core", "give at most", "or auto")),
+    Case("a million threads", validated({"train.threads": 10**6}),
+         ("train.threads: 1000000 threads per run", "cores", "give at most")),
+    Case("ten thousand loader processes", validated({"train.num_workers": 10**4}),
+         ("train.num_workers: 10000", "cores", "give at most")),
+    # --- datasets, resolved offline before prepare's output is deleted ---------------------------------------------
+    Case("torchvision dataset that does not exist", validated({"data.dataset": "torchvision:NoSuch"}),
+         ("data.dataset: torchvision has no dataset 'NoSuch'", "FashionMNIST")),
+    Case("more glyph classes than the source has", validated({"data.dataset": "glyphs:6000"}),
+         ("data.dataset: glyphs has at most", "6000 were asked for", "ask for at most")),
+    Case("a million glyph classes", validated({"data.dataset": "glyphs:1000000"}),
+         ("data.dataset: glyphs has at most", "1000000 were asked for")),
+    Case("an IDX folder without IDX files", validated({"data.dataset": "idx:/etc"}),
+         ("data.dataset: /etc holds no IDX files", "train-images-idx3-ubyte")),
+    Case("a FIFO named .png in the image folder", validated(setup=fifo_in_folder),
+         ("class0/pipe.png", "not a regular file", "remove it or move it out")),
+    # --- params.yaml that is not plain data ------------------------------------------------------------------------
+    Case("empty params.yaml", validated(text=""), ("params.yaml is empty", "study preset default")),
+    Case("params.yaml of comments only", validated(text="# to do\n"), ("params.yaml is empty",)),
+    Case("a byte that is not UTF-8", validated(text=b"report:\n  title: caf\xe9\n"),
+         ("is not UTF-8 text: byte 0xe9 on line 2", "save the file as UTF-8")),
+    Case("5,000 levels of nesting", validated(text="report: " + "[" * 5000 + "]" * 5000 + "\n"),
+         ("line 1: nests deeper than", "remove the extra brackets")),
+    Case("alias bomb", validated(text=ALIAS_BOMB), ("line 2: an alias (*name)", "write the value out")),
+    Case("octal 010", validated(raw={"epochs": "010"}), ("010 is no plain decimal number", "as 8", "write 8")),
+    Case("hexadecimal 0x10", validated(raw={"epochs": "0x10"}), ("0x10 is no plain decimal number", "write 16")),
+    Case("base 60 1:30", validated(raw={"epochs": "1:30"}), ("1:30 is no plain decimal number", "write 90")),
+    Case("yes for true", validated(raw={"amp": "yes"}), ("yes reads as true in YAML 1.1", "write true or false")),
+    Case("a key twice", validated(text="train:\n  epochs: 1\n  epochs: 2\n"),
+         ("line 3: the key epochs appears twice", "keep one")),
+    Case("a megabyte of params", validated(text="# " + "x" * 2**20 + "\n"), ("a study's params take a few thousand",)),
     # --- positive controls: numbers PyYAML reads as strings are numbers -------------------------------------------
     Case("lr 1.0e6 accepted", validated(raw={"lr": "1.0e6", "weight_decay": "5e-4"}),
          ("accepted: lr=1000000.0 weight_decay=0.0005",)),
@@ -314,12 +393,31 @@ def test_a_bad_input_names_its_problem_and_the_fix(case, tmp_path, monkeypatch, 
         assert needle in message, f"{needle!r} missing from:\n{message}"
     if case.run.__qualname__.startswith("validated"):
         assert "Traceback" not in message and "pydantic" not in message.lower()
+        assert len(message) < 2000, f"{len(message):,} characters"  # one line per problem, values cut short
 
 
 def test_the_positive_controls_are_read_by_pyyaml_as_strings():
     """Why the 1.0e6 case matters: PyYAML (YAML 1.1) reads these as strings, so the config must convert them."""
     values = yaml.safe_load("lr: 1.0e6\nweight_decay: 5e-4\nother: 1e-4\n")
     assert all(isinstance(value, str) for value in values.values())
+
+
+@pytest.mark.parametrize("values", [
+    {"data.dataset": "glyphs:1000000"},  # refused by its class count before a label is made
+    {"data.dataset": "glyphs:5000:400"},  # 2,000,000 labels split class by class (closed protocol)
+    {"data.dataset": "glyphs:5000:400", "data.classes": 4000},
+], ids=["a million classes", "two million images, closed protocol", "kept classes"])
+def test_validation_stays_fast_whatever_the_size(values, tmp_path):
+    max_glyph_classes()  # the character table is built once per process (and counted once per install)
+    start = time.perf_counter()
+    message = validated(values)(tmp_path, None)
+    assert time.perf_counter() - start < 5, message
+
+
+def test_every_class_split_is_checked_and_each_problem_said_once(tmp_path):
+    message = validated({"data.dataset": "glyphs:40:1", "data.protocol": "open", "data.seeds": [0, 1, 2],
+                         "train.objective": "map_at_r", "train.batch_size": 4})(tmp_path, None)
+    assert [line.split(" leaves each of the 10 ")[1][:4] for line in message.splitlines()] == ["val ", "test"]
 
 
 # --- through `dvc repro`: validate stops the pipeline before anything earlier is deleted --------------------------
@@ -353,11 +451,14 @@ def snapshot(root: Path) -> dict[str, bytes]:
             if path.is_file()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("values, env, needles", [
     ({"data.dataset": "glyphs:2"}, {}, ("data.dataset: glyphs:2", "at least 3")),
     ({"train.device": "cuda"}, {"CUDA_VISIBLE_DEVICES": ""}, ("train.device", "auto", "cpu")),
     ({"search.storage": "postgresql://ann:hunter2@db.example/study"}, {}, ("search.storage", "PGPASSWORD")),
-], ids=["glyphs:2 with AdaCos", "cuda without a GPU", "URL with a password"])
+    ({"data.dataset": "idx:/etc"}, {}, ("data.dataset: /etc holds no IDX files",)),
+    ({"data.dataset": "torchvision:NoSuch"}, {}, ("data.dataset: torchvision has no dataset 'NoSuch'",)),
+], ids=["glyphs:2 with AdaCos", "cuda without a GPU", "URL with a password", "idx:/etc", "torchvision:NoSuch"])
 def test_dvc_repro_stops_at_validate_and_deletes_nothing(prepared_study, values, env, needles):
     root, before = prepared_study, snapshot(prepared_study)
     params = (root / "params.yaml").read_text()

@@ -29,6 +29,7 @@ def results():
     return bench.run_bench(device_name="cpu", sizes=TOY, setup=(params, digits), log=lambda _: None)
 
 
+@pytest.mark.slow
 def test_every_loss_head_is_timed_against_the_plain_one(results):
     heads = results["loss_heads"]
     assert (heads["classes"], heads["embedding"], heads["batch"]) == (20, 8, 16)
@@ -53,6 +54,7 @@ def test_the_plain_head_is_cross_entropy_over_scaled_cosines():
     assert head(embeddings, labels).item() == pytest.approx(F.cross_entropy(logits, labels).item(), rel=1e-6)
 
 
+@pytest.mark.slow
 def test_the_other_figures_have_their_parts(results):
     loop = results["training_loop"]
     assert loop["train_its"] > 0 and loop["bare_its"] > 0

@@ -6,7 +6,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from study.config import ConfigError, StudyParams, load_params
+import numpy as np
+import torch
+
+from study.config import SEED_LIMIT, ConfigError, StudyParams, load_params
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -63,7 +66,7 @@ def test_the_shipped_params_are_the_embedded_default_and_valid():
     ({"analysis": {"equivalence_margin": {"accuracy": 0.01}}}, "analysis.equivalence_margin: give one margin for "
                                                                "each metric kind: accuracy, retrieval, verification"),
     ({"analysis": {"equivalence_margin": {"accuracy": 0.0, "retrieval": 0.01, "verification": 0.01}}},
-     "analysis.equivalence_margin.accuracy: must lie in (0, 1)"),
+     "analysis.equivalence_margin.accuracy: must be an absolute difference in (0, 1)"),
     ({"analysis": {"power": 0.3}}, "analysis.power: must be in [0.5, 1)"),
     ({"model": {"embedding_size": 1}}, "model.embedding_size: must be ≥ 2"),
 ])
@@ -161,3 +164,92 @@ def test_params_are_frozen():
     with pytest.raises(ValueError):
         params.train.lr = 1.0
     assert params.train.replace(lr=1.0).lr == 1.0 and params.train.lr == 3e-3
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"train": {"seed": -1}}, "train.seed: -1 is no seed"),
+    ({"search": {"seed": 2**32}}, "search.seed: 4294967296 is no seed"),
+    ({"runs": {"seeds": [0, -5]}}, "runs.seeds[1]: -5 is no seed"),
+])
+def test_seeds_are_whole_numbers_that_numpy_and_torch_both_take(values, message):
+    with pytest.raises(ConfigError) as error:
+        StudyParams.from_dict(values)
+    assert message in str(error.value) and "0 to 2**32 − 1" in str(error.value)
+
+
+def test_the_seed_range_is_numpys():
+    """The bound is numpy's own (torch takes more): the last seed accepted is one numpy takes, the next one not."""
+    np.random.seed(SEED_LIMIT - 1)
+    torch.manual_seed(SEED_LIMIT - 1)
+    for refused in (-1, SEED_LIMIT):
+        with pytest.raises(ValueError):
+            np.random.seed(refused)
+    params = StudyParams.from_dict({"search": {"seed": SEED_LIMIT - 1}, "runs": {"seeds": [0, SEED_LIMIT - 1]}})
+    assert params.runs.seeds == (0, SEED_LIMIT - 1)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("train:\n  epochs: 010\n", "line 2: 010 is no plain decimal number: YAML 1.1 reads it as 8"),
+    ("train:\n  epochs: 0x10\n", "line 2: 0x10 is no plain decimal number: YAML 1.1 reads it as 16"),
+    ("train:\n  epochs: 0b11\n", "line 2: 0b11 is no plain decimal number: YAML 1.1 reads it as 3"),
+    ("train:\n  epochs: 1:30\n", "line 2: 1:30 is no plain decimal number: YAML 1.1 reads it as 90"),
+    ("train:\n  eval_every: 1_000\n", "line 2: 1_000 is no plain decimal number: YAML 1.1 reads it as 1000"),
+    ("train:\n  lr: 1:30.5\n", "line 2: 1:30.5 is no plain decimal number: YAML 1.1 reads it as 90.5"),
+    ("train:\n  amp: on\n", "line 2: on reads as true in YAML 1.1 but as text in YAML 1.2"),
+    ("model:\n  pretrained: No\n", "line 2: No reads as false in YAML 1.1"),
+    ("train:\n  lr: 0.1\ntrain:\n  lr: 0.2\n", "line 3: the key train appears twice in one mapping"),
+    ("data: &d {seed: 1}\nmodel: *d\n", "line 2: an alias (*name) repeats another part of the file"),
+    ("runs:\n  fixed:\n    a:\n      b:\n        c:\n          d:\n            e:\n              f:\n"
+     "                g: 1\n", "line 8: nests deeper than 8 levels"),
+])
+def test_yaml_that_is_not_plain_data_is_refused_at_its_line(tmp_path, text, message):
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as error:
+        load_params(str(path))
+    assert str(error.value).startswith(f"{path} is not plain data, {message}")
+
+
+def test_plain_yaml_reads_as_before(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text("train: {epochs: 10, lr: 0.5, amp: false, seed: 0, eval_every: -0, weight_decay: 1e-4}\n"
+                    "report: {title: '010', html: True}\nsearch: {s_range: [1.0, 64.0]}\n")
+    values = yaml.safe_load(path.read_text())
+    with pytest.raises(ConfigError, match="train.eval_every: must be ≥ 1"):  # read, then refused for its value
+        load_params(str(path))
+    values["train"]["eval_every"] = 10
+    path.write_text(yaml.safe_dump(values))
+    params = load_params(str(path))
+    assert (params.train.epochs, params.train.lr, params.train.weight_decay) == (10, 0.5, 1e-4)
+    assert params.report.title == "010" and params.report.html is True and params.train.amp is False
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"", "is empty; write the study's params there (`study preset default`"),
+    (b"# nothing yet\n", "is empty"),
+    (b"report:\n  title: \xff\n", "is not UTF-8 text: byte 0xff on line 2 is not UTF-8; save the file as UTF-8"),
+    (b"#" * (2**20 + 1), "holds 1,048,577 bytes, and a study's params take a few thousand"),
+])
+def test_files_that_are_no_params_are_refused(tmp_path, content, message):
+    path = tmp_path / "params.yaml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError) as error:
+        load_params(str(path))
+    assert message in str(error.value)
+
+
+def test_a_huge_value_is_cut_short_in_its_error():
+    with pytest.raises(ConfigError) as error:
+        StudyParams.from_dict({"train": {"lr": "x" * 100_000, "parallel": "y" * 100_000}})
+    assert len(str(error.value)) < 500 and "(100,002 characters)" in str(error.value)
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"data": {"seed": -1}}, "data.seed: -1 is no seed"),
+    ({"data": {"seeds": [0, 2**32]}}, "data.seeds[1]: 4294967296 is no seed"),
+    ({"analysis": {"seed": -1}}, "analysis.seed: -1 is no seed"),
+])
+def test_split_seeds_are_blamed_on_their_own_key(values, message):
+    with pytest.raises(ConfigError) as error:
+        StudyParams.from_dict(values)
+    assert message in str(error.value)

@@ -3,6 +3,7 @@
 import gzip
 import hashlib
 import json
+import os
 import struct
 import urllib.error
 
@@ -61,6 +62,10 @@ def test_mnist5k_has_500_images_per_class():
     assert mnist.images.shape == (5000, 1, 28, 28) and mnist.images.dtype == torch.uint8
     assert mnist.labels.dtype == np.int64 and mnist.num_classes == 10
     assert np.bincount(mnist.labels).tolist() == [500] * 10
+    # What validation plans splits with, instead of parsing the CSV: the same classes and sizes.
+    labels_only = data.mnist5k_labels("")
+    assert labels_only.class_names == mnist.class_names
+    assert np.bincount(labels_only.labels).tolist() == np.bincount(mnist.labels).tolist()
     assert mnist.images.max() == 255 and mnist.images.float().mean() > 20  # real strokes, not blank
 
 
@@ -117,6 +122,25 @@ def test_truncated_or_foreign_idx_file_is_named(tmp_path, compress):
     assert str(images) in str(error.value)
 
 
+@pytest.mark.parametrize("compress", [True, False])
+def test_idx_labels_are_read_without_the_images_and_the_sizes_checked(tmp_path, compress):
+    rng = np.random.default_rng(0)
+    labels = {"train": rng.integers(0, 4, 7).astype(np.uint8), "t10k": rng.integers(0, 4, 3).astype(np.uint8)}
+    suffix = ".gz" if compress else ""
+    for prefix, part in labels.items():
+        write_idx(tmp_path / f"{prefix}-labels-idx1-ubyte{suffix}", part, compress)
+        write_idx(tmp_path / f"{prefix}-images-idx3-ubyte{suffix}", np.zeros((len(part), 4, 5), np.uint8), compress)
+    planned, loaded = data.idx_labels(str(tmp_path)), load_dataset(f"idx:{tmp_path}")
+    np.testing.assert_array_equal(planned.labels, loaded.labels)
+    assert planned.class_names == loaded.class_names and planned.images.shape == (10, 1, 1, 1)
+
+    images = tmp_path / f"t10k-images-idx3-ubyte{suffix}"
+    images.write_bytes(images.read_bytes()[:-6])
+    with pytest.raises(ValueError, match="truncated or corrupt|corrupt or truncated") as error:
+        data.idx_labels(str(tmp_path))
+    assert str(images) in str(error.value)
+
+
 def test_idx_folder_missing_or_empty(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_dataset(f"idx:{tmp_path / 'nowhere'}")
@@ -139,6 +163,21 @@ def test_torchvision_offline_explains_how_to_proceed(tmp_path, monkeypatch):
         assert expected in message
     with pytest.raises(ValueError, match="FashionMNIST"):
         load_dataset("torchvision:NoSuchSet", cache_dir=str(tmp_path))
+
+
+@pytest.mark.parametrize("name", ["MNIST", "FashionMNIST", "CIFAR10", "NoSuchSet", "mnist", "VisionDataset",
+                                  "wrap_dataset_for_transforms_v2", "__file__"])
+def test_torchvision_names_are_told_without_importing_it_as_torchvision_itself_tells_them(name):
+    try:
+        data.torchvision_dataset(name)
+        known = True
+    except ValueError:
+        known = False
+    if known and name != "VisionDataset":  # the base class is exported, and prepare's load would refuse to build it
+        data.check_torchvision_name(name)
+    elif not known:
+        with pytest.raises(ValueError, match=f"torchvision has no dataset '{name}'"):
+            data.check_torchvision_name(name)
 
 
 def test_torchvision_arrays_become_uint8_nchw_with_class_names(tmp_path, monkeypatch):
@@ -216,6 +255,39 @@ def test_folder_source_errors_say_what_to_fix(tmp_path):
     assert "eve" in str(error.value)
 
 
+def test_sixteen_bit_greyscale_is_scaled_to_eight_bits_not_clipped(tmp_path):
+    levels = np.array([[0, 257, 32896], [51400, 65278, 65535], [0, 0, 0]], dtype=np.uint16)  # 257 × 0, 1, 128, ...
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        Image.fromarray(levels).save(tmp_path / name / "deep.png")  # a 16-bit greyscale PNG
+    assert Image.open(tmp_path / "a" / "deep.png").mode.startswith("I")
+    deep = load_dataset(f"folder:{tmp_path}")
+    images, _ = next(batches(deep, 2, device="cpu", image_size=3))
+    pixels = np.rint(images[0].numpy() * 255).astype(int)
+    assert (pixels == pixels[0]).all()  # grey: one value in each of R, G, B
+    assert pixels[0, :2].tolist() == [[0, 1, 128], [200, 254, 255]]
+
+
+def test_images_of_float_pixels_are_refused_by_name():
+    image = Image.fromarray(np.full((4, 4), 0.5, dtype=np.float32))
+    with pytest.raises(ValueError, match="holds floating-point pixels.*8- or 16-bit"):
+        data.rgb_image(image, "scan.tif")
+
+
+@pytest.mark.parametrize("source", ["folder", "idx"])
+def test_a_fifo_in_a_dataset_folder_is_refused_before_anything_reads_it(image_folder, tmp_path, source):
+    if source == "idx":
+        write_idx(tmp_path / "train-labels-idx1-ubyte", np.zeros(2, np.uint8), compress=False)
+        write_idx(tmp_path / "train-images-idx3-ubyte", np.zeros((2, 4, 4), np.uint8), compress=False)
+        folder, fifo = tmp_path, tmp_path / "readme.png"
+    else:
+        folder, fifo = image_folder, image_folder / "alice" / "3.png"
+    os.mkfifo(fifo)
+    with pytest.raises(ValueError, match="not a regular file") as error:
+        load_dataset(f"{source}:{folder}")
+    assert str(fifo) in str(error.value) and "remove it or move it out" in str(error.value)
+
+
 @pytest.mark.parametrize("num_workers", [0, 1])
 def test_unreadable_image_is_named(image_folder, num_workers):
     broken = image_folder / "bob" / "broken.png"
@@ -239,6 +311,20 @@ def test_closed_split_is_stratified_disjoint_and_keeps_label_ids(twelve_classes)
         # Each sample keeps its original label, and each class gets its share to within one.
         np.testing.assert_array_equal(part.labels, twelve_classes.labels[sample_ids(part).numpy()])
         assert np.all(np.abs(np.bincount(part.labels, minlength=12) - fraction * class_sizes) <= 1)
+
+
+def test_closed_split_is_the_class_by_class_split_it_replaced(twelve_classes):
+    """One sort instead of a pass over the labels per class: the same members, permuted by the same draws."""
+    rng, labels = np.random.default_rng(3), twelve_classes.labels
+    reference = [[], [], []]
+    for label in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == label))
+        counts = data.split_counts(len(members), (0.5, 0.25, 0.25))
+        for part, chunk in zip(reference, np.split(members, np.cumsum(counts)[:-1])):
+            part.append(chunk)
+    splits = split_dataset(twelve_classes, "closed", (0.5, 0.25, 0.25), seed=3)
+    for name, part in zip(data.SPLIT_NAMES, reference):
+        assert sample_ids(splits[name]).tolist() == np.sort(np.concatenate(part)).tolist()
 
 
 def test_closed_split_is_deterministic_per_seed(twelve_classes):
@@ -273,6 +359,7 @@ def test_open_split_is_deterministic_per_seed(twelve_classes):
     assert class_sets(7) != class_sets(8)
 
 
+@pytest.mark.slow
 def test_splits_are_the_same_in_another_process_with_another_hash_seed():
     """What the prepare stage writes on one machine, a worker on another must get from the same params."""
     import os

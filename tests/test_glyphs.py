@@ -94,6 +94,18 @@ def test_too_many_classes_names_the_maximum():
         load_glyphs(str(maximum + 1))
 
 
+def test_the_class_count_is_kept_per_install_and_counted_again_when_damaged(tmp_path, monkeypatch):
+    maximum = max_glyph_classes()
+    assert max_glyph_classes(tmp_path) == maximum
+    kept = list((tmp_path / "glyphs").glob("classes-*.txt"))
+    assert len(kept) == 1 and kept[0].read_text() == str(maximum)
+    monkeypatch.setattr(glyphs, "_character_table", lambda: pytest.fail("counted again although kept"))
+    assert max_glyph_classes(tmp_path) == maximum
+    kept[0].write_text("garbage")
+    monkeypatch.undo()
+    assert max_glyph_classes(tmp_path) == maximum and kept[0].read_text() == str(maximum)
+
+
 def test_registry_loads_and_caches(tmp_path, monkeypatch):
     image_set = load_dataset("glyphs:20", cache_dir=str(tmp_path))
     assert image_set.num_classes == 20 and len(image_set) == 20 * 40

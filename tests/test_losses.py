@@ -478,6 +478,7 @@ def _ddp_worker(rank, world_size, init_file, embeddings, labels, weight, results
     torch.distributed.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_dynamic_adacos_combines_statistics_across_processes(tmp_path):
     import torch.multiprocessing as mp
 

@@ -14,11 +14,14 @@ import pandas as pd
 import pytest
 from optuna.trial import TrialState
 
-from study.results import JOURNAL
+from study.results import JOURNAL, runs_dir, search_dir
 from study.storage import journal_storage
 from tests.test_faults import ENVIRONMENT, study_folder
 
 # Long enough that a kill lands mid-training, short enough for CI: about a second per trial on one thread.
+# Every test here stops packed workers mid-trial: about 20 s each on 2 cores.
+pytestmark = pytest.mark.slow
+
 TRAIN = {"epochs": 6, "parallel": 2, "threads": 1}
 # What the stage may take beyond a trial's time to see the dead worker, retire its trial and retry it.
 SLACK_SECONDS = 12
@@ -89,10 +92,10 @@ def test_a_packed_worker_stopped_mid_trial_costs_only_its_trial(tmp_path, which,
     assert ended_at - max(t.datetime_complete.timestamp() for t in everything if t.datetime_complete) < SLACK_SECONDS
 
     if which == "search":
-        table = pd.read_csv(root / "results" / "search" / "arcface" / "split0" / "trials.csv")
+        table = pd.read_csv(root / search_dir("arcface", 0) / "trials.csv")
         assert (table["state"] == "COMPLETE").sum() == 6 and "RUNNING" not in set(table["state"])
         assert table.loc[table["state"] == "COMPLETE", "seed"].is_unique
     else:
-        runs = pd.read_csv(root / "results" / "runs" / "fixed_adacos" / "split0" / "runs.csv")
+        runs = pd.read_csv(root / runs_dir("fixed_adacos", 0) / "runs.csv")
         assert runs["seed"].tolist() == [0, 1, 2, 3] and (runs["status"] == "completed").all()
         assert all((root / path).is_file() for path in runs["checkpoint"])

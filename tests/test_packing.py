@@ -17,7 +17,7 @@ from study import workers
 from study.config import StudyParams
 from study.data import load_dataset, save_splits, split_dataset
 from study.presets import write_params
-from study.results import prepared_dir
+from study.results import prepared_dir, runs_dir, search_dir
 from tests.conftest import copy_study
 
 SPLIT = (0.6, 0.2, 0.2)
@@ -32,7 +32,7 @@ def checkout(root, digits, parallel):
     """The study's code with a small digits study's params and prepared data, packed `parallel` at a time."""
     copy_study(root)
     params = StudyParams.from_dict({
-        "data": {"dataset": "digits", "protocol": "closed", "fractions": list(SPLIT)},
+        "data": {"dataset": "digits", "protocol": "closed", "fractions": list(SPLIT), "seeds": None},
         "model": {"name": "mlp", "embedding_size": 16},
         "train": {"epochs": 25, "batch_size": 128, "eval_every": 5, "device": "cpu", "lr": 0.01,
                   "objective": "accuracy", "threads": 1, "parallel": parallel},
@@ -60,8 +60,9 @@ def alone_and_packed(tmp_path_factory, digits):
     return roots[1], roots[3]
 
 
+@pytest.mark.slow
 def test_a_packed_search_trains_the_same_trials_to_the_same_scores(alone_and_packed):
-    alone, packed = (pd.read_csv(root / "results" / "search" / "arcface" / "trials.csv") for root in alone_and_packed)
+    alone, packed = (pd.read_csv(root / search_dir("arcface", 0) / "trials.csv") for root in alone_and_packed)
     columns = ["trial", "seed", "state", "s", "m", "value", "test_value", "iterations"]
     assert len(alone) == 6 and set(alone["state"]) == {"COMPLETE"}
     pd.testing.assert_frame_equal(alone[columns], packed.sort_values("trial").reset_index(drop=True)[columns])
@@ -70,12 +71,13 @@ def test_a_packed_search_trains_the_same_trials_to_the_same_scores(alone_and_pac
     assert alone["worker"].nunique() == 1 and packed["worker"].nunique() >= 2
 
 
+@pytest.mark.slow
 def test_packed_final_runs_train_each_seed_to_the_same_scores_and_weights(alone_and_packed):
-    runs = [pd.read_csv(root / "results" / "runs" / "fixed_adacos" / "runs.csv") for root in alone_and_packed]
+    runs = [pd.read_csv(root / runs_dir("fixed_adacos", 0) / "runs.csv") for root in alone_and_packed]
     pd.testing.assert_frame_equal(runs[0][["seed", "status", "iterations", "val_score"]],
                                   runs[1][["seed", "status", "iterations", "val_score"]])
     for seed in (0, 3):
-        alone, packed = (torch.load(root / "results" / "runs" / "fixed_adacos" / f"seed{seed}.pt", weights_only=True)
+        alone, packed = (torch.load(root / runs_dir("fixed_adacos", 0) / f"seed{seed}.pt", weights_only=True)
                          for root in alone_and_packed)
         for name, tensor in alone["model"].items():
             assert torch.equal(tensor, packed["model"][name]), name
@@ -106,6 +108,7 @@ def test_packed_runs_share_the_cores_unless_threads_are_given(monkeypatch):
     assert workers.threads_per_run(given, 4).train.threads == 3
 
 
+@pytest.mark.slow
 def test_a_packed_worker_that_fails_is_named_after_the_block(tmp_path, capfd):
     params = StudyParams.from_dict({"train": {"device": "cpu", "parallel": 2, "threads": 1}})
     with pytest.raises(RuntimeError, match=r"packed worker 1 \(exit code 1\) of the 2 packed runs failed"):

@@ -68,14 +68,15 @@ def test_dvc_config_names_the_template():
 
 
 def test_dvc_plots_show_writes_an_offline_page(tmp_path):
-    """`dvc plots show` in a copy of the repository's plots, its config and the template."""
+    """`dvc plots show` in a copy of the repository's plots, its config, the page template and the plot templates."""
     pytest.importorskip("dvc")
     yaml = pytest.importorskip("yaml")
     plots = yaml.safe_load((ROOT / "dvc.yaml").read_text())["plots"]
     # A plot is named by its file, or by an id whose `y` maps each file to its columns.
     files = {file for plot in plots for name, spec in plot.items()
              for file in (spec["y"] if isinstance(spec.get("y"), dict) else [name])}
-    for path in ["dvc.yaml", "params.yaml", ".dvc/config", TEMPLATE.relative_to(ROOT).as_posix(), *files]:
+    templates = [path.relative_to(ROOT).as_posix() for path in (ROOT / ".dvc" / "plots").glob("*.json")]
+    for path in ["dvc.yaml", "params.yaml", ".dvc/config", TEMPLATE.relative_to(ROOT).as_posix(), *templates, *files]:
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / path, tmp_path / path)
     config = tmp_path / ".dvc" / "config"  # no git in the copy, and no update check

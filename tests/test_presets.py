@@ -130,11 +130,13 @@ def test_preset_fills_a_file_that_lacks_keys_and_drops_runs_it_no_longer_has(tmp
     assert "seed003_arcface: {loss: arcface, s: 64.0, m_degrees: 28.6}" in text  # only the fields it sets
 
 
-def test_preset_writes_a_missing_file_whole(tmp_path):
+def test_a_file_study_preset_wrote_names_the_new_preset_and_keeps_what_a_person_added(tmp_path):
     path = tmp_path / "new.yaml"
     assert main(["preset", "fashion", "--output", str(path)]) == 0
     assert path.read_text(encoding="utf-8").startswith("# Written by `study preset fashion`")
-    assert load_params(str(path)) == build_preset("fashion")
-    assert main(["preset", "long-run", "--output", str(path)]) == 0
-    assert path.read_text(encoding="utf-8").startswith("# Written by `study preset long-run`")
-    assert load_params(str(path)) == build_preset("long-run")
+    path.write_text(path.read_text(encoding="utf-8").replace("  epochs: 3\n", "  epochs: 3  # quick\n"),
+                    encoding="utf-8")
+    assert main(["preset", "long-run", "--set", "train.epochs=3", "--output", str(path)]) == 0
+    text = path.read_text(encoding="utf-8")
+    assert text.startswith("# Written by `study preset long-run --set train.epochs=3`")
+    assert "  epochs: 3  # quick\n" in text and load_params(str(path)) == build_preset("long-run", ["train.epochs=3"])

@@ -272,6 +272,7 @@ def test_metrics_json_is_strict_small_and_holds_the_verdict(written):
     assert len(paths["metrics.json"].read_text(encoding="utf-8").splitlines()) < 250
 
 
+@pytest.mark.slow
 def test_verdict_recommends_tuning_when_tuned_arcface_is_significantly_better():
     better = [0.980, 0.9851, 0.9902]  # Fixed AdaCos + 0.0200, 0.0201, 0.0202: a clear paired gain
     analysis = analyse(*make_study(arcface_tuned_test=better))
@@ -282,6 +283,7 @@ def test_verdict_recommends_tuning_when_tuned_arcface_is_significantly_better():
     assert text.startswith("Recommendation: tune ArcFace.")
 
 
+@pytest.mark.slow
 def test_verdict_when_break_even_is_not_reached_and_adacos_is_better():
     trials, runs, history = make_study(arcface_tuned_test=[0.90, 0.905, 0.91])
     trials.loc[trials["state"] == "COMPLETE", "test_value"] = 0.5  # the search never comes near AdaCos on test
@@ -290,6 +292,7 @@ def test_verdict_when_break_even_is_not_reached_and_adacos_is_better():
     assert text.startswith("Recommendation: use Fixed AdaCos.") and "Fixed AdaCos is significantly better" in text
 
 
+@pytest.mark.slow
 def test_report_without_dynamic_adacos_or_search(tmp_path):
     trials, runs, history = make_study()
     runs = runs[runs["method"] != "dynamic_adacos"]
@@ -381,6 +384,7 @@ def test_crossings_table_metrics_and_sentences(study, written):
     assert "before the ~20,000 of the paper's figure" in text and f"end by iteration {max(ITERATIONS)}" in text
 
 
+@pytest.mark.slow
 def test_crossing_sentences_for_a_late_overtake_and_none():
     trials, runs, history = make_study()
     # Fixed AdaCos's curve starts low and overtakes tuned ArcFace at the last evaluation only; Dynamic AdaCos's
@@ -417,6 +421,7 @@ def test_crossing_sentences_for_a_late_overtake_and_none():
 
 
 
+@pytest.mark.slow
 def test_runs_past_20000_iterations_count_the_late_overtakes_on_either_side():
     trials, runs, history = make_study()
     # The fixture's iterations stretched to 0, 10,000, ..., 40,000; Fixed AdaCos overtakes only at the last
@@ -463,6 +468,7 @@ def median_iterations_to_own_95_percent(runs, history, method):
     return sorted(firsts)[len(firsts) // 2]  # three seeds: the middle one
 
 
+@pytest.mark.slow
 def test_the_verdict_writes_long_iteration_counts_with_thousands_separators():
     trials, runs, history = make_study()
     history["iteration"] = history["iteration"] * 500  # the fixture's curves over 40,000 iterations
@@ -479,6 +485,7 @@ FALLBACK_MANIFEST = {**MANIFEST, "source": "mnist5k", "requested_source": "torch
                      "fallback_reason": "could not download torchvision dataset MNIST (no network)"}
 
 
+@pytest.mark.slow
 def test_reproduction_section_when_report_reproduce_is_set(study, tmp_path):
     trials, runs, history = study
     # Seed 003's two named runs, scored by 1-NN on embeddings at each seed.
@@ -520,6 +527,7 @@ def test_reproduction_section_when_report_reproduce_is_set(study, tmp_path):
     assert not table.loc["softmax", "within_spread"]
 
 
+@pytest.mark.slow
 def test_reproduction_data_note_without_a_fallback(study):
     from study.analysis import reproduction_table
     from study.published import SEED003_MNIST
@@ -540,6 +548,7 @@ def test_reproduction_data_note_without_a_fallback(study):
 # --- runs that ended at chance --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_collapsed_network_scores_roc_auc_one_half_and_is_reported_at_chance():
     from study.metrics import verification_metrics
     from study.report.sections import final_section
@@ -561,6 +570,7 @@ def test_a_collapsed_network_scores_roc_auc_one_half_and_is_reported_at_chance()
     assert summary["softmax"]["runs_at_chance"] == 2 and summary["fixed_adacos"]["runs_at_chance"] == 0
 
 
+@pytest.mark.slow
 def test_the_verdict_names_the_other_metrics_where_tuning_wins_or_loses():
     trials, runs, history = make_study()
     tuned, reference = runs["method"] == "arcface_tuned", runs["method"] == "fixed_adacos"
@@ -586,6 +596,7 @@ def test_the_verdict_names_the_other_metrics_where_tuning_wins_or_loses():
             "significantly" in verdict(analyse(trials, runs, history)))
 
 
+@pytest.mark.slow
 def test_a_win_on_the_objective_with_losses_elsewhere_is_qualified():
     trials, runs, history = make_study(arcface_tuned_test=[0.980, 0.9851, 0.9902])  # clearly better on accuracy
     tuned, reference = runs["method"] == "arcface_tuned", runs["method"] == "fixed_adacos"
@@ -651,13 +662,183 @@ def test_html_escapes_text_renders_inline_marks_and_keeps_numbers_on_one_line(tm
     assert "<title>T &lt;1&gt;</title>" in page and "<h2>A &amp; B</h2>" in page
     assert "<p>x &lt; y, <strong>bold</strong>, <em>emphasis</em> and <code>code</code></p>" in page
     assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
-    # A short numeric cell never wraps; a long prose cell may; wide tables scroll inside their own box.
-    assert '<td class="short">0.9850 ± 0.0015</td>' in page and "<td>a long sentence" in page
-    assert '<div class="table-box"><table>' in page and "overflow-x: auto" in page
+    # A "mean ± std" never breaks; a long prose cell may; a two-column table stays a plain table in the text column.
+    assert ('<td data-label="mean ± std"><span class="value"><span class="nowrap">0.9850 ± 0.0015</span></span></td>'
+            in page and '<td data-label="note"><span class="value">a long sentence' in page)
+    assert '<div class="table-box"><table>' in page and ".nowrap { white-space: nowrap; }" in page.replace(
+        "td.short, .nowrap", ".nowrap")
     assert 'name="viewport"' in page
     markdown = render_markdown("T", sections)
     assert "| mean ± std | note |\n|---|---|\n| 0.9850 ± 0.0015 | a long sentence" in markdown
     assert "## A & B\n\nx < y, **bold**" in markdown and "- <script>alert(1)</script>" in markdown
+
+
+def test_html_tables_wrap_to_the_window_and_become_cards_on_a_phone(tmp_path):
+    """A table of many columns must not scroll and hide its right-hand columns: it may use the window's width beside
+    the text column, its cells wrap between (never inside) intervals, and on a narrow screen each row becomes a card
+    whose cells carry their column's name."""
+    from study.report import Section, Table, render_html
+
+    columns = [f"column {index} with a long header" for index in range(15)]
+    wide = pd.DataFrame([[f"+0.00{index} [-0.0207, +0.0254] (n.s.)" for index in range(15)]] * 2, columns=columns)
+    narrow = pd.DataFrame({"split": ["train"], "samples": [144], "classes": [12]})
+    page = render_html("T", [Section("S", [Table(wide, "wide"), Table(narrow, "narrow")])], tmp_path)
+    style = page[page.index("<style>"):page.index("</style>")]
+    assert '<div class="table-box wide"><table class="stacked">' in page
+    assert '<div class="table-box"><table>' in page  # three short columns fit a phone as they are
+    # Every cell names its column (the card's label) and keeps its interval whole.
+    cells = re.findall(r'<td data-label="([^"]*)"[^>]*><span class="value">(.*?)</span></td>', page)
+    assert [label for label, _ in cells[:15]] == columns
+    assert '+0.000 <span class="nowrap">[-0.0207, +0.0254]</span> (n.s.)' in cells[0][1]
+    # The CSS: wide boxes fit their content up to the window; headers and long cells may wrap; cards on a phone.
+    assert re.search(r"\.table-box\.wide \{[^}]*width: fit-content[^}]*\}", style)
+    assert "th.short" not in style and "white-space: nowrap" not in style.split("td.short, .nowrap")[0]
+    phone = style[style.index("@media (max-width: 40rem)"):]
+    assert "table.stacked td::before { content: attr(data-label)" in phone
+    assert "table.stacked thead { display: none; }" in phone
+
+
+def _with(analysis, **frames):
+    import dataclasses
+
+    return dataclasses.replace(analysis, **frames)
+
+
+def _panel_of(figure, gid):
+    """The axes holding the artist of `gid`, and that artist."""
+    for ax in figure.axes:
+        for artist in [*ax.lines, *ax.texts, *ax.collections]:
+            if artist.get_gid() == gid:
+                return ax, artist
+    return None, None
+
+
+def _coloured_lines(ax):
+    """A panel's method curves in colour (not the grey context behind them)."""
+    from study.report.figures import CONTEXT
+
+    return [line for line in ax.lines if str(line.get_gid()).startswith(("search:", "control:", "curve:"))
+            and line.get_color() != CONTEXT["color"]]
+
+
+def test_two_tuning_curves_with_the_same_values_are_both_visible(written):
+    """Fixed and Dynamic AdaCos's controls often coincide: each gets a panel of its own, where no other coloured curve
+    lies on it, instead of one line hiding the other."""
+    from study.report import method_styles
+    from study.report.figures import draw_tuning
+
+    analysis = written[0]
+    curves = analysis.tuning_curves.copy()
+    fixed = curves[(curves["method"] == "fixed_adacos") & (curves["kind"] == "control")]
+    dynamic = curves.index[(curves["method"] == "dynamic_adacos") & (curves["kind"] == "control")]
+    curves.loc[dynamic, ["expected_test", "low", "high", "seconds"]] = fixed[
+        ["expected_test", "low", "high", "seconds"]].to_numpy()
+    same = _with(analysis, tuning_curves=curves)
+    for x in ("n", "seconds"):
+        figure = draw_tuning(same, method_styles(same, "colorblind"), x)
+        panels = {}
+        for gid in ("control:fixed_adacos", "control:dynamic_adacos", "search:arcface"):
+            ax, line = _panel_of(figure, gid)
+            assert line is not None and line.get_visible(), gid
+            assert _coloured_lines(ax) == [line]  # alone in colour in its panel: nothing drawn over it
+            panels[gid] = ax
+        assert len(set(map(id, panels.values()))) == 3
+        np.testing.assert_allclose(_panel_of(figure, "control:fixed_adacos")[1].get_ydata(),
+                                   _panel_of(figure, "control:dynamic_adacos")[1].get_ydata())
+
+
+def test_the_break_even_star_is_drawn_where_reached_and_not_reached_is_said_where_not(written):
+    """The caption promises a star: it is drawn at the break-even when reached, and where it is not the search's panel
+    says "not reached" and the caption no longer promises a star."""
+    from study.report import method_styles
+    from study.report.figures import break_even_note, draw_tuning
+
+    analysis = written[0]
+    styles = method_styles(analysis, "colorblind")
+    even = analysis.break_even[analysis.break_even["reference"] == "fixed_adacos"].iloc[0]
+    assert even["reached"]  # the fixture's search reaches Fixed AdaCos's one-run mean
+    for x in ("n", "seconds"):
+        figure = draw_tuning(analysis, styles, x)
+        ax, star = _panel_of(figure, "break-even")
+        assert star is not None and star.get_marker() == "*"
+        curve = analysis.tuning_curves[(analysis.tuning_curves["method"] == "arcface")
+                                       & (analysis.tuning_curves["n"] == even["trials"])]
+        assert star.get_xdata()[0] == pytest.approx(curve[x].iloc[0])
+        assert ax is _panel_of(figure, "search:arcface")[0]
+        assert _panel_of(figure, "break-even not reached") == (None, None)
+    assert "star marks the break-even" in break_even_note(analysis)
+
+    unreached = analysis.break_even.assign(reached=False, trials=None, seconds=math.nan)
+    missed = _with(analysis, break_even=unreached)
+    for x in ("n", "seconds"):
+        figure = draw_tuning(missed, styles, x)
+        assert _panel_of(figure, "break-even") == (None, None)
+        ax, words = _panel_of(figure, "break-even not reached")
+        assert ax is _panel_of(figure, "search:arcface")[0]
+        assert f"not reached\nwithin {int(even['max_trials'])} trials" in words.get_text()
+        assert "95% interval [1, not within 2]" in words.get_text()  # bounds only within the valid trials
+    note = break_even_note(missed)
+    assert "not reached" in note and "star marks" not in note
+
+
+def test_bands_are_drawn_only_where_the_interval_is_valid_and_the_panel_says_so(written):
+    from matplotlib.collections import PolyCollection
+    from study.report import method_styles
+    from study.report.figures import draw_tuning
+
+    analysis = written[0]
+    search = analysis.tuning_curves[analysis.tuning_curves["kind"] == "search"]
+    valid_to = int(search.loc[search["low"].notna(), "n"].max())
+    assert valid_to < search["n"].max()  # the studentised interval stops before the curve does
+    figure = draw_tuning(analysis, method_styles(analysis, "colorblind"), "n")
+    ax, _ = _panel_of(figure, "search:arcface")
+    (band,) = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert band.get_paths()[0].vertices[:, 0].max() == pytest.approx(valid_to)
+    assert f"band for n ≤ {valid_to} only" in ax.get_title()
+    assert "no valid band" in _panel_of(figure, "control:fixed_adacos")[0].get_title()
+
+
+def test_convergence_bands_do_not_overlap_and_are_light(written):
+    """Overlaid, three translucent bands turned brown and their lines could not be told apart: each method now has a
+    panel with one light band of its own colour."""
+    from matplotlib.collections import PolyCollection
+    from matplotlib.colors import to_rgb
+    from study.report import method_styles
+    from study.report.figures import draw_convergence
+
+    analysis = written[0]
+    styles = method_styles(analysis, "colorblind")
+    figure = draw_convergence(analysis, styles)
+    methods = list(dict.fromkeys(analysis.curves["method"]))
+    for method in methods:
+        ax, line = _panel_of(figure, f"curve:{method}")
+        assert _coloured_lines(ax) == [line]
+        (band,) = [c for c in ax.collections if isinstance(c, PolyCollection)]
+        assert band.get_alpha() <= 0.25 and to_rgb(band.get_facecolor()[0][:3]) == pytest.approx(styles[method].colour)
+    assert len({id(_panel_of(figure, f"curve:{m}")[0]) for m in methods}) == len(methods)
+
+
+def test_the_seconds_axis_says_where_and_under_what_load_it_was_measured(written):
+    from study.report.figures import measurement_conditions
+
+    _, _, out_dir = written
+    conditions = measurement_conditions(PARAMS, ENVIRONMENT)
+    assert ENVIRONMENT["device"] in conditions and "at once" in conditions and "load" in conditions
+    report = (out_dir / "report.md").read_text(encoding="utf-8")
+    assert f"measured on {conditions}" in report  # the caption says it, as the figure's title does
+
+
+def test_figure_text_stays_legible_on_a_420_px_screen(written):
+    """At 420 px the HTML report shrinks each figure to a 390 px image; its smallest legend text must stay about 9 px
+    high (it was 5 px): every figure's width in pixels is bounded by that."""
+    from study.report.figures import TEXT_SIZES
+
+    _, paths, _ = written
+    legend_pixels = TEXT_SIZES["legend.fontsize"] / 72 * PARAMS.report.dpi
+    for name, path in paths.items():
+        if name.startswith("figures/"):
+            with Image.open(path) as image:
+                assert legend_pixels * 390 / image.size[0] >= 8.5, (name, image.size)
 
 
 @pytest.mark.parametrize("values, expected", [
@@ -688,6 +869,7 @@ def test_every_method_has_its_own_colour_line_style_and_marker(written):
         assert len(set(values)) == len(values), attribute
 
 
+@pytest.mark.slow
 def test_a_report_that_fails_midway_leaves_the_previous_one_whole_and_a_finished_one_replaces_it(
         study, tmp_path, monkeypatch):
     import study.report.writer as writer

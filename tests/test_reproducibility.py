@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from study.environment import installed_version, listing, lock_differences, locked_versions
+from study.results import search_dir
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY = REPO / "tests" / "data" / "reproducible_study"
@@ -60,7 +61,7 @@ def run_study(root: Path) -> pd.DataFrame:
     objective = params["train"]["objective"]
     rows = []
     for loss in params["search"]["losses"]:
-        for trial in pd.read_csv(root / "results" / "search" / loss / "trials.csv").to_dict("records"):
+        for trial in pd.read_csv(root / search_dir(loss, 0) / "trials.csv").to_dict("records"):
             rows.append({"kind": "trial", "method": loss, **{k: trial[k] for k in COLUMNS[2:]}})
     for run in pd.read_csv(root / "results" / "evaluation" / "runs.csv").to_dict("records"):
         rows.append({"kind": "run", "method": run["method"], "trial": math.nan, "seed": run["seed"], "s": run["s"],
@@ -108,6 +109,7 @@ def recorded_with() -> str:
     return header.lstrip("# ") if header.startswith("#") else "an unrecorded environment"
 
 
+@pytest.mark.slow
 def test_the_committed_study_reproduces_its_scores(tmp_path):
     expected = pd.read_csv(EXPECTED, comment="#")
     actual = run_study(tmp_path)

@@ -18,7 +18,8 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def params_with(**sections) -> StudyParams:
-    base = {"data": {"dataset": "digits", "protocol": "closed"}, "model": {"name": "mlp", "embedding_size": 16},
+    base = {"data": {"dataset": "digits", "protocol": "closed", "seeds": None},  # one class split: data.seed
+            "model": {"name": "mlp", "embedding_size": 16},
             "train": {"epochs": 1, "batch_size": 128, "eval_every": 5, "device": "cpu", "lr": 0.01,
                       "objective": "accuracy"},
             "search": {"n_trials": 3}}
@@ -37,6 +38,7 @@ def digits():
     return split_dataset(load_dataset("digits"), "closed", (0.6, 0.2, 0.2), seed=0)
 
 
+@pytest.mark.slow
 def test_a_resumed_search_keeps_its_trials_and_runs_only_the_missing_ones(digits, tmp_path):
     params = params_with()
     first = search.open_study("arcface", params, journal(tmp_path), len(digits["train"]), seed=0)
@@ -63,6 +65,7 @@ def test_a_resumed_search_keeps_its_trials_and_runs_only_the_missing_ones(digits
     assert best["value"] == table["value"].max()
 
 
+@pytest.mark.slow
 def test_each_trial_trains_at_its_own_seed_and_records_its_test_score(digits, tmp_path):
     params = params_with(runs={"seeds": [0, 1, 2]})
     study = search.open_study("arcface", params, journal(tmp_path), len(digits["train"]), seed=0)
@@ -222,6 +225,7 @@ def finished(process):
     return output
 
 
+@pytest.mark.slow
 def test_two_workers_share_the_default_journal_and_meet_the_budget(digits, tmp_path):
     params = study_folder(tmp_path, digits, n_trials=6)
     # Each worker runs at most half the budget, so both must contribute however fast the other starts.
@@ -236,6 +240,7 @@ def test_two_workers_share_the_default_journal_and_meet_the_budget(digits, tmp_p
     assert {worker.pid for worker in workers} == {int(name.rsplit(":", 1)[1]) for name in table["worker"]}
 
 
+@pytest.mark.slow
 def test_a_worker_joins_a_study_in_a_database_and_finishes_its_budget(digits, tmp_path):
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     params = study_folder(tmp_path, digits, storage=url)
@@ -250,3 +255,37 @@ def test_a_worker_joins_a_study_in_a_database_and_finishes_its_budget(digits, tm
     assert list(table["state"]) == ["COMPLETE"] * 4
     assert table["worker"].tolist() == [this_process()["worker"]] + [table["worker"].iloc[1]] * 3
     assert table["worker"].iloc[1].endswith(f":{worker.pid}")
+
+
+# --- Optuna's conventions: a named objective, histories out of `optuna trials`, one line per study ----------------
+
+
+@pytest.mark.parametrize("kind", ["journal", "database"])
+def test_histories_stay_out_of_optuna_trials_and_the_objective_is_named(digits, tmp_path, monkeypatch, kind):
+    use_fake_training(monkeypatch, ["completed"] * 3)
+    params = params_with()
+    storage = journal(tmp_path) if kind == "journal" else open_storage(
+        params_with(search={"storage": f"sqlite:///{tmp_path / 'studies.db'}"}).search, tmp_path / "unused")
+    study = search.open_study("arcface", params, storage, len(digits["train"]), seed=0)
+    search.run_search(study, "arcface", params, digits)
+    assert study.metric_names == ["accuracy"]
+    listed = study.trials_dataframe(attrs=("number", "user_attrs"))  # what `optuna trials` lists
+    assert not [column for column in listed.columns if "history" in column]
+    if kind == "journal":  # a file per trial beside the journal
+        assert sorted(path.name for path in (tmp_path / "histories" / study.study_name).iterdir()) == \
+            ["trial0.json", "trial1.json", "trial2.json"]
+    history = search.history_table("arcface", [study])
+    assert history.groupby("trial")["iteration"].apply(list).tolist() == [[0, 10]] * 3
+
+
+def test_a_study_opened_again_says_nothing_of_optuna_s_own(digits, tmp_path, caplog):
+    optuna.logging.set_verbosity(optuna.logging.INFO)
+    optuna.logging.enable_propagation()  # so that pytest sees Optuna's lines
+    try:
+        with caplog.at_level("INFO"):
+            for _ in range(2):  # created, then opened again (a resumed stage, a packed worker)
+                search.open_study("arcface", params_with(), journal(tmp_path), len(digits["train"]), seed=0)
+    finally:
+        optuna.logging.disable_propagation()
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+    assert not [line for line in caplog.messages if "study" in line.lower()], caplog.messages

@@ -1,17 +1,22 @@
-"""Files and params from elsewhere run no code and leak no secrets: a tampered checkpoint, a password in params."""
+"""Files and params from elsewhere run no code and leak no secrets: a tampered checkpoint, a password or other secret
+anywhere in a database URL (refused in params before anything is written, masked in a driver's error)."""
 
 import contextlib
 import os
 import pickle
+import shutil
+import subprocess
 import traceback
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 import stages.validate
 from study.config import ConfigError, ModelConfig, StudyParams
 from study.training import build_modules, load_checkpoint
+from tests.conftest import REPO, copy_study
 
 PASSWORD = "s3cr3t-Pa55word"
 
@@ -70,3 +75,60 @@ def test_a_password_given_through_the_environment_is_accepted(monkeypatch):
     params = StudyParams.from_dict({"search": {"storage": "env:STUDY_TEST_STORAGE"}})
     assert params.search.storage == "env:STUDY_TEST_STORAGE" and PASSWORD not in str(params.to_dict())
     assert os.environ["STUDY_TEST_STORAGE"].endswith("/study")
+
+
+# Secrets in every place a database URL can carry one, for each dialect SQLAlchemy knows.
+URLS_WITH_A_SECRET = {
+    "postgresql user-info": f"postgresql://ann:{PASSWORD}@db.example/study",
+    "postgresql sslpassword (the sslkey's passphrase)": f"postgresql://ann@db.example/study?sslpassword={PASSWORD}",
+    "postgresql+psycopg password": f"postgresql+psycopg://ann@db.example/study?password={PASSWORD}",
+    "mysql passwd": f"mysql://ann@db.example/study?passwd={PASSWORD}",
+    "mysql+pymysql ssl key password": f"mysql+pymysql://ann@db.example/study?ssl_key_password={PASSWORD}",
+    "oracle password": f"oracle+oracledb://ann@db.example/?service_name=study&password={PASSWORD}",
+    "mssql odbc_connect PWD": f"mssql+pyodbc:///?odbc_connect=DRIVER%3D%7BODBC+Driver+18%7D%3BSERVER%3Ddb.example"
+                              f"%3BUID%3Dann%3BPWD%3D{PASSWORD}",
+    "sqlite sqlcipher passphrase": f"sqlite+pysqlcipher://:{PASSWORD}@/results/study.db",
+    "any dialect token": f"postgresql://ann@db.example/study?access_token={PASSWORD}",
+}
+
+
+@pytest.mark.parametrize("url", URLS_WITH_A_SECRET.values(), ids=URLS_WITH_A_SECRET.keys())
+def test_a_database_url_with_a_secret_anywhere_is_refused_without_showing_it(url):
+    with pytest.raises(ConfigError) as error:
+        StudyParams.from_dict({"search": {"storage": url}})
+    shown = "".join(traceback.format_exception(error.value))
+    assert "search.storage" in shown and "carries a password" in shown and "env:VARNAME" in shown
+    assert PASSWORD not in shown
+
+
+@pytest.mark.parametrize("query", ["?sslpassword", "?password"])
+def test_a_driver_error_never_shows_a_secret_given_through_the_environment(monkeypatch, query):
+    from study.storage import check_storage
+
+    # A URL in the environment may carry the password: it is refused only in params.yaml. The connection fails
+    # (no driver, or nothing listens on port 1), and the message says why with every secret masked.
+    monkeypatch.setenv("STUDY_TEST_STORAGE", f"postgresql://ann:{PASSWORD}@127.0.0.1:1/study{query}={PASSWORD}x")
+    params = StudyParams.from_dict({"search": {"storage": "env:STUDY_TEST_STORAGE"}})
+    with pytest.raises(RuntimeError) as error:
+        check_storage(params.search)
+    shown = "".join(traceback.format_exception(error.value))
+    assert "127.0.0.1" in shown and PASSWORD not in shown
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("dvc") is None, reason="dvc is not installed")
+@pytest.mark.parametrize("url", [URLS_WITH_A_SECRET["postgresql sslpassword (the sslkey's passphrase)"],
+                                 URLS_WITH_A_SECRET["mysql passwd"]], ids=["sslpassword", "passwd"])
+def test_dvc_repro_with_a_secret_in_the_url_refuses_and_writes_it_nowhere(tmp_path, url):
+    root = copy_study(tmp_path)
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["search"]["storage"] = url
+    (root / "params.yaml").write_text(yaml.safe_dump(params))
+    done = subprocess.run(["dvc", "repro"], cwd=root, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode != 0 and "carries a password" in done.stdout + done.stderr, done.stdout + done.stderr
+    assert PASSWORD not in done.stdout + done.stderr
+    # Nowhere in the workspace, .dvc/ (its cache and run cache) or .git/, but in the params.yaml the user wrote.
+    holding = [path for path in root.rglob("*") if path.is_file() and path != root / "params.yaml"
+               and PASSWORD.encode() in path.read_bytes()]
+    assert holding == []

@@ -110,8 +110,8 @@ def write_finished_study(directory: Path, *, difference: float, half_width: floa
                          break_even: int | None = 3, max_trials: int = 12, best_s: float = 20.0,
                          best_m: float = 0.4, train_classes: int = 10) -> None:
     """The four files the aggregate reads, as the prepare, report and search stages write them."""
-    (directory / "data" / "prepared").mkdir(parents=True, exist_ok=True)
-    (directory / "data" / "prepared" / "manifest.json").write_text(json.dumps(
+    (directory / "data" / "prepared" / "split0").mkdir(parents=True, exist_ok=True)
+    (directory / "data" / "prepared" / "split0" / "manifest.json").write_text(json.dumps(
         {"source": f"glyphs:{train_classes}", "splits": {"train": {"num_classes": train_classes}}}))
     adacos, tuned = 0.80, 0.80 + difference
     metrics = {
@@ -121,8 +121,8 @@ def write_finished_study(directory: Path, *, difference: float, half_width: floa
             "trials": break_even, "low": None if break_even is None else 1, "high": None,
             "seconds": None if break_even is None else 4.0 * break_even, "reached": break_even is not None,
             "max_trials": max_trials, "target": 0.81}}},
-        "verdict": {"recommendation": "undecided", "search_gain": difference, "search_gain_low": difference - 0.01,
-                    "search_gain_high": difference + 0.01},
+        "verdict": {"recommendation": "undecided", "cost": {"gain": difference, "gain_low": difference - 0.01,
+                                                            "gain_high": difference + 0.01}},
     }
     (directory / "reports" / "tables").mkdir(parents=True, exist_ok=True)
     (directory / "reports" / "metrics.json").write_text(json.dumps(metrics))
@@ -137,8 +137,8 @@ def write_finished_study(directory: Path, *, difference: float, half_width: floa
         {"method": "softmax", "metric": "test_map_at_r", "difference": 7.0, "low": 6.0, "high": 8.0,
          "p_value": 0.0, "significant": True, "higher_is_better": True},
     ]).to_csv(directory / "reports" / "tables" / "differences.csv", index=False)
-    (directory / "results" / "search" / "arcface").mkdir(parents=True, exist_ok=True)
-    (directory / "results" / "search" / "arcface" / "best.json").write_text(json.dumps(
+    (directory / "results" / "search" / "arcface" / "split0").mkdir(parents=True, exist_ok=True)
+    (directory / "results" / "search" / "arcface" / "split0" / "best.json").write_text(json.dumps(
         {"loss": "arcface", "trial": 4, "objective": "map_at_r", "value": 0.82,
          "hyperparameters": {"s": best_s, "m": best_m}, "complete_trials": max_trials}))
 
@@ -306,8 +306,8 @@ def test_the_sweep_writes_every_cs_pipeline_and_the_aggregate_reading_declared_i
     stage = yaml.safe_load((out / "dvc.yaml").read_text())["stages"]["aggregate"]
     assert stage["cmd"] == ("python -m stages.sweep_report --classes 10 30 --report-dir ../../reports/sweep "
                             "--label sweeps/glyphs --dpi 90")
-    inputs = ["data/prepared/manifest.json", "reports/metrics.json", "reports/tables/differences.csv",
-              "results/search/arcface/best.json", "results/search/cosface/best.json"]
+    inputs = ["data/prepared/split0/manifest.json", "reports/metrics.json", "reports/tables/differences.csv",
+              "results/search/arcface/split0/best.json", "results/search/cosface/split0/best.json"]
     # The code it runs, from the root: stages/sweep_report.py, the study.sweep and study.report packages, ...
     code = [f"../../{module_source(root, module)}" for module in AGGREGATE_MODULES]
     assert stage["deps"] == [f"C{c}/{path}" for c in (10, 30) for path in inputs] + code
@@ -358,6 +358,7 @@ FAILING = """stages:
 """
 
 
+@pytest.mark.slow
 def test_a_failing_stage_stops_the_sweep_saying_where_and_keeps_what_finished(tmp_path, monkeypatch):
     root = study_repository(tmp_path / "repo", FAILING)
     monkeypatch.chdir(root)
@@ -380,6 +381,7 @@ def test_a_failing_stage_stops_the_sweep_saying_where_and_keeps_what_finished(tm
 # --- the real thing -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 def test_a_real_sweep_through_dvc_reruns_nothing_when_unchanged_and_only_the_reports_after_a_report_change(
         tmp_path, monkeypatch, capsys):

@@ -31,6 +31,7 @@ LOSS_SETTINGS = [("softmax", {}), ("normface", {"s": 16.0}), ("cosface", {"s": 3
                  ("dynamic_adacos", {})]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss_name, hyperparameters", LOSS_SETTINGS)
 def test_every_loss_reaches_90_percent_test_accuracy_on_digits(digits, loss_name, hyperparameters):
     result = train(digits, loss_name=loss_name, hyperparameters=hyperparameters, model_config=MLP, config=FAST,
@@ -42,6 +43,7 @@ def test_every_loss_reaches_90_percent_test_accuracy_on_digits(digits, loss_name
     assert result.history[0]["iteration"] == 0 and result.final["iteration"] == result.iterations
 
 
+@pytest.mark.slow
 def test_the_class_weights_are_trained_with_the_backbone(digits, monkeypatch):
     """The slip of one reference implementation: W left out of the optimiser stays at its random start."""
     real_build, initial = training.build_modules, {}
@@ -61,6 +63,7 @@ def test_all_losses_are_covered_by_the_accuracy_test():
     assert {name for name, _ in LOSS_SETTINGS} == set(LOSSES)
 
 
+@pytest.mark.slow
 def test_a_non_finite_loss_stops_the_run_as_diverged_and_keeps_the_history(digits, monkeypatch):
     real_build = training.build_modules
 
@@ -99,6 +102,7 @@ def test_the_callback_sees_each_evaluation_and_can_stop_the_run(digits):
     assert seen == [0, 20, 40, 60]
 
 
+@pytest.mark.slow
 def test_same_seed_same_run_other_seed_other_run_on_cpu(digits):
     config = FAST.replace(epochs=2, eval_every=10)
     runs = [train(digits, loss_name="dynamic_adacos", model_config=MLP, config=config.replace(seed=seed),
@@ -122,6 +126,7 @@ def test_checkpoint_restores_backbone_and_dynamic_scale(digits, tmp_path):
                                                                              "test", config, device)
 
 
+@pytest.mark.slow
 def test_classifying_metrics_only_where_the_split_shares_the_training_classes(digits):
     """Under the open protocol no test class was trained on: argmax and 1-NN accuracy against the training
     classes are undefined there and left out, while retrieval and verification are measured."""

@@ -10,6 +10,7 @@ carry their direction (EER is an error rate). One room per concern:
 - `convergence`: iterations to targets, convergence speed, val curves, crossings and angle dynamics;
 - `verdict`: `recommend`, the recommendation rule, and the verdict's facts;
 - `variance`: where the variance a user meets comes from (split, search, seed);
+- `pooling`: random-effects pooling across studies, prediction interval and slope on a covariate;
 - `coverage`: simulated worlds with a known truth that measure the tuning intervals' coverage;
 - `study`: `StudyAnalysis` and `analyse_study`, which builds it, with the searches' summary and landscape.
 """
@@ -50,6 +51,13 @@ from study.analysis.convergence import (
     crossings_table,
     iterations_to_target,
 )
+from study.analysis.pooling import (
+    RANDOM_EFFECTS_METHOD,
+    dersimonian_laird_tau2,
+    random_effects,
+    random_effects_slope,
+    standard_error_from_interval,
+)
 from study.analysis.study import StudyAnalysis, analyse_study
 from study.analysis.tuning import (
     BREAK_EVEN_COLUMNS,
@@ -84,6 +92,9 @@ __all__ = [
     # convergence
     "ANGLE_COLUMNS", "CONVERGENCE_COLUMNS", "CROSSING_COLUMNS", "SPEED_COLUMNS", "convergence_targets",
     "crossing_iteration", "crossings_table", "iterations_to_target",
+    # pooling
+    "RANDOM_EFFECTS_METHOD", "dersimonian_laird_tau2", "random_effects", "random_effects_slope",
+    "standard_error_from_interval",
     # study
     "StudyAnalysis", "analyse_study",
     # tuning

@@ -20,13 +20,14 @@ from study.analysis.tuning import (
     _over_splits,
     _pooled_split,
     _reference_over_splits,
+    _t_bounds,
     bootstrap_selected_curves,
     break_even_with_interval,
     first_reaching,
     percentile_band,
 )
 
-COVERAGE_COLUMNS = ["world", "interval", "method", "n", "studies", "coverage", "mc_error", "truth", "mean_width",
+COVERAGE_COLUMNS = ["world", "trials", "splits", "interval", "method", "n", "studies", "coverage", "mc_error", "truth", "mean_width",
                     "needed_width", "width_ratio"]
 WORLD_KINDS = ("pays", "late", "never")
 
@@ -93,18 +94,22 @@ def _covers_break_even(truth: float, facts: dict) -> bool:
 
 
 def simulate_world(world: World, n_trials: int, n_references: int, studies: int, confidence: float = 0.95,
-                   seed: int = 0, with_bootstrap: bool = False, n_bootstrap: int = 300) -> pd.DataFrame:
+                   seed: int = 0, with_bootstrap: bool = False, n_bootstrap: int = 300, splits: int = 1) -> pd.DataFrame:
     """Coverage of the curve (per valid n), the search gain (at the largest valid n) and the break-even intervals
-    over `studies` simulated studies of `world`; with `with_bootstrap`, the earlier percentile bootstrap beside."""
+    over `studies` simulated studies of `world`, each of `splits` class splits with a search and reference runs of
+    its own, averaged as the report averages them; with `with_bootstrap`, the earlier percentile bootstrap beside
+    (of one split's search)."""
     rng = np.random.default_rng(seed)
     curve_hits, curve_widths, estimates, gain_hits, gain_widths, gains, even_hits = [], [], [], [], [], [], []
     boot_hits = []
     for _ in range(studies):
-        val, test = world.trials(n_trials, rng)
-        references = world.references(n_references, rng)
-        search = _over_splits([_pooled_split(pd.DataFrame({"selection": val, "reported": test, "val": val}), False)])
-        reference = _reference_over_splits([pd.DataFrame({"reported": references})])
-        half = np.sqrt(search["variance"]) * _t_quantile(search["df"], confidence)
+        draws = [world.trials(n_trials, rng) for _ in range(splits)]
+        search = _over_splits([_pooled_split(pd.DataFrame({"selection": val, "reported": test, "val": val}), False)
+                               for val, test in draws])
+        reference = _reference_over_splits([pd.DataFrame({"reported": world.references(n_references, rng)})
+                                            for _ in range(splits)])
+        val, test = draws[0]
+        half = (search["curve"] - _t_bounds(search["curve"], search["variance"], search["df"], confidence)[0])
         curve_hits.append(np.abs(search["curve"] - world.truth) <= half)
         curve_widths.append(2 * half)
         estimates.append(search["curve"])
@@ -138,7 +143,7 @@ def simulate_world(world: World, n_trials: int, n_references: int, studies: int,
         for n in (1, n_trials // 4, n_trials // 2, n_trials):
             rows.append(_row(world, "curve", "percentile bootstrap (earlier)", n, boot[:, n - 1], None, None,
                              world.truth[n - 1], z))
-    return pd.DataFrame(rows, columns=COVERAGE_COLUMNS)
+    return pd.DataFrame(rows).assign(trials=n_trials, splits=splits)[COVERAGE_COLUMNS]
 
 
 def _t_quantile(df, confidence: float):
@@ -159,8 +164,58 @@ def _row(world: World, interval: str, method: str, n, hits: np.ndarray, widths, 
 
 
 def coverage_table(trial_val, trial_test, reference_test, n_trials: int, n_references: int, studies: int,
-                   confidence: float = 0.95, seed: int = 0, with_bootstrap: bool = False) -> pd.DataFrame:
+                   confidence: float = 0.95, seed: int = 0, with_bootstrap: bool = False, splits: int = 1
+                   ) -> pd.DataFrame:
     """Coverage of every tuning interval the report shows, in each calibrated world (see the module's docstring)."""
     worlds = calibrated_worlds(trial_val, trial_test, reference_test, n_trials, seed=seed)
     return pd.concat([simulate_world(world, n_trials, n_references, studies, confidence, seed + 1 + index,
-                                     with_bootstrap) for index, world in enumerate(worlds)], ignore_index=True)
+                                     with_bootstrap, splits=splits) for index, world in enumerate(worlds)],
+                     ignore_index=True)
+
+
+# The spread of the default study at 7162b85 (10 seeds, test MAP@R): one Fixed AdaCos run's seed sd, and the sd of
+# the paired differences tuned ArcFace − Fixed AdaCos and Dynamic − Fixed AdaCos.
+CALIBRATED_SPREAD = {"reference": 0.0191, "tuned": 0.0053, "dynamic": 0.0019}
+DECISION_COLUMNS = ["world", "gain", "dynamic_gain", "studies", "tune", "dynamic", "fixed", "undecided", "changed"]
+
+
+def simulated_run_scores(gain: float, dynamic_gain: float, seeds: int, rng: np.random.Generator,
+                         spread: dict = CALIBRATED_SPREAD, objective: str = "map_at_r") -> pd.DataFrame:
+    """A run_scores table of one simulated study: Fixed AdaCos, Dynamic AdaCos and tuned ArcFace at `seeds` seeds,
+    each method's runs paired with Fixed AdaCos's by seed (same initialisation and data order)."""
+    fixed = rng.normal(0.39, spread["reference"], seeds)
+    scores = {"fixed_adacos": fixed,
+              "dynamic_adacos": fixed + dynamic_gain + rng.normal(0.0, spread["dynamic"], seeds),
+              "arcface_tuned": fixed + gain + rng.normal(0.0, spread["tuned"], seeds)}
+    return pd.DataFrame([{"method": method, "seed": seed, "status": "ok", "val_score": value,
+                          f"test_{objective}": value} for method, values in scores.items()
+                         for seed, value in enumerate(values)])
+
+
+def decision_rates(config, seeds: int = 10, studies: int = 400, seed: int = 0) -> pd.DataFrame:
+    """How often `recommend` says what, in simulated studies where the truth is known: no gain, half the margin and
+    twice the margin from tuning; and how often a Dynamic − Fixed AdaCos difference of a fifth of the margin changes
+    the recommendation (the same noise with and without it)."""
+    from study.analysis.verdict import recommend
+
+    margin = config.equivalence_margin["retrieval"]
+    worlds = [("no gain", 0.0, 0.0), ("half the margin", margin / 2, 0.0), ("twice the margin", 2 * margin, 0.0),
+              ("dynamic a fifth of the margin", 0.0, margin / 5)]
+    rows = []
+    for index, (name, gain, dynamic_gain) in enumerate(worlds):
+        choices, changed = [], 0
+        for study in range(studies):
+            state = seed * 1_000_003 + index * 10_007 + study
+            choice = recommend(simulated_run_scores(gain, dynamic_gain, seeds, np.random.default_rng(state)),
+                               "map_at_r", config, sample_sizes=False)["recommendation"]
+            choices.append(choice)
+            if dynamic_gain:
+                without = recommend(simulated_run_scores(gain, 0.0, seeds, np.random.default_rng(state)),
+                                    "map_at_r", config, sample_sizes=False)["recommendation"]
+                changed += choice != without
+        share = pd.Series(choices).value_counts(normalize=True)
+        rows.append({"world": name, "gain": gain, "dynamic_gain": dynamic_gain, "studies": studies,
+                     "tune": float(share.get("arcface_tuned", 0.0)), "dynamic": float(share.get("dynamic_adacos", 0.0)),
+                     "fixed": float(share.get("fixed_adacos", 0.0)), "undecided": float(share.get("undecided", 0.0)),
+                     "changed": changed / studies if dynamic_gain else np.nan})
+    return pd.DataFrame(rows, columns=DECISION_COLUMNS)

@@ -171,10 +171,15 @@ def _welch_df(variances: np.ndarray, dfs: np.ndarray) -> np.ndarray:
         return variances.sum(axis=0) ** 2 / (variances ** 2 / dfs).sum(axis=0)
 
 
+# The trials' scores are skewed (a few (s, m) train badly), so the studentised curve has heavier tails than t on all
+# its trials' degrees of freedom: capped at this many, its intervals cover at small n too (benchmarks/coverage.py).
+MAX_STUDENTISED_DF = 10.0
+
+
 def _t_bounds(estimate, variance, df, confidence: float) -> tuple[np.ndarray, np.ndarray]:
-    """estimate ± t_{(1+confidence)/2, df} · √variance (NaN where df or the variance is not finite)."""
+    """estimate ± t_{(1+confidence)/2, min(df, MAX_STUDENTISED_DF)} · √variance (NaN where either is not finite)."""
     with np.errstate(invalid="ignore"):
-        half = stats.t.ppf(0.5 + confidence / 2.0, df) * np.sqrt(variance)
+        half = stats.t.ppf(0.5 + confidence / 2.0, np.minimum(df, MAX_STUDENTISED_DF)) * np.sqrt(variance)
     return estimate - half, estimate + half
 
 
@@ -204,7 +209,8 @@ def search_gain(selection_scores, reported_scores, reference_scores, n: int, con
     The expectation is the without-replacement order-statistic estimate over the trials (unbiased for random
     search); `reference_scores` are the test scores of one untuned method's runs (Fixed AdaCos), so the
     estimate is the gain over one such run. The interval is studentised: the curve's jackknife variance plus the
-    reference mean's, with t on Welch–Satterthwaite degrees of freedom (the curve's are its effective trials − 1).
+    reference mean's, with t on Welch–Satterthwaite degrees of freedom (the curve's are its effective trials − 1),
+    at most MAX_STUDENTISED_DF.
     It is valid only where the selection weights spread over at least MIN_EFFECTIVE_TRIALS trials (about n ≤ N/3);
     beyond, the bounds are NaN. Its coverage is measured in `study.analysis.coverage`. `n_bootstrap` and `seed`
     are kept for callers of the earlier bootstrap interval; this interval needs no resampling.
@@ -249,16 +255,16 @@ def estimator_description(sampler: str, repeats: int, replacement: bool, splits:
                     "reference's mean), shown only where the selection weights spread over at least "
                     f"{MIN_EFFECTIVE_TRIALS:g} trials; it covers the expected score of a new search of n trials on "
                     "these splits, not the split-to-split variance")
-        return {"kind": "pooled", "exact": unbiased, "interval": interval,
+        return {"kind": "pooled", "unbiased": unbiased, "interval": interval,
                 "text": f"order statistics of n trials drawn {draws} from all "
                         f"{'finished trials' + (' of ' + str(repeats) + ' repeats' if repeats > 1 else '')}"
                         f"{over_splits}; {why}"}
     if repeats > 1:
-        return {"kind": "repeats", "exact": True, "interval": f"t over the {repeats} independent searches",
+        return {"kind": "repeats", "unbiased": True, "interval": f"t over the {repeats} independent searches",
                 "text": f"the mean over {repeats} independent {sampler} searches of the test score of the "
                         f"best-by-val trial so far{over_splits}; a sequential sampler's trials are not independent "
                         "draws, so they are not pooled"}
-    return {"kind": "repeats", "exact": False, "interval": "none: one search is one realisation",
+    return {"kind": "repeats", "unbiased": False, "interval": "none: one search is one realisation",
             "text": f"the test score of the best-by-val trial so far in one {sampler} search{over_splits}: one "
                     "realisation, not an expectation, with no interval (set search.repeats to average over "
                     "independent searches); a sequential sampler's trials are not independent draws, so they are "

@@ -71,7 +71,7 @@ def _recommendation(tuned: str | None, comparison: dict | None, alternatives: li
 
 
 def recommend(run_scores: pd.DataFrame, objective: str, config: AnalysisConfig = AnalysisConfig(),
-              tuning: dict | None = None) -> dict:
+              tuning: dict | None = None, sample_sizes: bool = True) -> dict:
     """The verdict `reports/metrics.json` holds: the recommendation, its reason and the numbers behind it.
 
     `run_scores` is shaped like reports/tables/run_scores.csv (method, seed, status, val_score, test_<metric>, and
@@ -79,14 +79,15 @@ def recommend(run_scores: pd.DataFrame, objective: str, config: AnalysisConfig =
     Fixed AdaCos on every test metric (paired by split and seed; over splits when there are several, so the
     interval carries split and search variance), Holm-corrected per method, and judged against the metric's margin.
     `tuning`, when given, adds what tuning costs (the break-even of the searched loss, under "cost") and the
-    search's variance (under "search_variance") to the variance decomposition.
+    search's variance (under "search_variance") to the variance decomposition. Without `sample_sizes` the
+    detectable difference and the seeds to resolve are left out (faster, for simulations; no decision changes).
     """
     metric = f"{TEST_PREFIX}{objective}"
     methods = list(dict.fromkeys(run_scores["method"]))
     tuned_losses = [method.removesuffix("_tuned") for method in methods if is_tuned(method)]
     loss = primary_loss(tuned_losses)
     tuned = tuned_method(loss) if loss else None
-    differences = differences_to_reference(run_scores, methods, config)
+    differences = differences_to_reference(run_scores, methods, config, sample_sizes)
     comparison = _difference_row(differences, tuned, metric)
 
     def test_mean(method):
@@ -164,7 +165,7 @@ def verdict_facts(objective: str, searched_losses, final, costs, differences, br
     speed_row = speed[(speed["method"] == tuned) & (speed["basis"] == "own")
                       & (speed["fraction"] == min(config.convergence_targets))]
     return verdict | {
-        "estimator": estimator["text"], "estimator_kind": estimator["kind"], "estimator_exact": estimator["exact"],
+        "estimator": estimator["text"], "estimator_kind": estimator["kind"], "estimator_unbiased": estimator["unbiased"],
         "estimator_interval": estimator["interval"],
         "tuned_present": bool(tuned and (costs["method"] == tuned).any()),
         "default_method": "arcface_default", "default_test_mean": test_mean("arcface_default"),

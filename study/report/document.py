@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,9 +46,16 @@ class Section:
     blocks: list = field(default_factory=list)
 
 
-# Cells up to this many characters never wrap in HTML ("0.9850 ± 0.0015", "[+0.0012, +0.0040]"); longer prose may.
-SHORT_CELL = 40
+# Cells up to this many characters never wrap in HTML ("0.6 s", "not within 8"); longer ones wrap between their parts,
+# an interval "[+0.0012, +0.0040]" or a "mean ± std" kept whole.
+SHORT_CELL = 12
+# Tables of this many columns or more become one card per row on narrow screens, where they cannot fit as a grid.
+STACKED_COLUMNS = 4
+# Tables of this many columns or more may be wider than the text column, up to the window's width.
+WIDE_COLUMNS = 8
 _INLINE = MarkdownIt("commonmark", {"html": False})  # raw HTML in a caption is text, not markup
+# In rendered (escaped) cell text: a bracketed interval, or "a ± b"; neither holds a tag.
+_UNBREAKABLE = re.compile(r"\[[^\[\]<>]*\]|[^\s<>]+ ± [^\s<>]+")
 
 
 def _kind(block) -> str:
@@ -63,6 +71,12 @@ def _inline_html(text) -> str:
     return _INLINE.renderInline(str(text))
 
 
+def _cell_html(text) -> str:
+    """A table cell as inline HTML whose intervals and "mean ± std" never break across lines: a long cell wraps
+    only between its parts."""
+    return _UNBREAKABLE.sub(lambda match: f'<span class="nowrap">{match.group(0)}</span>', _inline_html(text))
+
+
 @functools.cache
 def _environment() -> jinja2.Environment:
     """The templates and their filters, set up once per process."""
@@ -71,8 +85,10 @@ def _environment() -> jinja2.Environment:
                                      trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     environment.filters.update(
         kind=_kind, cell=_markdown_cell, inline=lambda text: Markup(_inline_html(text)),
+        cell_html=lambda text: Markup(_cell_html(text)),
         rows=lambda frame: list(frame.itertuples(index=False)), columns=lambda frame: list(frame.columns))
-    environment.globals["SHORT_CELL"] = SHORT_CELL
+    environment.globals.update(SHORT_CELL=SHORT_CELL, STACKED_COLUMNS=STACKED_COLUMNS,
+                               WIDE_COLUMNS=WIDE_COLUMNS, zip=zip)
     return environment
 
 

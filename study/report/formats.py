@@ -116,6 +116,8 @@ def trials_interval(low, high, max_trials, valid_trials=None) -> str:
     """A break-even interval in trials. Bounds come from the trials with a valid interval: a missing lower end reads
     "beyond V" (not shown to be reachable within the V valid trials), a missing upper end "not within V"."""
     valid = max_trials if valid_trials is None or pd.isna(valid_trials) else int(valid_trials)
+    if valid == 0:
+        return "[no valid interval]"
     if count_or_none(low) is None:
         return f"[beyond {valid}]"
     upper = f"{count_or_none(high)}" if count_or_none(high) is not None else f"not within {valid}"

@@ -17,6 +17,14 @@ from study.report.reproduction import reproduction_section
 from study.report.verdict import key_numbers, verdict_sentences
 
 
+def _splits_words(seeds) -> str:
+    """'split seed 0', or '3 class splits (seeds 0, 1, 2), each with its own search and runs'."""
+    if len(seeds) == 1:
+        return f"split seed {seeds[0]}"
+    return (f"{len(seeds)} class splits (seeds {', '.join(str(seed) for seed in seeds)}), each with its own search and "
+            "runs")
+
+
 def setup_section(analysis: StudyAnalysis, params: StudyParams, manifest: dict) -> Section:
     train, search = params.train, params.search
     splits = manifest.get("splits", {})
@@ -30,7 +38,7 @@ def setup_section(analysis: StudyAnalysis, params: StudyParams, manifest: dict) 
                        for loss, (low, high) in search.m_range.items() if loss in search.losses)
     bullets = [
         f"Data: `{manifest.get('source', params.data.dataset)}`, {manifest.get('protocol', params.data.protocol)} "
-        f"protocol, split seed {manifest.get('seed', params.data.seed)}, fractions "
+        f"protocol, {_splits_words(manifest.get('split_seeds', [manifest.get('seed', params.data.seed)]))}, fractions "
         f"{', '.join(f'{f:g}' for f in manifest.get('fractions', params.data.fractions))} (train, val, test).",
         f"Model: `{params.model.name}`, {params.model.embedding_size}-d embedding"
         + (", pretrained" if params.model.pretrained else "") + ".",
@@ -92,7 +100,7 @@ def tuning_section(analysis: StudyAnalysis, figures: dict) -> Section:
     rows = []
     for row in analysis.break_even.itertuples():
         reached = bool(row.reached)
-        interval = trials_interval(row.trials_low, row.trials_high, row.max_trials)
+        interval = trials_interval(row.trials_low, row.trials_high, row.max_trials, row.valid_trials)
         rows.append({"searched loss": loss_name(row.loss), "reference": method_name(row.reference),
                      f"target: its mean test {objective} of one run": fmt.score(row.target),
                      "break-even trials": fmt.count(row.trials) if reached else f"not within {row.max_trials}",
@@ -363,7 +371,8 @@ def landscape_section(analysis: StudyAnalysis, figures: dict) -> Section:
     s_f = f" AdaCos's s_f = {analysis.s_f:.3f} is the dashed vertical line." if analysis.s_f is not None else ""
     return Section("The (s, m) landscape", [
         f"Every finished trial of each search, coloured by its val {metric_name(analysis.objective)}; failed "
-        f"(diverged) and pruned trials in grey, the best trial as a red star.{s_f} The colour scale spans the trials' "
+        f"(diverged) and pruned trials in grey, the best trial as a red star (one per class split; several splits "
+        f"are numbered, each with its own marker, set a little apart in s).{s_f} The colour scale spans the trials' "
         "central range (within 1.5 interquartile ranges of the quartiles), so one outlier cannot give every other "
         "trial the same colour; trials outside it are marked ▼ (below) or ▲ (above), their scores in the legend.",
         figures["landscape"],

@@ -158,9 +158,9 @@ def _recommendation_sentences(facts: dict, searched: str, metric: str, confidenc
         return (f"Recommendation: use Fixed AdaCos. {comparison}: Fixed AdaCos is significantly better, and it "
                 "costs no tuning.")
     if reason in ("equivalent", "gain_within_margin"):
-        real = " The gain is significant but smaller than what matters:" if reason == "gain_within_margin" else ""
-        return (f"Recommendation: use Fixed AdaCos. {comparison}.{real} the two are equivalent within {margin} "
-                f"(two one-sided tests, p = {fmt.p_value(row['tost_p_value'])}), and Fixed AdaCos costs no tuning.")
+        real = " The gain is significant but smaller than what matters." if reason == "gain_within_margin" else ""
+        return (f"Recommendation: use Fixed AdaCos. {comparison}.{real} The two are equivalent within {margin}, "
+                f"by two one-sided tests (p = {fmt.p_value(row['tost_p_value'])}), and Fixed AdaCos costs no tuning.")
     if reason == "alternative_better_than_fixed_adacos":
         alternative = method_name(facts["recommendation"])
         return (f"Recommendation: use {alternative}. {comparison}: {_judgement(row)}; {alternative} is "
@@ -176,7 +176,7 @@ def _recommendation_sentences(facts: dict, searched: str, metric: str, confidenc
     found = ("a significant gain that is not shown to reach the margin " + margin if reason == "gain_not_shown_relevant"
              else f"neither a significant difference nor equivalence within {margin}")
     replicates = row["splits"] if unit == "splits" else row["pairs"]
-    return (f"Recommendation: undecided. {comparison}: {found} (TOST p = {fmt.p_value(row['tost_p_value'])}). That "
+    return (f"Recommendation: undecided. {comparison}: {found}; TOST p = {fmt.p_value(row['tost_p_value'])}. That "
             f"is not \"no difference\": with {replicates} {unit} the smallest difference this study detects with "
             f"{facts.get('power', 0.8):.0%} power at the level Holm's first step uses (α = "
             f"{fmt.p_value(row['decision_alpha'])}) is {detectable}, and {more}.")
@@ -240,7 +240,6 @@ def key_numbers(analysis: StudyAnalysis) -> pd.DataFrame:
     confidence = f"{analysis.confidence:.0%}"
     metric = metric_name(facts["metric"])
     searched = loss_name(facts["tuned_loss"]) if facts["tuned_loss"] else "searched loss"
-    covers = facts.get("estimator_interval", "")
     rows = []
     row = facts["tuned"]
     if row:
@@ -254,8 +253,8 @@ def key_numbers(analysis: StudyAnalysis) -> pd.DataFrame:
                      "value": fmt.count(even["trials"]) if even["reached"] else f"not within {even['max_trials']}",
                      f"{confidence} interval": trials_interval(even["trials_low"], even["trials_high"],
                                                                 even["max_trials"], even.get("valid_trials")),
-                     "what the interval covers": f"test inversion of the gain's interval at each n with a valid one "
-                                                 f"(n ≤ {even.get('valid_trials') or 0}); {covers}"
+                     "what the interval covers": f"the gain's interval inverted over the n that have one "
+                                                 f"(n ≤ {even.get('valid_trials') or 0}); a new search on these splits"
                                                  + (f"; about {fmt.seconds(even['seconds'])} of device time"
                                                     if even["reached"] and even["seconds"] else "")})
         at = even.get("gain_n")
@@ -263,7 +262,8 @@ def key_numbers(analysis: StudyAnalysis) -> pd.DataFrame:
                                "over one Fixed AdaCos run",
                      "value": fmt.signed(even["gain_at_n"] if at else even["gain"]),
                      f"{confidence} interval": fmt.interval(even["gain_low"], even["gain_high"]),
-                     "what the interval covers": (covers if at else "no valid interval")
+                     "what the interval covers": ("studentised (jackknife); a new search on these splits, with "
+                                                  "Fixed AdaCos's seed noise" if at else "no valid interval")
                      + (f"; the whole search of {even['max_trials']} buys {fmt.signed(even['gain'])}, with no valid "
                         "interval" if at and at < even["max_trials"] else "")})
     if row and row["detectable"] is not None:

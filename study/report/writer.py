@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import json
 import os
 import shutil
 from pathlib import Path
@@ -15,13 +18,16 @@ import study.report.formats as fmt
 from study.report.document import FigureRef, render_html, render_markdown
 from study.report.figures import (figure_angles, figure_convergence, figure_crossings, figure_dynamic_scale,
                                   figure_expected_best_val, figure_final_test, figure_landscape, figure_tuning,
-                                  method_styles)
+                                  break_even_note, measurement_conditions, method_styles)
 from study.report.sections import report_sections
-from study.results import write_csv, write_json
+from study.results import write_bytes, write_csv, write_json
 
 # The report's files and folders (the report stage's outs), swapped in together from the staging folder.
 REPORT_PARTS = ("figures", "tables", "report.md", "report.html", "metrics.json", "headline.json")
 STAGING = ".report-staging"
+# Written into the staging folder once the new report is whole: each part's inode, so that a swap killed midway is
+# finished by the next run (a part whose inode is already in place was swapped in).
+SWAP_PLAN = ".swap-plan.json"
 
 
 def _final_test_table(analysis: StudyAnalysis) -> pd.DataFrame:
@@ -55,6 +61,7 @@ def metrics_summary(analysis: StudyAnalysis, reproduction: pd.DataFrame | None =
         loss: {reference.reference: {"trials": count_or_none(reference.trials),
                                      "low": count_or_none(reference.trials_low),
                                      "high": count_or_none(reference.trials_high),
+                                     "valid_trials": count_or_none(reference.valid_trials),
                                      "seconds": number(reference.seconds), "reached": bool(reference.reached),
                                      "max_trials": int(reference.max_trials), "target": number(reference.target)}
                for reference in group.itertuples()}
@@ -134,6 +141,8 @@ def write_report(analysis: StudyAnalysis, params: StudyParams, manifest: dict, e
     """
     out_dir = Path(out_dir)
     staging = out_dir / STAGING
+    if (staging / SWAP_PLAN).is_file():
+        swap_in(staging, out_dir)  # an earlier run was killed while swapping its whole report in: finish that first
     shutil.rmtree(staging, ignore_errors=True)  # what an earlier, killed run left
     staging.mkdir(parents=True)
     try:
@@ -141,16 +150,64 @@ def write_report(analysis: StudyAnalysis, params: StudyParams, manifest: dict, e
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    for part in REPORT_PARTS:
-        new, old = staging / part, out_dir / part
-        if old.is_dir():
-            old.rename(staging / f"previous-{part}")  # deleted with the staging folder below
-        if new.exists():
-            os.replace(new, old)
-        elif old.exists():
-            old.unlink()  # a part this report has not, e.g. report.html once report.html is false
-    shutil.rmtree(staging)
+    swap_in(staging, out_dir)
     return {name: out_dir / name for name in written}
+
+
+def swap_in(staging: Path, out_dir: Path) -> None:
+    """Put every part of the whole report in `staging` in place in `out_dir`, each in one atomic step: a reader (or a
+    kill) finds each part all old or all new, never missing or half; a swap killed midway is finished by the next
+    call, from the plan written before the first step. Parts the new report lacks are removed."""
+    plan_path = staging / SWAP_PLAN
+    if not plan_path.is_file():
+        plan = {part: _inode(staging / part) for part in REPORT_PARTS}
+        write_bytes(json.dumps(plan).encode(), plan_path)
+    plan = json.loads(plan_path.read_text())
+    for part, inode in plan.items():
+        new, old = staging / part, out_dir / part
+        if inode is None:  # a part this report has not, e.g. report.html once report.html is false
+            _remove(old, staging / f"previous-{part}")
+        elif _inode(old) != inode:  # not yet swapped in
+            _replace(new, old, staging / f"previous-{part}")
+    shutil.rmtree(staging)
+
+
+def _inode(path: Path) -> int | None:
+    return path.stat().st_ino if path.exists() else None
+
+
+def _replace(new: Path, old: Path, aside: Path) -> None:
+    """Put `new` at `old`'s place in one step: exchanged with it (Linux), else renamed over a file; a folder the
+    system cannot exchange is moved aside first (the only moment it is missing)."""
+    if not old.is_dir():
+        os.replace(new, old)
+    elif not _exchange(new, old):
+        os.replace(old, aside)
+        os.replace(new, old)
+
+
+def _remove(old: Path, aside: Path) -> None:
+    if old.is_dir():
+        os.replace(old, aside)  # deleted with the staging folder
+    elif old.exists():
+        old.unlink()
+
+
+_RENAME_EXCHANGE, _AT_FDCWD = 2, -100
+
+
+def _exchange(first: Path, second: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2 with RENAME_EXCHANGE); False where the system cannot."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    if renameat2(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE) == 0:
+        return True
+    error = ctypes.get_errno()
+    if error in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(error, os.strerror(error), str(second))
 
 
 def _write_all(analysis: StudyAnalysis, params: StudyParams, manifest: dict, environment: dict,
@@ -164,7 +221,8 @@ def _write_all(analysis: StudyAnalysis, params: StudyParams, manifest: dict, env
     figure_paths = {
         "tuning_trials": figure_tuning(analysis, styles, "n", figures_dir / "tuning_trials.png", dpi)
         if len(analysis.tuning_curves) else None,
-        "tuning_seconds": figure_tuning(analysis, styles, "seconds", figures_dir / "tuning_seconds.png", dpi)
+        "tuning_seconds": figure_tuning(analysis, styles, "seconds", figures_dir / "tuning_seconds.png", dpi,
+                                        measured_on=measurement_conditions(params, environment))
         if len(analysis.tuning_curves) else None,
         "tuning_val": figure_expected_best_val(analysis, styles, figures_dir / "expected_best_val.png", dpi)
         if (analysis.tuning_curves["kind"] == "search").any() else None,
@@ -175,22 +233,29 @@ def _write_all(analysis: StudyAnalysis, params: StudyParams, manifest: dict, env
         "landscape": figure_landscape(analysis, params, figures_dir / "landscape.png", dpi),
         "final_test": figure_final_test(analysis, styles, figures_dir / "final_test.png", dpi),
     }
+    confidence = f"{analysis.confidence:.0%}"
     captions = {
-        "tuning_trials": "What n runs buy on held-out data: the expected test score of the run val selects among n "
-                         "tuning trials (solid) or among n seeds of an untuned method (dashed, the budget-matched "
-                         "control); bands are bootstrap intervals. The dotted line is Fixed AdaCos's mean test score "
-                         "of one run, the star the break-even with its interval.",
-        "tuning_seconds": "The same against the device-seconds those runs cost (log scale).",
+        "tuning_trials": "What n runs buy on held-out data, one panel per curve so that none hides another (grey "
+                         "behind: the other panels' curves): the expected test score of the run val selects among n "
+                         "tuning trials, or among n seeds of an untuned method (the budget-matched control). Bands are "
+                         f"{confidence} studentised intervals, drawn only where valid (a panel's title says when they "
+                         "stop). The dotted line is Fixed AdaCos's mean test score of one run, the break-even target. "
+                         + break_even_note(analysis),
+        "tuning_seconds": "The same against the device-seconds those runs cost (log scale), measured on "
+                          f"{measurement_conditions(params, environment)}: the seconds compare methods within this "
+                          "study, not across machines.",
         "tuning_val": "For contrast, the classic curve: the expected best val score of n trials against the untuned "
                       "methods' mean val (error bars on the right: their CIs over seeds). It includes the maximum of n "
                       "draws of seed noise, so it overstates what tuning buys.",
-        "convergence": "Val score against iteration, mean over seeds with its band; dotted lines: the targets.",
-        "crossings": "AdaCos minus ArcFace, mean val score over seeds, against iteration (symlog: linear within ±0.01); "
-                     "dotted lines mark where the lead settles for good, on whichever side.",
-        "angles": "Median target angle θ and mean non-target cosine against iteration, mean over seeds.",
+        "convergence": "Val score against iteration, one panel per method: its mean over seeds with its "
+                       f"{confidence} band, the other methods' means in grey behind; dotted lines: the targets.",
+        "crossings": "AdaCos minus ArcFace, mean val score over seeds, against iteration, one panel per pair (symlog: "
+                     "linear within ±0.01); a dotted line marks where the lead settles for good, on whichever side.",
+        "angles": "Median target angle θ and mean non-target cosine against iteration, mean over seeds; each method's "
+                  "markers sit at other iterations, so lines that lie on one another still show each.",
         "dynamic_scale": "Dynamic AdaCos's scale s against iteration, with Fixed AdaCos's s_f for reference.",
-        "landscape": "The searched (s, m) plane: colour is the val score, the star the best trial, the dashed line "
-                     "AdaCos's s_f.",
+        "landscape": "The searched (s, m) plane: colour is the val score, a star the best trial of each class split, "
+                     "the dashed line AdaCos's s_f.",
         "final_test": "Test score of every seed (points) and mean ± std over seeds (black) per method.",
     }
     figures = {}

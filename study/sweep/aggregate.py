@@ -14,8 +14,7 @@ from study.analysis import REFERENCE_METHOD, TEST_PREFIX, fixed_scale_of, primar
 from study.report import (FigureRef, Section, Table, loss_name, metric_name, new_figure, plain_log_ticks, render_html,
                           render_markdown, save_figure, trials_interval)
 import study.report.formats as fmt
-from study.config import load_params
-from study.results import prepared_dir, read_csv, read_json, search_dir, tuned_method, write_csv
+from study.results import PREPARED_DIR, prepared_dir, read_csv, read_json, search_dir, tuned_method, write_csv
 from study.sweep.pipelines import (DEFAULT_REPORT_DIR, DIFFERENCES_FILE, MANIFEST_NAME, METRICS_FILE, REPORT_FILES,
                                    TOTAL_PLACEHOLDER, SweepError, class_count_dir)
 
@@ -30,8 +29,12 @@ def _number(value) -> float:
 
 
 def _split_of(directory: Path) -> int:
-    """The class split one C's study ran (a sweep's studies run one each), from its params.yaml."""
-    return load_params(str(Path(directory) / "params.yaml")).data.split_seeds()[0]
+    """The class split one C's study ran (a sweep's studies run one each): the split<seed> folder of its prepared data."""
+    folders = sorted((Path(directory) / PREPARED_DIR).glob("split*/" + MANIFEST_NAME))
+    if len(folders) != 1:
+        raise FileNotFoundError(f"{Path(directory) / PREPARED_DIR} should hold one class split's manifest, found "
+                                f"{len(folders)}; run `dvc repro` in {directory}")
+    return int(folders[0].parent.name.removeprefix("split"))
 
 
 def class_count_row(train_classes: int, directory: Path) -> dict:
@@ -47,6 +50,7 @@ def class_count_row(train_classes: int, directory: Path) -> dict:
     metric = f"{TEST_PREFIX}{objective}"
     even = metrics["break_even"][loss][REFERENCE_METHOD]
     verdict = metrics.get("verdict", {})
+    cost = verdict.get("cost") or {}
     differences = read_csv(directory / DIFFERENCES_FILE, "report")
     row = differences[(differences["method"] == tuned) & (differences["metric"] == metric)]
     difference = row.iloc[0] if len(row) else pd.Series(dtype=object)
@@ -61,8 +65,9 @@ def class_count_row(train_classes: int, directory: Path) -> dict:
         "search_trials": int(even["max_trials"]), "break_even_reached": bool(even["reached"]),
         "break_even_trials": _number(even["trials"]), "break_even_low": _number(even["low"]),
         "break_even_high": _number(even["high"]), "break_even_seconds": _number(even["seconds"]),
-        "search_gain": _number(verdict.get("search_gain")), "search_gain_low": _number(verdict.get("search_gain_low")),
-        "search_gain_high": _number(verdict.get("search_gain_high")),
+        # What the whole search buys over one Fixed AdaCos run (recommend()'s cost), with its interval where valid.
+        "search_gain": _number(cost.get("gain")), "search_gain_low": _number(cost.get("gain_low")),
+        "search_gain_high": _number(cost.get("gain_high")),
         "recommendation": verdict.get("recommendation", "n/a"), "objective": objective,
         "difference": _number(difference.get("difference")), "difference_low": _number(difference.get("low")),
         "difference_high": _number(difference.get("high")), "p_value": _number(difference.get("p_holm")),

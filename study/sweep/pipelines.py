@@ -278,18 +278,21 @@ def _stage_label(pipeline: str, stage: str) -> str:
     return f"C={folder[1:]}: stage {stage}" if re.fullmatch(r"C\d+", folder) else f"the {stage} stage of {pipeline}"
 
 
-def reproduce(sweep: Sweep, log: Log = _stderr) -> None:
+def reproduce(sweep: Sweep, log: Log = _stderr, *, options: Sequence[str] = (), unit: str = "class count",
+              runner: str = "sweep") -> None:
     """`dvc repro` every pipeline of the sweep, DVC's output streamed to `log`; a failure raises SweepError naming it.
 
-    --keep-going: a failed stage stops only what depends on it, so the other class counts run on.
+    --keep-going: a failed stage stops only what depends on it, so the other class counts run on. `options` go to
+    `dvc repro` as well (e.g. --single-item); `unit` and `runner` say what each pipeline is and what runs them (the
+    benchmark runs its cells with this too).
     """
     targets = [_relative(path, sweep.repo_root) for path in sweep.pipelines]
-    command = [sys.executable, "-m", "dvc", "repro", "--keep-going", *targets]
+    command = [sys.executable, "-m", "dvc", "repro", "--keep-going", *options, *targets]
     # The stages' `python` is this interpreter, and they import the code DVC hashes: this repository's.
     paths = [str(sweep.repo_root), *filter(None, [os.environ.get("PYTHONPATH")])]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(paths),
            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
-    log(f"$ dvc repro --keep-going {' '.join(targets)}")
+    log(" ".join(["$ dvc repro --keep-going", *options, *targets]))
     started, ran, kept, errors, failing = time.monotonic(), 0, 0, [], False
     with subprocess.Popen(command, cwd=sweep.repo_root, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT) as process:
@@ -297,7 +300,7 @@ def reproduce(sweep: Sweep, log: Log = _stderr) -> None:
             line = line.rstrip("\n")
             if line.startswith("Running stage"):
                 ran += 1
-                line = f"[sweep {_duration(time.monotonic() - started)}] {line}"
+                line = f"[{runner} {_duration(time.monotonic() - started)}] {line}"
             elif line.startswith("Stage '") and "skipping" in line:  # didn't change, or restored from DVC's cache
                 kept += 1
             failing = failing or line.startswith("ERROR")  # DVC's last word, to the end
@@ -309,10 +312,10 @@ def reproduce(sweep: Sweep, log: Log = _stderr) -> None:
                   for name in STAGE_NAME.findall(error)]
         said = "".join(f"\n  {error}" for error in errors if error)
         raise SweepError(f"{'; '.join(failed) or 'dvc repro'} failed (exit {process.returncode}); DVC said:{said}\n"
-                         "Every stage that finished is kept (its class count's dvc.lock records it) and the other "
-                         "class counts ran on; run the same command again once the cause is fixed, and only what "
+                         f"Every stage that finished is kept (its {unit}'s dvc.lock records it) and the other "
+                         f"{unit}s ran on; run the same command again once the cause is fixed, and only what "
                          "failed and what depends on it runs.")
-    log(f"sweep done in {_duration(time.monotonic() - started)}: {ran} stages ran, {kept} were up to date")
+    log(f"{runner} done in {_duration(time.monotonic() - started)}: {ran} stages ran, {kept} were up to date")
 
 
 def run_sweep(classes: Sequence[int], preset: str = "glyphs-sweep", assignments: Sequence[str] = (),

@@ -1,0 +1,29 @@
+"""The tuning-cost benchmark: the whole study run in many cells (data sources, class counts, protocols, losses and
+tuners), and a meta-verdict pooled over them.
+
+The cells are declared in one file (presets/benchmark/full.yaml; quick.yaml for a short look). `study benchmark`
+writes one folder per cell under benchmarks/cells/ with its params.yaml and a dvc.yaml generated from the
+repository's (as the class-count sweep does), plan.json and the aggregate's own dvc.yaml, then runs `dvc repro` on the
+cells that are not finished and on the aggregate. A cell is finished once its committed report is its current
+study's (`cell_finished`): its folder's reports/, dvc.lock and params.yaml go into git, so that a fresh clone resumes
+without retraining it and the aggregate reads only those files. Cells of one configuration share their untuned runs
+through DVC's run cache.
+
+- `plan`: the declaration, its cells and their params;
+- `pipelines`: the cells' folders and pipelines, which cells are finished, and `dvc repro` over the rest;
+- `cells`: one finished cell read from its committed files;
+- `meta`: the pooled numbers per loss and the tuners at equal device-seconds;
+- `report`: sentences, forest plots, tables and the report itself.
+"""
+
+from study.benchmark.cells import OUTCOMES, cell_rows, difference_standard_error
+from study.benchmark.meta import pooled_table, tuner_table, value_at_seconds
+from study.benchmark.pipelines import (CELL_INPUTS, Benchmark, cell_finished, cells_to_run, default_locations,
+                                       reproduce_benchmark, run_benchmark, write_benchmark)
+from study.benchmark.plan import FULL_PLAN, QUICK_PLAN, BenchmarkPlan, Cell, load_plan, planned_runs
+from study.benchmark.report import aggregate_benchmark, loss_sentences
+
+__all__ = ["CELL_INPUTS", "FULL_PLAN", "OUTCOMES", "QUICK_PLAN", "Benchmark", "BenchmarkPlan", "Cell",
+           "aggregate_benchmark", "cell_finished", "cell_rows", "cells_to_run", "default_locations",
+           "difference_standard_error", "load_plan", "loss_sentences", "planned_runs", "pooled_table",
+           "reproduce_benchmark", "run_benchmark", "tuner_table", "value_at_seconds", "write_benchmark"]

@@ -1,0 +1,175 @@
+"""The benchmark's declaration: one YAML file (presets/benchmark/full.yaml) naming the configurations (a data source,
+its protocol and training class count C) and the tuners each is searched with. Each configuration × tuner is a cell:
+a whole study, with its own params.yaml."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from study.config import StudyParams
+from study.presets import PRESET_DIR, build_preset
+from study.sweep import class_count_params
+
+BENCHMARK_PRESETS = PRESET_DIR / "benchmark"
+FULL_PLAN = BENCHMARK_PRESETS / "full.yaml"
+QUICK_PLAN = BENCHMARK_PRESETS / "quick.yaml"
+PLAN_KEYS = {"title", "preset", "set", "tuners", "configurations"}
+CONFIGURATION_KEYS = {"name", "dataset", "train_classes", "set", "tuners"}
+NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One study of the benchmark: a configuration searched with one tuner, its params and where they came from."""
+
+    name: str
+    configuration: str
+    tuner: str
+    primary: bool  # the configuration's first tuner: its cell enters the pooled per-loss verdict
+    train_classes: int
+    params: StudyParams
+    origin: str  # the `study preset` command that writes the same params.yaml
+
+    def facts(self) -> dict:
+        """What the aggregate needs to know about the cell besides its reports (plan.json)."""
+        params = self.params
+        return {"name": self.name, "configuration": self.configuration, "tuner": self.tuner, "primary": self.primary,
+                "source": params.data.dataset.partition(":")[0], "dataset": params.data.dataset,
+                "protocol": params.data.protocol, "train_classes": self.train_classes,
+                "objective": params.train.objective, "losses": list(params.search.losses),
+                "sampler": params.search.sampler, "repeats": params.search.repeats, "pruner": params.search.pruner,
+                "n_trials": params.search.n_trials, "splits": list(params.data.split_seeds()),
+                "seeds": list(params.runs.seeds), "methods": list(params.runs.methods),
+                "epochs": params.train.epochs, "model": params.model.name,
+                "planned_runs": planned_runs(params)}
+
+
+@dataclass(frozen=True)
+class BenchmarkPlan:
+    """The cells of a benchmark, in declaration order, and the title of its report."""
+
+    title: str
+    cells: tuple[Cell, ...]
+    source: Path
+
+    def to_json(self) -> str:
+        """plan.json's text: the same plan always gives the same bytes."""
+        return json.dumps({"title": self.title, "cells": [cell.facts() for cell in self.cells]}, indent=2,
+                          ensure_ascii=False) + "\n"
+
+
+def planned_runs(params: StudyParams) -> int:
+    """The trainings one study makes: every search trial and every final run, on every class split."""
+    trials = len(params.search.losses) * params.search.repeats * params.search.n_trials
+    finals = len(params.runs.seeds) * (len(params.runs.methods) + len(params.search.losses))
+    return len(params.data.split_seeds()) * (trials + finals)
+
+
+def _assignments(values: dict[str, Any] | None, where: str) -> list[str]:
+    """A `set:` mapping of dotted keys as `section.key=value` assignments (the value as JSON, which YAML reads back)."""
+    if values is None:
+        return []
+    if not isinstance(values, dict):
+        raise ValueError(f"{where} must map dotted keys to values, e.g. {{train.epochs: 6}}")
+    for key in values:
+        if not isinstance(key, str) or "." not in key:
+            raise ValueError(f"{where}: {key!r} is not a dotted key such as train.epochs")
+    return [f"{key}={_yaml_value(value)}" for key, value in values.items()]
+
+
+def _yaml_value(value) -> str:
+    """A value as `--set` reads it: a plain word where YAML reads it back unchanged, else JSON (which YAML reads)."""
+    if isinstance(value, str) and yaml.safe_load(value) == value:
+        return value
+    return json.dumps(value)
+
+
+def _name(value, where: str) -> str:
+    if not isinstance(value, str) or not NAME.fullmatch(value):
+        raise ValueError(f"{where}: {value!r} is not a cell name; use lower-case letters, digits and -, "
+                         "e.g. glyphs-open-c100")
+    return value
+
+
+def _unknown_keys(values: dict, known: set[str], where: str) -> None:
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"{where}: unknown key {', '.join(unknown)}; the keys are {', '.join(sorted(known))}")
+
+
+def _configuration_cells(entry: dict, index: int, preset: str, common: list[str], tuners: dict[str, list[str]],
+                         tuner_order: list[str]) -> list[Cell]:
+    """The cells of one configuration: its params under each of its tuners."""
+    where = f"configurations[{index}]"
+    if not isinstance(entry, dict):
+        raise ValueError(f"{where} must be a mapping with name, dataset, train_classes and optionally set and tuners")
+    _unknown_keys(entry, CONFIGURATION_KEYS, where)
+    missing = sorted({"name", "dataset", "train_classes"} - set(entry))
+    if missing:
+        raise ValueError(f"{where}: give {', '.join(missing)} (e.g. dataset: 'glyphs:{{total}}:30', "
+                         "train_classes: 100)")
+    name = _name(entry["name"], f"{where}.name")
+    train_classes = entry["train_classes"]
+    if type(train_classes) is not int:
+        raise ValueError(f"{where}.train_classes must be a whole number of training classes, got {train_classes!r}")
+    own = _assignments(entry.get("set"), f"{where}.set")
+    chosen = entry.get("tuners", tuner_order[:1])
+    if not isinstance(chosen, list) or not chosen or len(set(chosen)) < len(chosen):
+        raise ValueError(f"{where}.tuners must list distinct tuners, e.g. [random, tpe]")
+    cells = []
+    for position, tuner in enumerate(chosen):
+        if tuner not in tuners:
+            raise ValueError(f"{where}.tuners: {tuner!r} is not declared under tuners; known: {', '.join(tuners)}")
+        assignments = [*common, *own, *tuners[tuner]]
+        base = build_preset(preset, assignments)
+        params = class_count_params(base, train_classes, entry["dataset"])
+        dataset = [f"data.dataset={params.data.dataset}"] + (
+            [f"data.classes={params.data.classes}"] if params.data.classes is not None else [])
+        origin = " ".join([preset, *(f"--set '{a}'" for a in [*assignments, *dataset])])
+        cells.append(Cell(name if position == 0 else f"{name}-{tuner}", name, tuner, position == 0, train_classes,
+                          params, origin))
+    return cells
+
+
+def load_plan(path: str | Path = FULL_PLAN) -> BenchmarkPlan:
+    """The benchmark declared in `path` (a name under presets/benchmark/, e.g. quick, or a file), every cell's params
+    built and validated."""
+    path = Path(path)
+    if not path.suffix and not path.exists():
+        path = BENCHMARK_PRESETS / f"{path}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in BENCHMARK_PRESETS.glob("*.yaml")))
+        raise ValueError(f"no benchmark declaration at {path}; give a file or one of: {known}")
+    declared = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(declared, dict):
+        raise ValueError(f"{path} must be a mapping with title, preset, set, tuners and configurations")
+    _unknown_keys(declared, PLAN_KEYS, str(path))
+    tuners = {_name(name, f"{path}: tuners"): _assignments(values, f"tuners.{name}")
+              for name, values in (declared.get("tuners") or {"random": {"search.sampler": "random"}}).items()}
+    configurations = declared.get("configurations") or []
+    if not configurations:
+        raise ValueError(f"{path} declares no configurations; list them under configurations:")
+    common = _assignments(declared.get("set"), "set")
+    cells = [cell for index, entry in enumerate(configurations)
+             for cell in _configuration_cells(entry, index, declared.get("preset", "default"), common, tuners,
+                                              list(tuners))]
+    _check_cells(cells, path)
+    return BenchmarkPlan(declared.get("title", "The tuning-cost benchmark"), tuple(cells), path)
+
+
+def _check_cells(cells: list[Cell], path: Path) -> None:
+    """Refuse two cells of one name, and cells that would pool differences on different metrics."""
+    names = [cell.name for cell in cells]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ValueError(f"{path}: two cells are named {', '.join(twice)}; give each configuration its own name")
+    objectives = {cell.params.train.objective for cell in cells}
+    if len(objectives) > 1:
+        raise ValueError(f"{path}: the cells' train.objective differ ({', '.join(sorted(objectives))}), and the "
+                         "benchmark pools one metric's differences; set train.objective once under set:")
