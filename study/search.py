@@ -30,7 +30,7 @@ from study.workers import (IDENTITY, INTERRUPTED, RUNNING, NotTheSameStudy, Tria
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 KIND = "search"
 # Tags the seed streams of this module, so that trial seeds and sampler seeds never coincide.
-_TRIAL_SEED_STREAM, _SAMPLER_SEED_STREAM = 1, 2
+_TRIAL_SEED_STREAM, _SAMPLER_SEED_STREAM, _SPLIT_SEED_STREAM = 1, 2, 3
 
 
 def study_name(loss: str, params: StudyParams, repeat: int = 0) -> str:
@@ -68,6 +68,15 @@ def trial_seed(search_seed: int, repeat: int, trial_number: int, final_seeds=())
         seed = _derived_seed(_TRIAL_SEED_STREAM, search_seed, repeat, trial_number, attempt)
         attempt += 1
     return seed
+
+
+def split_search_seed(params: StudyParams) -> int:
+    """The search seed of one class split's search: each split searches its own (s, m) points at its own trial seeds,
+    so that searches differ from split to split as a user's would. Split 0 keeps search.seed itself (a one-split
+    study draws what it always drew)."""
+    if params.data.seed == 0:
+        return params.search.seed
+    return _derived_seed(_SPLIT_SEED_STREAM, params.search.seed, params.data.seed)
 
 
 def sampler_seed(search_seed: int, repeat: int, trials_so_far: int) -> int:
@@ -163,7 +172,8 @@ def objective_for(loss: str, params: StudyParams, sets: dict[str, ImageSet], rep
         hyperparameters = {name: trial.suggest_float(name, low, high, log=log)
                            for name, (low, high, log) in search_space(loss, params.search).items()}
         # A retried trial reruns the interrupted draw: its parameters, and the seed of the first attempt's number.
-        seed = trial_seed(params.search.seed, repeat, first_attempt(trial.study, trial.number), params.runs.seeds)
+        seed = trial_seed(split_search_seed(params), repeat, first_attempt(trial.study, trial.number),
+                          params.runs.seeds)
         trial.set_user_attr("seed", seed)
 
         def report_and_maybe_stop(row: dict) -> bool:
@@ -232,7 +242,8 @@ def run_searches(loss: str, params: StudyParams, storage, sets: dict[str, ImageS
     study whose checkout is `root`: see study/workers.py); each repeat's study is appended to `studies` as it opens,
     before any worker starts, so the workers find them and the caller has them even when a search is interrupted."""
     for repeat in range(params.search.repeats):
-        studies.append(open_study(loss, params, storage, len(sets["train"]), seed=params.search.seed, repeat=repeat))
+        studies.append(open_study(loss, params, storage, len(sets["train"]), seed=split_search_seed(params),
+                                  repeat=repeat))
     with packed(params, root, [partial(serve_searches, losses=[loss], quiet=True)]) as packed_params:
         for repeat, study in enumerate(studies):
             if params.search.repeats > 1:
@@ -306,7 +317,7 @@ def join_search(loss: str, params: StudyParams, storage, sets: dict[str, ImageSe
                 max_trials: int | None = None, quiet: bool = False) -> None:
     """Serve the searches of `loss` (every repeat) as an extra worker: unseeded, so it does not repeat the first one's
     draws, except under random search, whose trial n draws the same point in every worker."""
-    seed = params.search.seed if params.search.sampler == "random" else None
+    seed = split_search_seed(params) if params.search.sampler == "random" else None
     for repeat in range(params.search.repeats):
         check_joinable(loss, params, storage, sets, repeat)
         study = open_study(loss, params, storage, len(sets["train"]), seed=seed, repeat=repeat)

@@ -100,6 +100,7 @@ configurations:
   - name: glyphs-open
     dataset: "glyphs:{total}:8"
     train_classes: 6
+    set: {train.batch_size: 16}
 """
 
 
@@ -494,7 +495,8 @@ def test_a_tiny_benchmark_runs_through_dvc_resumes_and_never_retrains_a_finished
     assert ran_stages(capsys.readouterr().err) == {"bench/dvc.yaml:aggregate"}
 
     # (4) A cell whose params change is no longer finished: it is handed back to DVC.
-    changed = plan.read_text().replace("train_classes: 6", "train_classes: 6\n    set: {search.n_trials: 3}")
+    changed = plan.read_text().replace("train.batch_size: 16}", "train.batch_size: 16, search.n_trials: 3}")
+    assert changed != plan.read_text()
     plan.write_text(changed)
     assert main([*arguments, "--list"]) == 0
     listing = capsys.readouterr().out

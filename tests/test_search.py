@@ -289,3 +289,15 @@ def test_a_study_opened_again_says_nothing_of_optuna_s_own(digits, tmp_path, cap
         optuna.logging.disable_propagation()
         optuna.logging.set_verbosity(optuna.logging.WARNING)
     assert not [line for line in caplog.messages if "study" in line.lower()], caplog.messages
+
+
+def test_each_class_split_searches_its_own_points_at_its_own_trial_seeds():
+    # Searches that drew the same (s, m) points on every split would leave the search-to-search variance out of
+    # the split-level interval; split 0 keeps search.seed, so a one-split study draws what it always drew.
+    params = StudyParams.from_dict({"data": {"dataset": "digits", "protocol": "closed", "seeds": [0, 1, 2]}})
+    seeds = [search.split_search_seed(params.for_split(split)) for split in params.data.split_seeds()]
+    assert seeds[0] == params.search.seed and len(set(seeds)) == 3
+    points = [search.make_sampler("arcface", params.search, search.sampler_seed(seed, 0, 0)) for seed in seeds]
+    drawn = [optuna.create_study(sampler=sampler).ask().suggest_float("s", 1.0, 128.0, log=True) for sampler in points]
+    assert len(set(drawn)) == 3
+    assert len({search.trial_seed(seed, 0, 0) for seed in seeds}) == 3
