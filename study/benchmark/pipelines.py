@@ -148,10 +148,14 @@ def write_generated_params(path: Path, staged: Path) -> None:
 # --- which cells are finished ------------------------------------------------------------------------------
 
 
+_ABSENT = object()  # a key the params do not have: never equal to what a lock recorded
+
+
 def _lookup(values: dict, dotted: str):
+    """The value of a dotted key (`search.n_trials`, or a whole section), as dvc.lock names params."""
     for part in dotted.split("."):
         if not isinstance(values, dict) or part not in values:
-            return KeyError
+            return _ABSENT
         values = values[part]
     return values
 
@@ -219,7 +223,9 @@ def reproduce_benchmark(benchmark: Benchmark, plan: BenchmarkPlan, rerun: Sequen
         reproduce(cells, log, unit="cell", runner="benchmark")
     unfinished = [name for name in pending if not cell_finished(benchmark.cells[name])]
     if unfinished:
-        raise SweepError(f"cells {', '.join(unfinished)} did not finish; run the same command again")
+        raise SweepError(f"cells {', '.join(unfinished)} ran but their dvc.lock does not record a report of their "
+                         "current params.yaml; run the same command again, and `dvc status` in those folders if it "
+                         "persists")
     aggregate = Sweep(benchmark.repo_root, (benchmark.aggregate,), {})
     reproduce(aggregate, log, options=["--single-item"], unit="cell", runner="benchmark")
 
