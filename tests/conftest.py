@@ -5,7 +5,8 @@ import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-STUDY_FILES = ["dvc.yaml", "params.yaml", "stages", "study", ".dvc/config", ".dvcignore", "reports/plots_template.html"]
+STUDY_FILES = ["dvc.yaml", "params.yaml", "stages", "study", ".dvc/config", ".dvc/plots", ".dvcignore",
+               "reports/plots_template.html"]
 
 
 def copy_study(root: Path, names=STUDY_FILES) -> Path:

@@ -32,7 +32,7 @@ def _plain(value):
     return value
 
 
-def _difference_row(differences: pd.DataFrame, method: str | None, metric: str) -> dict | None:
+def difference_row(differences: pd.DataFrame, method: str | None, metric: str) -> dict | None:
     """One method − Fixed AdaCos comparison on one metric, as plain data, or None where it was not made."""
     row = differences[(differences["method"] == method) & (differences["metric"] == metric)]
     if row.empty or pd.isna(row["difference"].iloc[0]):
@@ -49,7 +49,7 @@ def counts(row: dict | None) -> bool:
     return bool(row and row["significant"] and row["margin"] is not None and abs(row["difference"]) >= row["margin"])
 
 
-def _recommendation(tuned: str | None, comparison: dict | None, alternatives: list[str]) -> tuple[str, str]:
+def recommendation_rule(tuned: str | None, comparison: dict | None, alternatives: list[str]) -> tuple[str, str]:
     """The recommendation and its reason, by the rule stated in SPEC: tune only for a gain that counts (significant
     and at least the margin); Fixed AdaCos when it is significantly better or equivalent within the margin (it costs
     no tuning); otherwise undecided. A hyperparameter-free method replaces Fixed AdaCos by the same rule."""
@@ -88,20 +88,20 @@ def recommend(run_scores: pd.DataFrame, objective: str, config: AnalysisConfig =
     loss = primary_loss(tuned_losses)
     tuned = tuned_method(loss) if loss else None
     differences = differences_to_reference(run_scores, methods, config, sample_sizes)
-    comparison = _difference_row(differences, tuned, metric)
+    comparison = difference_row(differences, tuned, metric)
 
     def test_mean(method):
         return mean_or_nan(run_scores.loc[run_scores["method"] == method, metric]) if metric in run_scores else math.nan
 
     alternatives = []
     for method in HYPERPARAMETER_FREE_LOSSES:
-        row = _difference_row(differences, method, metric)
+        row = difference_row(differences, method, metric)
         if method != REFERENCE_METHOD and counts(row) and row["favours_method"]:
             alternatives.append((test_mean(method), method))
     alternatives = [method for _, method in sorted(alternatives, reverse=True)]
-    recommendation, reason = _recommendation(tuned, comparison, alternatives)
+    recommendation, reason = recommendation_rule(tuned, comparison, alternatives)
     others = differences[(differences["method"] == tuned) & (differences["metric"] != metric)]
-    counting = [(other, row) for other, row in ((other, _difference_row(others, tuned, other))
+    counting = [(other, row) for other, row in ((other, difference_row(others, tuned, other))
                                                 for other in others["metric"]) if counts(row)]
     tuning = tuning or {}
     sources = None
@@ -170,7 +170,7 @@ def verdict_facts(objective: str, searched_losses, final, costs, differences, br
         "tuned_present": bool(tuned and (costs["method"] == tuned).any()),
         "default_method": "arcface_default", "default_test_mean": test_mean("arcface_default"),
         "default_hyperparameters": default_hyperparameters,
-        "default": _difference_row(differences, "arcface_default", metric),
+        "default": difference_row(differences, "arcface_default", metric),
         "default_diverged": int(costs.loc[costs["method"] == "arcface_default", "diverged"].sum()),
         "default_runs": int(costs.loc[costs["method"] == "arcface_default", "runs"].sum()),
         "break_even": even, "break_even_dynamic": break_even_of("dynamic_adacos"),

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from study.analysis import REFERENCE_METHOD, TEST_PREFIX, count_or_none, standard_error_from_interval
-from study.analysis.verdict import _difference_row, _recommendation
+from study.analysis.verdict import difference_row, recommendation_rule
 from study.results import read_csv, read_json, tuned_method
 from study.statistics import difference_ci
 from study.sweep.pipelines import DIFFERENCES_FILE, METRICS_FILE
@@ -31,8 +31,8 @@ def comparison_outcome(differences: pd.DataFrame, loss: str, metric: str) -> tup
     """The study's own rule (study.analysis.verdict) applied to one searched loss against Fixed AdaCos alone: its
     reason and the comparison it read. The study's verdict applies it to its primary loss, and may then name Dynamic
     AdaCos or softmax instead of Fixed AdaCos; here the question is only tuning against Fixed AdaCos."""
-    comparison = _difference_row(differences, tuned_method(loss), metric)
-    _, reason = _recommendation(tuned_method(loss), comparison, [])
+    comparison = difference_row(differences, tuned_method(loss), metric)
+    _, reason = recommendation_rule(tuned_method(loss), comparison, [])
     return reason, comparison
 
 

@@ -345,6 +345,9 @@ def method_bullets(plan: dict, rows: pd.DataFrame, seconds: dict, label: str) ->
         "show it within the margin; Fixed AdaCos better when significantly so; otherwise undecided.",
         "The slope is weighted least squares of the cells' differences on log10 C with the random-effects weights "
         "(τ² of the intercept-only fit), normal CI.",
+        "Tuners are compared at equal device-seconds per search (one repeat): each curve's trials at their mean "
+        "device-seconds, a pruned trial costing what it ran. Device-seconds are the runs' own wall seconds on their "
+        "device, so tuners compare fairly only when their cells ran on one machine under the same load.",
         f"Device-seconds trained: {fmt.seconds(seconds['trained'])} (every cell's searches and tuned runs, and the "
         f"untuned methods' runs once per configuration); {fmt.seconds(seconds['cells'])} if each cell had trained "
         f"everything itself. {len(plan['cells'])} cells, {rows['configuration'].nunique()} configurations.",

@@ -29,12 +29,13 @@ def _number(value) -> float:
 
 
 def _split_of(directory: Path) -> int:
-    """The class split one C's study ran (a sweep's studies run one each): the split<seed> folder of its prepared data."""
+    """The class split whose best trial and manifest stand for one C's study: its first (all splits of a study hold
+    the same class count)."""
     folders = sorted((Path(directory) / PREPARED_DIR).glob("split*/" + MANIFEST_NAME))
-    if len(folders) != 1:
-        raise FileNotFoundError(f"{Path(directory) / PREPARED_DIR} should hold one class split's manifest, found "
-                                f"{len(folders)}; run `dvc repro` in {directory}")
-    return int(folders[0].parent.name.removeprefix("split"))
+    if not folders:
+        raise FileNotFoundError(f"{Path(directory) / PREPARED_DIR} holds no class split's manifest; run `dvc repro` "
+                                f"in {directory}")
+    return min(int(folder.parent.name.removeprefix("split")) for folder in folders)
 
 
 def class_count_row(train_classes: int, directory: Path) -> dict:
