@@ -14,7 +14,8 @@ changes its recommendation (benchmarks/results/decisions.csv).
 
 Two designs are simulated: one split of 32 trials and 10 reference runs (the default study at 7162b85), and four
 splits of 12 trials and 2 reference runs each (the default study now). `--only coverage` or `--only decisions`
-runs one half.
+runs one part; `--only verdict` measures the verdict's own interval (tuned ArcFace − Fixed AdaCos, paired over seeds or
+over class splits) in benchmarks/results/verdict_coverage.csv.
 """
 
 import argparse
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from study.analysis.coverage import coverage_table, decision_rates
+from study.analysis.coverage import CALIBRATED_SPREAD, coverage_table, decision_rates, verdict_interval_coverage
 from study.config import AnalysisConfig
 
 WORLD = Path(__file__).resolve().parents[1] / "tests" / "data" / "coverage_world.csv"
@@ -35,11 +36,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--studies", type=int, default=500, help="simulated studies per world")
     parser.add_argument("--out", default="benchmarks/results/coverage.csv")
-    parser.add_argument("--only", choices=("coverage", "decisions"), help="run only one of the two simulations")
+    parser.add_argument("--only", choices=("coverage", "verdict", "decisions"), help="run only one of the simulations")
     args = parser.parse_args()
-    if args.only != "decisions":
+    if args.only in (None, "coverage"):
         measure_coverage(args)
-    if args.only != "coverage":
+    if args.only in (None, "verdict"):
+        measure_verdict_coverage(args)
+    if args.only in (None, "decisions"):
         measure_decisions(args)
 
 
@@ -58,6 +61,21 @@ def measure_coverage(args) -> None:
     print(f"\n{args.studies} studies per world and design: lowest coverage of the "
           f"intervals the report shows {shown['coverage'].min():.3f}, widest {shown['width_ratio'].max():.2f}× the "
           f"real spread ({time.perf_counter() - start:.0f} s); written to {args.out}")
+
+
+def measure_verdict_coverage(args) -> None:
+    """Coverage of the verdict's interval (tuned ArcFace − Fixed AdaCos), written beside args.out as verdict.csv."""
+    start = time.perf_counter()
+    seed_sd = CALIBRATED_SPREAD["tuned"]
+    designs = [("1 split × 10 seeds (7162b85)", 1, 10, 0.0), ("4 splits × 2 seeds, no split effect (now)", 4, 2, 0.0),
+               ("4 splits × 2 seeds, split sd = seed sd", 4, 2, seed_sd),
+               ("4 splits × 2 seeds, split sd = 3 × seed sd", 4, 2, 3 * seed_sd)]
+    table = verdict_interval_coverage(AnalysisConfig(), designs, studies=args.studies)
+    path = Path(args.out).with_name("verdict_coverage.csv")
+    table.to_csv(path, index=False)
+    print("\n" + table.round(4).to_string(index=False))
+    print(f"\nthe verdict's interval in {args.studies} studies per design ({time.perf_counter() - start:.0f} s); "
+          f"written to {path}")
 
 
 def measure_decisions(args) -> None:

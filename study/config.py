@@ -121,10 +121,9 @@ class DataConfig(ParamsModel):
     # Keep only this many of the source's classes (a seeded choice, nested across counts); null keeps all.
     classes: Optional[Int] = Field(None, ge=2)
 
-
     def split_seeds(self) -> tuple[int, ...]:
         """The class splits the study runs: `seeds`, or `seed` alone."""
-        return tuple(self.seeds) if self.seeds is not None else (self.seed,)
+        return self.seeds if self.seeds is not None else (self.seed,)
 
 
 class ModelConfig(ParamsModel):
@@ -350,8 +349,11 @@ def relative_margin(text: str) -> tuple[float, str]:
 
 def _valid_margin(margin: float | str) -> bool:
     if isinstance(margin, str):
-        match = _RELATIVE_MARGIN.fullmatch(margin.strip())
-        return match is not None and 0 < float(match.group(1)) and (match.group(2) == "sd" or float(match.group(1)) < 100)
+        try:
+            value, unit = relative_margin(margin)
+        except ValueError:
+            return False
+        return 0 < value and (unit == "sd" or value < 100)
     return 0 < margin < 1
 
 
@@ -478,17 +480,13 @@ class _PlainDataLoader(yaml.SafeLoader):
     def construct_plain_integer(self, node: Any) -> int:
         value = self.construct_yaml_int(node)
         if not _PLAIN_INTEGER.fullmatch(node.value):
-            raise NotPlainData(node.start_mark, f"{_Quoted(node.value)} is no plain decimal number: YAML 1.1 reads "
-                               f"it as {value} (octal, hexadecimal, binary or base 60), YAML 1.2, which DVC reads, "
-                               f"not always alike; write {value} if that is what you mean, or quote it if it is text")
+            raise _not_decimal(node, value, "octal, hexadecimal, binary or base 60", "not always alike")
         return value
 
     def construct_plain_float(self, node: Any) -> float:
         value = self.construct_yaml_float(node)
         if ":" in node.value or "_" in node.value:
-            raise NotPlainData(node.start_mark, f"{_Quoted(node.value)} is no plain decimal number: YAML 1.1 reads "
-                               f"it as {value} (base 60, or digits with _), YAML 1.2, which DVC reads, as text; write "
-                               f"{value} if that is what you mean, or quote it if it is text")
+            raise _not_decimal(node, value, "base 60, or digits with _", "as text")
         return value
 
     def construct_plain_boolean(self, node: Any) -> bool:
@@ -498,6 +496,13 @@ class _PlainDataLoader(yaml.SafeLoader):
                                "but as text in YAML 1.2, which DVC reads; write true or false, or quote it if it "
                                "is text")
         return value
+
+
+def _not_decimal(node: Any, value: int | float, yaml11_forms: str, yaml12_reading: str) -> NotPlainData:
+    """The error of a number written in a form other than plain decimal, which the two YAML versions read apart."""
+    return NotPlainData(node.start_mark, f"{_Quoted(node.value)} is no plain decimal number: YAML 1.1 reads it as "
+                        f"{value} ({yaml11_forms}), YAML 1.2, which DVC reads, {yaml12_reading}; write {value} if "
+                        "that is what you mean, or quote it if it is text")
 
 
 _PlainDataLoader.add_constructor("tag:yaml.org,2002:int", _PlainDataLoader.construct_plain_integer)

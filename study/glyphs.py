@@ -214,7 +214,7 @@ def max_glyph_classes(cache_dir: str | os.PathLike | None = None) -> int:
     character table takes seconds, and validation asks at every params change)."""
     if cache_dir is None:
         return len(_character_table())
-    path = Path(cache_dir).expanduser() / "glyphs" / f"classes-v{GENERATOR_VERSION}-{_fingerprint()}.txt"
+    path = _cache_file(cache_dir, "classes", "txt")
     try:
         return int(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):  # not counted yet, or a damaged file: count again
@@ -363,9 +363,12 @@ def _fingerprint() -> str:
 
 def cache_path(spec: GlyphSpec, cache_dir: str | os.PathLike) -> Path:
     """Where `load_glyphs` keeps `spec`'s images under `cache_dir`."""
-    name = (f"glyphs-{spec.num_classes}-{spec.instances_per_class}-{spec.image_side}"
-            f"-v{GENERATOR_VERSION}-{_fingerprint()}.npz")
-    return Path(cache_dir).expanduser() / "glyphs" / name
+    return _cache_file(cache_dir, f"glyphs-{spec.num_classes}-{spec.instances_per_class}-{spec.image_side}", "npz")
+
+
+def _cache_file(cache_dir: str | os.PathLike, stem: str, suffix: str) -> Path:
+    """A file kept under `cache_dir`, named for this generator version and install (so either change misses it)."""
+    return Path(cache_dir).expanduser() / "glyphs" / f"{stem}-v{GENERATOR_VERSION}-{_fingerprint()}.{suffix}"
 
 
 def _read_cache(path: Path, spec: GlyphSpec) -> ImageSet | None:

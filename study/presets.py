@@ -60,8 +60,15 @@ def build_preset(name: str, assignments: list[str] = (), preset_dir: Path = PRES
 def write_params(params: StudyParams, path: str | Path, origin: str) -> None:
     """params.yaml as plain YAML, headed by where it came from."""
     plain = yaml.safe_dump(_plain(params.to_dict()), sort_keys=False, default_flow_style=False)
-    Path(path).write_text(f"# Written by `study preset {origin}`; every key is documented in study/config.py.\n"
-                          + plain, encoding="utf-8")
+    Path(path).write_text(f"{_header(origin)}\n{plain}", encoding="utf-8")
+
+
+HEADER = "# Written by `study preset "
+
+
+def _header(origin: str) -> str:
+    """The first line of a params file write_params made: where it came from."""
+    return f"{HEADER}{origin}`; every key is documented in study/config.py."
 
 
 def _plain(value):
@@ -73,7 +80,6 @@ def _plain(value):
     return value
 
 
-HEADER = "# Written by `study preset "
 ABSENT = object()  # a key the file does not have
 
 
@@ -133,7 +139,7 @@ def _with_origin(text: str, origin: str) -> str:
     first, newline, rest = text.partition("\n")
     if not first.startswith(HEADER):
         return text
-    return f"{HEADER}{origin}`; every key is documented in study/config.py.{newline}{rest}"
+    return f"{_header(origin)}{newline}{rest}"
 
 
 def _patch(document: dict, target: dict, defaults: Section | None, prefix: str) -> list[str]:

@@ -161,35 +161,38 @@ def serve_runs(study: optuna.Study, params: StudyParams, sets: dict[str, ImageSe
                  identity=identity)
 
 
-def _checkpoint_candidates(trial: FrozenTrial, study_name: str, root: Path) -> tuple[Path, bytes | None, bytes | None]:
+def _find_checkpoint(trial: FrozenTrial, study_name: str, root: Path) -> tuple[bytes | None, str]:
+    """A done trial's checkpoint from this machine's store, or from the trial itself, whose SHA-256 is the one the
+    storage recorded; else None and what is wrong with it."""
+    expected = trial.user_attrs.get("checkpoint_sha256")
     local = root / CHECKPOINT_STORE / study_name / f"seed{trial.user_attrs['seed']}.pt"
+    stored = local.read_bytes() if local.is_file() else None
     shipped = trial.user_attrs.get("checkpoint_bytes")
-    return local, local.read_bytes() if local.is_file() else None, base64.b64decode(shipped) if shipped else None
+    shipped = base64.b64decode(shipped) if shipped else None
+    for data in (stored, shipped):
+        if data is not None and hashlib.sha256(data).hexdigest() == expected:
+            return data, ""
+    if stored is not None:
+        return None, (f"at {local} does not match the SHA-256 the storage recorded when its run finished (the file "
+                      "was changed since)")
+    return None, f"is missing: not at {local}" + (", and the copy in the database does not match its SHA-256"
+                                                 if shipped else "")
 
 
 def checkpoint_problem(trial: FrozenTrial, study_name: str, root: Path) -> str:
     """What is wrong with a done trial's checkpoint, found where the storage says it is ('' when it is whole)."""
-    expected = trial.user_attrs.get("checkpoint_sha256")
-    local, stored, shipped = _checkpoint_candidates(trial, study_name, root)
-    if any(data is not None and hashlib.sha256(data).hexdigest() == expected for data in (stored, shipped)):
-        return ""
-    if stored is not None:
-        return (f"at {local} does not match the SHA-256 the storage recorded when its run finished (the file was "
-                "changed since)")
-    return f"is missing: not at {local}" + (", and the copy in the database does not match its SHA-256" if shipped
-                                           else "")
+    return _find_checkpoint(trial, study_name, root)[1]
 
 
 def _checkpoint(trial: FrozenTrial, study_name: str, root: Path, stage: str) -> bytes:
     """The trial's checkpoint from this machine's store, or from the trial itself; its hash is checked either way."""
-    local, stored, shipped = _checkpoint_candidates(trial, study_name, root)
-    for data in (stored, shipped):
-        if data is not None and hashlib.sha256(data).hexdigest() == trial.user_attrs["checkpoint_sha256"]:
-            return data
+    data, problem = _find_checkpoint(trial, study_name, root)
+    if data is not None:
+        return data
     raise FileNotFoundError(
         f"the checkpoint of {study_name} seed {trial.user_attrs['seed']} (trained by {trial.user_attrs.get('worker')}) "
-        f"{checkpoint_problem(trial, study_name, root)}; run the stage again (dvc repro --force {stage}): it marks "
-        "the seed lost in the storage and trains it again")
+        f"{problem}; run the stage again (dvc repro --force {stage}): it marks the seed lost in the storage and trains "
+        "it again")
 
 
 def collect_runs(study: optuna.Study, params: StudyParams, out_dir: str | Path, root: str | Path = ".",

@@ -24,8 +24,8 @@ from study.config import SearchConfig, StudyParams
 from study.data import ImageSet
 from study.storage import create_or_load, first_attempt, load_history, save_history, set_missing_user_attrs
 from study.training import evaluate, planned_iterations, resolve_device, train
-from study.workers import (IDENTITY, INTERRUPTED, RUNNING, NotTheSameStudy, TrialCount, differences, digest, packed,
-                           run_meaning, serve, study_identity)
+from study.workers import (IDENTITY, INTERRUPTED, RUNNING, NotTheSameStudy, TrialCount, differences, digest, listed,
+                           packed, run_meaning, serve, study_identity)
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 KIND = "search"
@@ -344,7 +344,7 @@ def check_joinable(loss: str, params: StudyParams, storage, sets: dict[str, Imag
     if found:
         raise NotTheSameStudy(
             f"this worker's params give the search {name}, which the storage does not hold, and its newest {loss} "
-            f"search {newest.study_name} differs: {'; '.join(found[:6])}. If that search is the one being run, use "
+            f"search {newest.study_name} differs: {listed(found)}. If that search is the one being run, use "
             "the params.yaml and prepared data of its checkout; if these params are the new ones, start the worker "
             "once the stage has begun the new search")
 

@@ -221,8 +221,7 @@ class JournalFile(JournalFileBackend):
     def append_logs(self, logs: list[dict]) -> None:
         data = ("\n".join(json.dumps(log, separators=(",", ":")) for log in logs) + "\n").encode("utf-8")
         with get_lock_file(self._lock):
-            cut_torn_tail(Path(self._file_path))  # a packed worker killed mid-write, its lock released since
-            size = os.path.getsize(self._file_path)
+            size = cut_torn_tail(Path(self._file_path))  # a packed worker killed mid-write, its lock released since
             try:
                 with open(self._file_path, "ab") as handle:
                     handle.write(data)
@@ -267,16 +266,16 @@ def repair_journal(path: Path) -> None:
                                "those trials, or delete it to start the searches afresh") from None
 
 
-def cut_torn_tail(path: Path) -> None:
+def cut_torn_tail(path: Path) -> int:
     """Move the bytes after the journal's last line break (a torn write) into a side file, written whole before the
-    journal is cut: on a full disk the journal is left as it was."""
+    journal is cut: on a full disk the journal is left as it was. Returns the journal's size once cut."""
     size = path.stat().st_size if path.is_file() else 0
     if size == 0:
-        return
+        return 0
     with open(path, "rb") as handle:
         keep = _end_of_last_line(handle, size)
         if keep == size:
-            return
+            return size
         handle.seek(keep)
         torn = handle.read()
     side = path.with_name(f"{path.name}.torn-{int(time.time())}")
@@ -286,6 +285,7 @@ def cut_torn_tail(path: Path) -> None:
         os.fsync(handle.fileno())
     warnings.warn(f"{path}: its last line was cut off mid-write (a process was killed while writing); "
                   f"the {len(torn)} bytes were moved to {side.name}, every whole line is kept", stacklevel=2)
+    return keep
 
 
 def _end_of_last_line(handle, size: int, block: int = 1 << 16) -> int:
@@ -409,13 +409,11 @@ def storage_faults(search: SearchConfig, journal: str | Path) -> Iterator[None]:
     url = storage_url(search)
     try:
         yield
-    except StorageFault:
-        raise
-    except OSError as error:
+    except Exception as error:
         if not is_storage_fault(error):
             raise
-        raise StorageFault(masked(fault_message(error, journal), url)) from None
-    except (sqlalchemy.exc.DBAPIError, optuna.exceptions.StorageInternalError) as error:
+        if isinstance(error, OSError):
+            raise StorageFault(masked(fault_message(error, journal), url)) from None
         cause = error if isinstance(error, sqlalchemy.exc.DBAPIError) else error.__cause__
         reason = masked(str(getattr(cause, "orig", None) or cause or error), url).strip().splitlines() or ["?"]
         raise StorageFault(f"lost the study database {shown(url) if url else journal} ({reason[0]}): its finished "

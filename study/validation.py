@@ -117,8 +117,9 @@ def data_problems(params: StudyParams) -> list[str]:
         planned = planned_source(params.data)
     except DataProblem as problem:
         return [str(problem)]
+    memory = training_memory(params.train.device)  # once, however many class splits
     if planned is None:
-        return memory_problems(params, None)
+        return memory_problems(params, None, memory)
     source, image_set = planned
     problems = []
     for split in params.data.split_seeds():
@@ -128,7 +129,8 @@ def data_problems(params: StudyParams) -> list[str]:
             found = [str(problem)]
         else:
             found = (training_split_problems(splits["train"], params, source)
-                     + evaluation_split_problems(splits, params.data, source) + memory_problems(params, splits))
+                     + evaluation_split_problems(splits, params.data, source)
+                     + memory_problems(params, splits, memory))
         problems += [problem for problem in found if problem not in problems]
     return problems
 
@@ -232,17 +234,27 @@ def evaluation_split_problems(splits: dict[str, ImageSet], data: DataConfig, sou
     return problems
 
 
-def memory_problems(params: StudyParams, splits: dict[str, ImageSet] | None) -> list[str]:
-    """Sizes one run cannot hold in the training device's memory, whatever the backbone: the loss head's weights and
-    gradients (classes × embedding_size) and a batch of images at data.image_size. Lower bounds: a refusal is sure."""
+def training_memory(device_name: str) -> tuple[int, str] | None:
+    """Bytes of memory of the training device and how a problem names them; None where the device is not there or
+    its memory unknown."""
     try:
-        device = resolve_device(params.train.device)
+        device = resolve_device(device_name)
     except RuntimeError:  # said under train.device already
-        return []
+        return None
     memory = device_memory(device)
     if memory is None:
+        return None
+    return memory, f"this machine's {_size(memory)} of {'GPU ' if device.type == 'cuda' else ''}memory"
+
+
+def memory_problems(params: StudyParams, splits: dict[str, ImageSet] | None,
+                    available: tuple[int, str] | None) -> list[str]:
+    """Sizes one run cannot hold in the training device's memory (training_memory), whatever the backbone: the loss
+    head's weights and gradients (classes × embedding_size) and a batch of images at data.image_size. Lower bounds:
+    a refusal is sure."""
+    if available is None:
         return []
-    within = f"this machine's {_size(memory)} of {'GPU ' if device.type == 'cuda' else ''}memory"
+    memory, within = available
     problems, size = [], params.model.embedding_size
     classes = splits["train"].num_classes if splits else 2
     head = 2 * 4 * classes * size

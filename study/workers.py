@@ -135,7 +135,7 @@ def retire_dead_trials(study: optuna.Study) -> list[int]:
 
 # --- the same study: what a study's trials mean, recorded when it is created and checked by every worker ----------
 
-IDENTITY, IDENTITY_DIGEST = "identity", "identity_digest"
+IDENTITY = "identity"
 _DIFFERENCES_SHOWN = 6
 
 
@@ -193,12 +193,16 @@ def _flat(tree, prefix: str = "") -> dict:
     return flat
 
 
+def listed(found: list[str]) -> str:
+    """The first few of `differences`, and how many more there are."""
+    more = f"; and {len(found) - _DIFFERENCES_SHOWN} more" if len(found) > _DIFFERENCES_SHOWN else ""
+    return "; ".join(found[:_DIFFERENCES_SHOWN]) + more
+
+
 def refusal(study_name: str, found: list[str]) -> str:
     """Why a worker takes no trial of `study_name`, naming what differs, and the fix."""
-    shown = "; ".join(found[:_DIFFERENCES_SHOWN])
-    more = f"; and {len(found) - _DIFFERENCES_SHOWN} more" if len(found) > _DIFFERENCES_SHOWN else ""
     return (f"this worker's data or params are not those of the study {study_name}, so it takes none of its trials: "
-            f"{shown}{more}. Use the params.yaml of the checkout that runs the stage, prepare the data from it "
+            f"{listed(found)}. Use the params.yaml of the checkout that runs the stage, prepare the data from it "
             "(dvc repro prepare, or dvc pull), then start the worker again")
 
 
@@ -211,8 +215,6 @@ def claim_identity(study: optuna.Study, identity: dict) -> None:
             raise NotTheSameStudy(refusal(study.study_name, found))
     else:
         study.set_user_attr(IDENTITY, identity)
-    if IDENTITY_DIGEST not in held:  # the identity in ten hex digits, to compare at a glance
-        study.set_user_attr(IDENTITY_DIGEST, digest(identity))
 
 
 class NotRun(Exception):

@@ -2,12 +2,10 @@
 read from its committed files, the pooled meta-verdict, the tuners at equal device-seconds, and a tiny benchmark run
 end to end through DVC."""
 
+import hashlib
 import json
 import math
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,16 +17,17 @@ from scipy import stats
 
 from study.analysis import DIFFERENCE_COLUMNS, random_effects, recommend
 from study.analysis.comparison import differences_to_reference
-from study.benchmark import (CELL_INPUTS, aggregate_benchmark, cell_finished, cell_rows, cells_to_run,
+from study.benchmark import (CELL_INPUTS, aggregate_benchmark, cell_finished, cells_to_run,
                              difference_standard_error, load_plan, loss_sentences, pooled_table, tuner_table,
                              value_at_seconds, write_benchmark)
 from study.benchmark.cells import comparison_outcome
+from study.benchmark.report import read_cells
 from study.benchmark.pipelines import SweepError, plain_params
+from conftest import dvc_study
 from study.cli import main
 from study.config import AnalysisConfig, load_params
 from study.data import split_counts
 
-REPO = Path(__file__).resolve().parents[1]
 COPIED = ["dvc.yaml", "params.yaml", ".dvcignore", "stages", "study", "presets"]
 
 
@@ -142,24 +141,8 @@ def test_an_unknown_declaration_lists_the_shipped_ones():
 # --- the pipelines -------------------------------------------------------------------------------------------
 
 
-def study_repository(root: Path, *, init: bool = True) -> Path:
-    """The study's pipeline, params, code and presets in a git + DVC repository (or only a .dvc folder)."""
-    root.mkdir(parents=True, exist_ok=True)
-    for name in COPIED:
-        if (REPO / name).is_dir():
-            shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy(REPO / name, root / name)
-    if not init:
-        (root / ".dvc").mkdir()
-        return root
-    for command in (["git", "init", "-q"], [sys.executable, "-m", "dvc", "init", "-q"]):
-        subprocess.run(command, cwd=root, check=True, env={**os.environ, "DVC_NO_ANALYTICS": "1"})
-    return root
-
-
 def test_the_benchmark_writes_each_cells_pipeline_and_an_aggregate_reading_committed_files(tmp_path, monkeypatch):
-    root = study_repository(tmp_path / "repo", init=False)
+    root = dvc_study(tmp_path / "repo", COPIED, init=False)
     monkeypatch.chdir(root)
     plan = load_plan(declaration(tmp_path, TINY))
     benchmark = write_benchmark(plan, "bench", "reports/bench", log=lambda message: None)
@@ -200,7 +183,6 @@ def finished_cell(directory: Path, params) -> None:
     (directory / "params.yaml").write_text(yaml.safe_dump(plain))
     (directory / "reports").mkdir(exist_ok=True)
     (directory / "reports" / "metrics.json").write_text('{"verdict": {}}\n')
-    import hashlib
     digest = hashlib.md5((directory / "reports" / "metrics.json").read_bytes()).hexdigest()
     lock = {"schema": "2.0", "stages": {
         "validate": {"cmd": "python -m stages.validate", "params": {"params.yaml": plain}},
@@ -359,8 +341,7 @@ def synthetic_benchmark(root: Path) -> Path:
 
 def test_the_pooled_difference_is_random_effects_over_the_primary_cells(tmp_path):
     plan = synthetic_benchmark(tmp_path / "bench")
-    rows = pd.DataFrame([row for cell in json.loads(plan.read_text())["cells"]
-                         for row in cell_rows(cell, tmp_path / "bench" / cell["name"])])
+    rows = read_cells(json.loads(plan.read_text()), tmp_path / "bench")
     pooled = pooled_table(rows, 0.95).set_index("loss")
     primary = [cell for cell in CELLS if cell[3]]
     t2 = stats.t.ppf(0.975, 2)
@@ -388,7 +369,7 @@ def test_tuners_are_compared_at_the_budget_every_one_reached():
                           "high": [0.6, 0.7, 0.8], "seconds": [2.0, 4.0, 6.0]})
     assert value_at_seconds(curve, 3.0, "expected_test") == pytest.approx(0.55)
     assert value_at_seconds(curve, 4.0, "expected_test") == pytest.approx(0.6)
-    assert value_at_seconds(curve, 7.0, "expected_test") != value_at_seconds(curve, 7.0, "expected_test")  # NaN
+    assert math.isnan(value_at_seconds(curve, 7.0, "expected_test"))  # beyond the curve
     assert math.isnan(value_at_seconds(curve, 5.0, "low"))
 
 
@@ -415,17 +396,16 @@ def test_the_aggregate_writes_the_report_answer_and_forest_plot_first(tmp_path):
     # The TPE cell costs 3 s a trial, random search 2 s: both reached 16 s per search, TPE's curve is 0.01 higher.
     assert tuners["budget_seconds"].tolist() == [16.0, 16.0]
     assert tuners["expected_test_at_budget"].tolist() == pytest.approx([0.63, 0.55 + 0.01 * 16 / 3 + 0.01])
-    # Device-seconds: every cell's searches and own runs, Fixed AdaCos's runs once per configuration.
-    cells = pd.read_csv(tmp_path / "reports" / "benchmark" / "tables" / "cells.csv").drop_duplicates("cell")
-    shared = cells.groupby("configuration")["shared_final_seconds"].max().sum()
-    assert facts["device_seconds"]["trained"] == pytest.approx(
-        (cells["cell_seconds"] - cells["shared_final_seconds"]).sum() + shared)
+    # Device-seconds: every cell's searches and own runs, Fixed AdaCos's runs once per configuration. A cell searches
+    # 24 trials per loss (8 per split) at its seconds per trial, and each method runs 6 times (3 splits × 2 seeds) at
+    # 2 s: digits, glyphs-c50 and glyphs-c1000 (two losses, 2 s) 96 + 36 s each, glyphs-c300 48 + 24 s, digits-tpe
+    # (one loss, 3 s) 72 + 24 s; 564 s in all, of which digits-tpe's 12 s of Fixed AdaCos are digits' own runs.
+    assert facts["device_seconds"] == pytest.approx({"cells": 564.0, "trained": 552.0})
 
 
 def test_tuner_table_needs_two_tuners_of_one_configuration(tmp_path):
     plan = synthetic_benchmark(tmp_path / "bench")
-    rows = pd.DataFrame([row for cell in json.loads(plan.read_text())["cells"]
-                         for row in cell_rows(cell, tmp_path / "bench" / cell["name"])])
+    rows = read_cells(json.loads(plan.read_text()), tmp_path / "bench")
     table = tuner_table(rows[rows["configuration"] != "digits"], {})
     assert table.empty
 
@@ -448,7 +428,7 @@ def restored_stages(output: str) -> set[str]:
 def test_a_tiny_benchmark_runs_through_dvc_resumes_and_never_retrains_a_finished_cell(tmp_path, monkeypatch, capsys):
     """SLOW (a few minutes on 2 cores): `study benchmark` runs three tiny cells (digits closed with ArcFace and
     CosFace, its TPE variant, glyphs open) through `dvc repro`, then the aggregate."""
-    root = study_repository(tmp_path / "repo")
+    root = dvc_study(tmp_path / "repo", COPIED)
     plan = declaration(tmp_path, TINY)
     arguments = ["benchmark", "--plan", str(plan), "--out", "bench", "--report-dir", "reports/bench"]
     monkeypatch.chdir(root)

@@ -1,6 +1,7 @@
 """Faults: kill -9 of the search at random moments (some mid-write), of the runs stage, and of one of two workers
 sharing a database. Nothing finished is lost, no trial is trained twice, the budget is met exactly, nothing hangs."""
 
+import contextlib
 import os
 import random
 import shutil
@@ -144,34 +145,44 @@ def test_a_killed_runs_stage_keeps_its_finished_seeds(tmp_path):
         assert runs.loc[runs["seed"] == seed, "val_score"].item() == pytest.approx(printed, abs=5e-5)
 
 
-@pytest.fixture
-def database(tmp_path):
-    """A PostgreSQL server of Debian's package, started for the test, when it and psycopg are installed; else SQLite."""
-    binaries = Path("/usr/lib/postgresql")
-    versions = sorted(binaries.glob("*/bin/initdb"))
+@contextlib.contextmanager
+def postgres_server():
+    """A PostgreSQL server of Debian's package started for a test, as (its URL, a way to stop it), when it and psycopg
+    are installed; else None."""
+    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
     try:
         import psycopg  # noqa: F401
     except ImportError:
         versions = []
-    if not versions or shutil.which("runuser") is None:
-        yield f"sqlite:///{tmp_path / 'studies.db'}"
+    as_root = os.geteuid() == 0
+    if not versions or as_root and shutil.which("runuser") is None:
+        yield None
         return
     # Its own folder outside pytest's (which only root may enter): PostgreSQL refuses to run as root.
     bin_dir, folder = versions[-1].parent, Path(tempfile.mkdtemp(prefix="study-postgres-"))
-    as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    if os.geteuid() == 0:
+    as_postgres = ["runuser", "-u", "postgres", "--"] if as_root else []
+    if as_root:
         shutil.chown(folder, "postgres")
     port = str(50000 + os.getpid() % 10000)
     run = lambda *command: subprocess.run([*as_postgres, *command], check=True, capture_output=True)  # noqa: E731
     run(str(bin_dir / "initdb"), "-D", str(folder / "data"), "-A", "trust", "-U", "study")
     run(str(bin_dir / "pg_ctl"), "-D", str(folder / "data"), "-o", f"-k {folder} -p {port} -c listen_addresses=''",
         "-l", str(folder / "log"), "-w", "start")
+    stop = lambda: subprocess.run([*as_postgres, str(bin_dir / "pg_ctl"), "-D", str(folder / "data"),  # noqa: E731
+                                   "-m", "immediate", "stop"], capture_output=True)
     try:
         run(str(bin_dir / "createdb"), "-h", str(folder), "-p", port, "-U", "study", "studies")
-        yield f"postgresql+psycopg://study@/studies?host={folder}&port={port}"
+        yield f"postgresql+psycopg://study@/studies?host={folder}&port={port}", stop
     finally:
-        run(str(bin_dir / "pg_ctl"), "-D", str(folder / "data"), "-m", "immediate", "stop")
+        stop()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def database(tmp_path):
+    """A PostgreSQL server started for the test (see `postgres_server`) when one is installed; else SQLite."""
+    with postgres_server() as server:
+        yield server[0] if server else f"sqlite:///{tmp_path / 'studies.db'}"
 
 
 def test_a_killed_worker_sharing_a_database_has_its_trial_failed_and_retried(tmp_path, database, monkeypatch):

@@ -17,7 +17,7 @@ import pytest
 from PIL import Image
 from scipy import stats
 
-from study.analysis import analyse_study
+from study.analysis import analyse_study, recommend
 from study.config import StudyParams
 from study.report import verdict, verdict_sentences, write_report
 
@@ -258,6 +258,13 @@ def test_metrics_json_is_strict_small_and_holds_the_verdict(written):
     verdict_entry = metrics["verdict"]
     difference, low, high, _ = paired(FINAL_SCORES["arcface_tuned"], FINAL_SCORES["fixed_adacos"])
     assert verdict_entry["recommendation"] == "undecided" and verdict_entry["metric"] == "test_accuracy"
+    # The pipeline's verdict is recommend()'s output on the report's own run_scores table, cost and search variance
+    # included (the report computes the differences once and shares them with the verdict).
+    analysis = written[0]
+    expected = recommend(analysis.run_scores, "accuracy", PARAMS.analysis,
+                         {"cost": analysis.verdict_facts["cost"],
+                          "search_variance": analysis.verdict_facts["variance_sources"]["search"]})
+    assert json.loads(json.dumps(expected, default=str)) == verdict_entry
     compared = verdict_entry["tuned"]  # recommend()'s comparison of tuned ArcFace with Fixed AdaCos
     assert compared["margin"] == 0.005 and compared["pairs"] == 3 and compared["test"] == "paired"
     assert (compared["difference"], compared["low"], compared["high"]) == (

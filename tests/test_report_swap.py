@@ -59,8 +59,7 @@ def report_run(out_dir: Path, monkeypatch, kill_at: int | None = None, fail: boo
             monkeypatch.setattr(writer, "_write_all", write_all)
             for name in ("replace", "rename"):
                 monkeypatch.setattr(os, name, counted(getattr(os, name)))
-            if hasattr(writer, "_exchange"):
-                monkeypatch.setattr(writer, "_exchange", counted(writer._exchange))
+            monkeypatch.setattr(writer, "_exchange", counted(writer._exchange))
             try:
                 writer.write_report(None, None, {}, {}, out_dir)
             except RuntimeError:

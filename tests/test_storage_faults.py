@@ -20,7 +20,7 @@ import pytest
 import stages.validate
 from study.results import JOURNAL, TRIALS_DIR, search_dir
 from study.storage import journal_storage
-from tests.test_faults import ENVIRONMENT, study_folder
+from tests.test_faults import ENVIRONMENT, postgres_server, study_folder
 
 AS_ROOT = os.geteuid() == 0
 
@@ -189,31 +189,13 @@ def test_a_line_torn_by_a_writer_killed_mid_run_is_cut_before_the_next_append(tm
 
 
 @pytest.fixture
-def postgres(tmp_path):
+def postgres():
     """A PostgreSQL server of Debian's package for the test (psycopg and the server needed), and a way to stop it."""
     pytest.importorskip("psycopg")
-    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
-    if not versions or shutil.which("runuser") is None and AS_ROOT:
-        pytest.skip("PostgreSQL's server is not installed")
-    import tempfile
-
-    bin_dir, folder = versions[-1].parent, Path(tempfile.mkdtemp(prefix="study-postgres-"))
-    as_postgres = ["runuser", "-u", "postgres", "--"] if AS_ROOT else []
-    if AS_ROOT:
-        shutil.chown(folder, "postgres")
-    port = str(40000 + os.getpid() % 10000)
-    pg = lambda *command: subprocess.run([*as_postgres, *command], check=True, capture_output=True)  # noqa: E731
-    pg(str(bin_dir / "initdb"), "-D", str(folder / "data"), "-A", "trust", "-U", "study")
-    pg(str(bin_dir / "pg_ctl"), "-D", str(folder / "data"), "-o", f"-k {folder} -p {port} -c listen_addresses=''",
-       "-l", str(folder / "log"), "-w", "start")
-    stop = lambda: subprocess.run([*as_postgres, str(bin_dir / "pg_ctl"), "-D", str(folder / "data"),  # noqa: E731
-                                   "-m", "immediate", "stop"], capture_output=True)
-    try:
-        pg(str(bin_dir / "createdb"), "-h", str(folder), "-p", port, "-U", "study", "studies")
-        yield f"postgresql+psycopg://study@/studies?host={folder}&port={port}", stop
-    finally:
-        stop()
-        shutil.rmtree(folder, ignore_errors=True)
+    with postgres_server() as server:
+        if server is None:
+            pytest.skip("PostgreSQL's server is not installed")
+        yield server
 
 
 @pytest.mark.slow

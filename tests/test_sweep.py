@@ -17,6 +17,7 @@ import yaml
 from PIL import Image
 
 import study.report
+from conftest import dvc_study
 from study.cli import main
 from study.config import load_params
 from study.data import ImageSet, split_dataset
@@ -277,20 +278,10 @@ def test_each_cs_pipeline_is_the_repositorys_with_the_code_taken_from_the_root()
 def study_repository(root: Path, pipeline: str | None = None, *, init: bool = True) -> Path:
     """The study's pipeline, params and code (or only the dvc.yaml `pipeline`) in a git + DVC repository, or
     (`init=False`) in a folder with the .dvc folder the sweep looks for."""
-    root.mkdir(parents=True, exist_ok=True)
-    for name in (COPIED if pipeline is None else []):
-        if (REPO / name).is_dir():
-            shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy(REPO / name, root / name)
     if pipeline is not None:
+        root.mkdir(parents=True, exist_ok=True)
         (root / "dvc.yaml").write_text(pipeline)
-    if not init:
-        (root / ".dvc").mkdir()
-        return root
-    for command in (["git", "init", "-q"], [sys.executable, "-m", "dvc", "init", "-q"]):
-        subprocess.run(command, cwd=root, check=True, env={**os.environ, "DVC_NO_ANALYTICS": "1"})
-    return root
+    return dvc_study(root, COPIED if pipeline is None else [], init=init)
 
 
 def test_the_sweep_writes_every_cs_pipeline_and_the_aggregate_reading_declared_inputs(tmp_path, monkeypatch):

@@ -43,6 +43,11 @@ def reaches(values: np.ndarray, target) -> np.ndarray:
     return values >= target - tolerance
 
 
+def split_of(frame: pd.DataFrame) -> pd.Series:
+    """Each row's class split (the data seed); a table from a one-split study has none, and is split 0."""
+    return frame["split"] if "split" in frame else pd.Series(0, index=frame.index)
+
+
 def higher_is_better(metric: str) -> bool:
     """Whether a larger value of the metric (with or without the test_ prefix) is better; EER is not."""
     return metric.removeprefix(TEST_PREFIX) not in LOWER_IS_BETTER_METRICS

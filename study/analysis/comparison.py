@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from study.analysis.common import REFERENCE_METHOD, TEST_PREFIX, finite_values, higher_is_better, mean_or_nan
+from study.analysis.common import (REFERENCE_METHOD, TEST_PREFIX, finite_values, higher_is_better, mean_or_nan,
+                                   split_of)
 from study.config import AnalysisConfig, relative_margin
 from study.published import PublishedSetup
 from study.statistics import (
@@ -105,16 +106,11 @@ def margin_meaning(margin: float, metric: str, reference_scores) -> dict:
 def paired_runs(group: pd.DataFrame, reference: pd.DataFrame, metric: str) -> pd.DataFrame:
     """The runs of a method and of the reference that share a class split and a seed, both finite on `metric`."""
     keys = ["split", "seed"]
-    left = group.assign(split=_splits_of(group))[[*keys, metric]]
-    right = reference.assign(split=_splits_of(reference))[[*keys, metric]]
+    left = group.assign(split=split_of(group))[[*keys, metric]]
+    right = reference.assign(split=split_of(reference))[[*keys, metric]]
     pairs = left.merge(right, on=keys, suffixes=("", "_reference"))
     finite = np.isfinite(pairs[metric].astype(float)) & np.isfinite(pairs[f"{metric}_reference"].astype(float))
     return pairs[finite].assign(difference=lambda f: f[metric].astype(float) - f[f"{metric}_reference"].astype(float))
-
-
-def _splits_of(frame: pd.DataFrame) -> pd.Series:
-    """Each run's class split (data seed); a table from a one-split study has none, and is split 0."""
-    return frame["split"] if "split" in frame else pd.Series(0, index=frame.index)
 
 
 def _over_splits_and_seeds(pairs: pd.DataFrame, confidence: float) -> dict:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from study.analysis.tuning import (
     _over_splits,
@@ -109,9 +110,9 @@ def simulate_world(world: World, n_trials: int, n_references: int, studies: int,
         reference = _reference_over_splits([pd.DataFrame({"reported": world.references(n_references, rng)})
                                             for _ in range(splits)])
         val, test = draws[0]
-        half = (search["curve"] - _t_bounds(search["curve"], search["variance"], search["df"], confidence)[0])
-        curve_hits.append(np.abs(search["curve"] - world.truth) <= half)
-        curve_widths.append(2 * half)
+        low, high = _t_bounds(search["curve"], search["variance"], search["df"], confidence)
+        curve_hits.append((low <= world.truth) & (world.truth <= high))
+        curve_widths.append(high - low)
         estimates.append(search["curve"])
         facts = break_even_with_interval(search, reference, confidence)
         at = facts["gain_n"]
@@ -128,7 +129,7 @@ def simulate_world(world: World, n_trials: int, n_references: int, studies: int,
     rows = []
     hits, widths, estimates = np.array(curve_hits), np.array(curve_widths), np.array(estimates)
     valid = np.isfinite(widths).all(axis=0)
-    z = _t_quantile(np.inf, confidence)
+    z = stats.norm.ppf(0.5 + confidence / 2.0)
     for n in np.flatnonzero(valid) + 1:
         rows.append(_row(world, "curve", "studentised jackknife", n, hits[:, n - 1], widths[:, n - 1],
                          estimates[:, n - 1], world.truth[n - 1], z))
@@ -144,12 +145,6 @@ def simulate_world(world: World, n_trials: int, n_references: int, studies: int,
             rows.append(_row(world, "curve", "percentile bootstrap (earlier)", n, boot[:, n - 1], None, None,
                              world.truth[n - 1], z))
     return pd.DataFrame(rows).assign(trials=n_trials, splits=splits)[COVERAGE_COLUMNS]
-
-
-def _t_quantile(df, confidence: float):
-    from scipy import stats
-    with np.errstate(invalid="ignore"):
-        return stats.t.ppf(0.5 + confidence / 2.0, df)
 
 
 def _row(world: World, interval: str, method: str, n, hits: np.ndarray, widths, estimates, truth: float,
@@ -180,16 +175,50 @@ DECISION_COLUMNS = ["world", "gain", "dynamic_gain", "studies", "tune", "dynamic
 
 
 def simulated_run_scores(gain: float, dynamic_gain: float, seeds: int, rng: np.random.Generator,
-                         spread: dict = CALIBRATED_SPREAD, objective: str = "map_at_r") -> pd.DataFrame:
-    """A run_scores table of one simulated study: Fixed AdaCos, Dynamic AdaCos and tuned ArcFace at `seeds` seeds,
-    each method's runs paired with Fixed AdaCos's by seed (same initialisation and data order)."""
-    fixed = rng.normal(0.39, spread["reference"], seeds)
-    scores = {"fixed_adacos": fixed,
-              "dynamic_adacos": fixed + dynamic_gain + rng.normal(0.0, spread["dynamic"], seeds),
-              "arcface_tuned": fixed + gain + rng.normal(0.0, spread["tuned"], seeds)}
-    return pd.DataFrame([{"method": method, "seed": seed, "status": "ok", "val_score": value,
-                          f"test_{objective}": value} for method, values in scores.items()
-                         for seed, value in enumerate(values)])
+                         spread: dict = CALIBRATED_SPREAD, objective: str = "map_at_r", splits: int = 1,
+                         split_sd: float = 0.0) -> pd.DataFrame:
+    """A run_scores table of one simulated study: Fixed AdaCos, Dynamic AdaCos and tuned ArcFace at `seeds` seeds on
+    each of `splits` class splits, each method's runs paired with Fixed AdaCos's by split and seed (same
+    initialisation and data order); each split moves the tuned − Fixed AdaCos difference by N(0, split_sd²)."""
+    rows = []
+    for split in range(splits):
+        fixed = rng.normal(0.39, spread["reference"], seeds)
+        split_effect = rng.normal(0.0, split_sd) if split_sd else 0.0
+        scores = {"fixed_adacos": fixed,
+                  "dynamic_adacos": fixed + dynamic_gain + rng.normal(0.0, spread["dynamic"], seeds),
+                  "arcface_tuned": fixed + gain + split_effect + rng.normal(0.0, spread["tuned"], seeds)}
+        rows += [{"method": method, "split": split, "seed": seed, "status": "ok", "val_score": value,
+                  f"test_{objective}": value} for method, values in scores.items() for seed, value in enumerate(values)]
+    return pd.DataFrame(rows)
+
+
+VERDICT_COVERAGE_COLUMNS = ["design", "splits", "seeds", "split_sd", "studies", "coverage", "mc_error", "mean_width",
+                            "needed_width", "width_ratio"]
+
+
+def verdict_interval_coverage(config, designs, studies: int = 500, seed: int = 0) -> pd.DataFrame:
+    """Coverage of the verdict's interval for tuned ArcFace − Fixed AdaCos (paired over seeds of one split, or a t
+    interval over split means) in simulated studies whose true difference is known; `designs` holds (name, splits,
+    seeds, split_sd)."""
+    from study.analysis.verdict import recommend
+
+    z = stats.norm.ppf(0.5 + config.confidence / 2.0)
+    rows = []
+    for index, (name, splits, seeds, split_sd) in enumerate(designs):
+        rng = np.random.default_rng(seed * 1_000_003 + index)
+        hits, widths, estimates = [], [], []
+        for _ in range(studies):
+            row = recommend(simulated_run_scores(0.0, 0.0, seeds, rng, splits=splits, split_sd=split_sd), "map_at_r",
+                            config, sample_sizes=False)["tuned"]
+            hits.append(row["low"] <= 0.0 <= row["high"])
+            widths.append(row["high"] - row["low"])
+            estimates.append(row["difference"])
+        coverage, needed = float(np.mean(hits)), float(2 * z * np.std(estimates, ddof=1))
+        rows.append({"design": name, "splits": splits, "seeds": seeds, "split_sd": split_sd, "studies": studies,
+                     "coverage": coverage, "mc_error": float(np.sqrt(coverage * (1 - coverage) / studies)),
+                     "mean_width": float(np.mean(widths)), "needed_width": needed,
+                     "width_ratio": float(np.mean(widths)) / needed})
+    return pd.DataFrame(rows, columns=VERDICT_COVERAGE_COLUMNS)
 
 
 def decision_rates(config, seeds: int = 10, studies: int = 400, seed: int = 0) -> pd.DataFrame:

@@ -36,7 +36,11 @@ def _checked(estimates, standard_errors) -> tuple[np.ndarray, np.ndarray]:
 def dersimonian_laird_tau2(estimates, standard_errors) -> tuple[float, float]:
     """(τ², Q): Cochran's Q = Σ wᵢ(yᵢ − ȳ_w)² with wᵢ = 1/seᵢ², and τ² = max(0, (Q − (k − 1)) / (Σw − Σw²/Σw))
     (DerSimonian & Laird 1986). One estimate has no between-study information: τ² = 0, Q = 0."""
-    y, se = _checked(estimates, standard_errors)
+    return _dersimonian_laird(*_checked(estimates, standard_errors))
+
+
+def _dersimonian_laird(y: np.ndarray, se: np.ndarray) -> tuple[float, float]:
+    """dersimonian_laird_tau2 of inputs already checked."""
     w = 1.0 / se ** 2
     fixed = float(np.sum(w * y) / np.sum(w))
     q = float(np.sum(w * (y - fixed) ** 2))
@@ -57,7 +61,7 @@ def random_effects(estimates, standard_errors, confidence: float = 0.95) -> dict
     check_probability(confidence, "confidence")
     y, se = _checked(estimates, standard_errors)
     k = int(y.size)
-    tau2, q = dersimonian_laird_tau2(y, se)
+    tau2, q = _dersimonian_laird(y, se)
     weights = 1.0 / (se ** 2 + tau2)
     estimate = float(np.sum(weights * y) / np.sum(weights))
     standard_error = float(1.0 / math.sqrt(np.sum(weights)))
@@ -90,7 +94,7 @@ def random_effects_slope(estimates, standard_errors, covariate, confidence: floa
     nan = {"slope": math.nan, "low": math.nan, "high": math.nan, "standard_error": math.nan, "k": int(y.size)}
     if y.size < 3 or np.ptp(x) == 0:
         return nan
-    tau2, _ = dersimonian_laird_tau2(y, se)
+    tau2, _ = _dersimonian_laird(y, se)
     design = np.column_stack([np.ones_like(x), x])
     weights = 1.0 / (se ** 2 + tau2)
     information = design.T @ (weights[:, None] * design)

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from study.analysis.common import (FINISHED_STATES, TEST_PREFIX, finite_values, fixed_scale_of, is_evidence,
-                                   primary_loss, untuned_methods)
+                                   primary_loss, split_of, untuned_methods)
 from study.analysis.comparison import final_tables, run_score_table
 from study.analysis.convergence import (
     angle_dynamics,
@@ -23,7 +23,7 @@ from study.analysis.convergence import (
     final_gap_tests,
     mean_curves,
 )
-from study.analysis.tuning import _split_column, _trial_draws, reference_bands, tuning_budget
+from study.analysis.tuning import _trial_draws, reference_bands, tuning_budget
 from study.analysis.variance import search_variance
 from study.analysis.verdict import verdict_facts
 from study.config import AnalysisConfig
@@ -139,8 +139,8 @@ def _search_variance(trials: pd.DataFrame, runs: pd.DataFrame, loss: str | None,
     metric = f"{TEST_PREFIX}{objective}"
     if tuned.empty or metric not in tuned:
         return math.nan
-    seed_variance = tuned.groupby(_split_column(tuned))[metric].var(ddof=1).mean()
-    draws = [_trial_draws(part) for _, part in trials[trials["loss"] == loss].groupby(_split_column(trials))]
+    seed_variance = tuned.groupby(split_of(tuned))[metric].var(ddof=1).mean()
+    draws = [_trial_draws(part) for _, part in trials[trials["loss"] == loss].groupby(split_of(trials))]
     draws = [d for d in draws if len(d) >= 2]
     if not draws:
         return math.nan

@@ -22,6 +22,7 @@ from study.analysis.common import (
     finite_values,
     mean_or_nan,
     reaches,
+    split_of,
     untuned_methods,
 )
 from study.config import HYPERPARAMETER_FREE_LOSSES, AnalysisConfig
@@ -271,11 +272,6 @@ def estimator_description(sampler: str, repeats: int, replacement: bool, splits:
                     "not pooled"}
 
 
-def _split_column(frame: pd.DataFrame) -> pd.Series:
-    """Each row's class split (the data seed); a table from a one-split study has none, and is split 0."""
-    return frame["split"] if "split" in frame else pd.Series(0, index=frame.index)
-
-
 def _trial_draws(group: pd.DataFrame) -> pd.DataFrame:
     """A search's finished trials in run order with what selects them (val) and what a user gets (test).
 
@@ -394,14 +390,14 @@ def tuning_budget(trials: pd.DataFrame, runs: pd.DataFrame, summary: pd.DataFram
     """
     replacement = config.estimator == "with_replacement"
     repeats = int(trials["repeat"].nunique()) if len(trials) else 1
-    splits = sorted(set(_split_column(runs)) | set(_split_column(trials)))
+    splits = sorted(set(split_of(runs)) | set(split_of(trials)))
     estimator = estimator_description(sampler, repeats, replacement, len(splits))
     rows, even, references = [], [], {}
     for method in untuned_methods(runs["method"]):
         if method not in HYPERPARAMETER_FREE_LOSSES:
             continue
         group = runs[runs["method"] == method]
-        by_split = [_run_draws(part, objective) for _, part in group.groupby(_split_column(group), sort=True)]
+        by_split = [_run_draws(part, objective) for _, part in group.groupby(split_of(group), sort=True)]
         if not by_split:
             continue
         combined = _over_splits([_pooled_split(draws, replacement) for draws in by_split])
@@ -411,7 +407,7 @@ def tuning_budget(trials: pd.DataFrame, runs: pd.DataFrame, summary: pd.DataFram
 
     for row in summary.itertuples():
         group = trials[trials["loss"] == row.loss]
-        by_split = [_trial_draws(part) for _, part in group.groupby(_split_column(group), sort=True)]
+        by_split = [_trial_draws(part) for _, part in group.groupby(split_of(group), sort=True)]
         by_split = [draws for draws in by_split if not draws.empty]
         if not by_split:
             even += [{"loss": row.loss, "reference": reference, "reached": False, "max_trials": 0}

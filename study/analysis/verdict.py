@@ -82,12 +82,19 @@ def recommend(run_scores: pd.DataFrame, objective: str, config: AnalysisConfig =
     search's variance (under "search_variance") to the variance decomposition. Without `sample_sizes` the
     detectable difference and the seeds to resolve are left out (faster, for simulations; no decision changes).
     """
-    metric = f"{TEST_PREFIX}{objective}"
     methods = list(dict.fromkeys(run_scores["method"]))
-    tuned_losses = [method.removesuffix("_tuned") for method in methods if is_tuned(method)]
+    return verdict_of(differences_to_reference(run_scores, methods, config, sample_sizes), run_scores, objective,
+                      config, tuning)
+
+
+def verdict_of(differences: pd.DataFrame, run_scores: pd.DataFrame, objective: str, config: AnalysisConfig,
+               tuning: dict | None = None) -> dict:
+    """`recommend`'s verdict from the differences to Fixed AdaCos already computed on `run_scores`
+    (`differences_to_reference`): the report computes them once for its tables and its verdict."""
+    metric = f"{TEST_PREFIX}{objective}"
+    tuned_losses = [method.removesuffix("_tuned") for method in dict.fromkeys(run_scores["method"]) if is_tuned(method)]
     loss = primary_loss(tuned_losses)
     tuned = tuned_method(loss) if loss else None
-    differences = differences_to_reference(run_scores, methods, config, sample_sizes)
     comparison = difference_row(differences, tuned, metric)
 
     def test_mean(method):
@@ -161,7 +168,7 @@ def verdict_facts(objective: str, searched_losses, final, costs, differences, br
                                                "reached", "max_trials", "gain", "gain_n", "gain_at_n", "gain_low",
                                                "gain_high")}
         cost["search_seconds"] = _plain(search["seconds"].iloc[0]) if len(search) else None
-    verdict = recommend(run_scores, objective, config, {"cost": cost, "search_variance": search_variance})
+    verdict = verdict_of(differences, run_scores, objective, config, {"cost": cost, "search_variance": search_variance})
     speed_row = speed[(speed["method"] == tuned) & (speed["basis"] == "own")
                       & (speed["fraction"] == min(config.convergence_targets))]
     return verdict | {

@@ -11,11 +11,11 @@ import pandas as pd
 
 from study.analysis import REFERENCE_METHOD, TEST_PREFIX, count_or_none, standard_error_from_interval
 from study.analysis.verdict import difference_row, recommendation_rule
-from study.results import read_csv, read_json, tuned_method
+from study.results import REPORT_DIR, read_csv, read_json, tuned_method
 from study.statistics import difference_ci
 from study.sweep.pipelines import DIFFERENCES_FILE, METRICS_FILE
 
-TABLES = Path("reports/tables")
+TABLES = REPORT_DIR / "tables"
 # How each of the study's reasons reads across cells: did tuning pay, was it equivalent, was AdaCos better, or open?
 OUTCOMES = {"tuning_better_beyond_margin": "paid", "equivalent": "equivalent", "gain_within_margin": "equivalent",
             "adacos_significantly_better": "adacos_better", "gain_not_shown_relevant": "undecided",
@@ -85,9 +85,12 @@ def cell_rows(facts: dict, directory: str | Path) -> list[dict]:
         standard_error, df = (difference_standard_error(row, run_scores, method, metric, confidence) if len(table)
                               else (math.nan, math.nan))
         searched = search[search["loss"] == loss]
-        per_trial = _number(searched["seconds_per_trial"].iloc[0]) if len(searched) else math.nan
+        searched = searched.iloc[0] if len(searched) else pd.Series(dtype=object)
+        per_trial = _number(searched.get("seconds_per_trial"))
         reached = even[(even["loss"] == loss) & (even["reference"] == REFERENCE_METHOD)]
         reached = reached.iloc[0] if len(reached) else pd.Series(dtype=object)
+        trials_low = _number(count_or_none(reached.get("trials_low")))
+        trials_high = _number(count_or_none(reached.get("trials_high")))
         comparison = comparison or {}
         rows.append({
             **{key: facts[key] for key in ("configuration", "tuner", "primary", "source", "protocol",
@@ -104,18 +107,15 @@ def cell_rows(facts: dict, directory: str | Path) -> list[dict]:
             "recommendation": verdict["recommendation"] if loss == verdict.get("tuned_loss") else None,
             "break_even_reached": bool(reached.get("reached", False)),
             "break_even_trials": _number(count_or_none(reached.get("trials"))),
-            "break_even_low": _number(count_or_none(reached.get("trials_low"))),
-            "break_even_high": _number(count_or_none(reached.get("trials_high"))),
+            "break_even_low": trials_low, "break_even_high": trials_high,
             "valid_trials": _number(reached.get("valid_trials")), "max_trials": _number(reached.get("max_trials")),
             "seconds_per_trial": per_trial,
             "break_even_seconds": _number(reached.get("seconds")),
-            "break_even_seconds_low": _number(count_or_none(reached.get("trials_low"))) * per_trial,
-            "break_even_seconds_high": _number(count_or_none(reached.get("trials_high"))) * per_trial,
+            "break_even_seconds_low": trials_low * per_trial, "break_even_seconds_high": trials_high * per_trial,
             "search_gain": _number(reached.get("gain_at_n")), "search_gain_low": _number(reached.get("gain_low")),
             "search_gain_high": _number(reached.get("gain_high")),
-            "search_seconds": _number(searched["seconds"].iloc[0]) if len(searched) else math.nan,
-            "search_trials": _number(searched["trials"].iloc[0]) if len(searched) else math.nan,
-            "pruned_trials": _number(searched["pruned"].iloc[0]) if len(searched) else math.nan,
+            "search_seconds": _number(searched.get("seconds")), "search_trials": _number(searched.get("trials")),
+            "pruned_trials": _number(searched.get("pruned")),
             "tuned_test_mean": _number(metrics.get(method, {}).get(metric, {}).get("mean")),
             "reference_test_mean": _number(verdict.get("reference_test_mean")),
             "cell_seconds": cost["total"], "cell_search_seconds": cost["search"],

@@ -8,24 +8,22 @@ import hashlib
 import json
 import posixpath
 import shlex
-import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Callable, Sequence
+from typing import Sequence
 
 import yaml
 
+from study.benchmark.cells import TABLES
 from study.benchmark.plan import FULL_PLAN, QUICK_PLAN, BenchmarkPlan, load_plan
 from study.presets import write_params
-from study.results import REPORT_DIR
 from study.sweep import class_count_pipeline, module_source, reproduce
-from study.sweep.pipelines import (DIFFERENCES_FILE, METRICS_FILE, PIPELINE_FILE, Sweep, SweepError, _relative,
-                                   dvc_root)
+from study.sweep.pipelines import (DIFFERENCES_FILE, METRICS_FILE, PIPELINE_FILE, Log, Sweep, SweepError, _relative,
+                                   _stderr, pipeline_yaml, repository_locations, root_pipeline, write_generated)
 
 DEFAULT_OUT, QUICK_OUT = Path("benchmarks/cells"), Path("benchmarks/quick")
 DEFAULT_REPORT_DIR, QUICK_REPORT_DIR = Path("reports/benchmark"), Path("reports/benchmark-quick")
 PLAN_FILE = "plan.json"
-TABLES = REPORT_DIR / "tables"
 # The files of a finished cell that the aggregate reads (relative to its folder): all of them committed to git, so
 # that a fresh clone can aggregate (and resume) without the cell's training outputs.
 CELL_INPUTS = (METRICS_FILE, DIFFERENCES_FILE, TABLES / "search.csv", TABLES / "final_test.csv",
@@ -38,40 +36,10 @@ GENERATED_MARK = "# Written by `study benchmark`"
 # source link validate keeps, and a report being written. DVC ignores its own outputs in the cells' .gitignore files.
 IGNORED = ("/*/results/trials/", "/*/data/source", "/*/reports/.report-staging/")
 
-Log = Callable[[str], None]
-
-
-def _stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-class _PlainDumper(yaml.SafeDumper):
-    def ignore_aliases(self, data) -> bool:
-        """Every value written out in full, never as an &anchor."""
-        return True
-
 
 def generated_text(body: str, source: str = "") -> str:
     """A file `study benchmark` writes, headed by the mark that lets it be rewritten."""
     return f"{GENERATED_MARK}{source}; every run rewrites this file.\n{body}"
-
-
-def pipeline_yaml(pipeline: dict) -> str:
-    """A pipeline's YAML: the same pipeline always gives the same bytes, so DVC sees no change in a rewritten one."""
-    return yaml.dump(pipeline, Dumper=_PlainDumper, sort_keys=False, width=10_000, allow_unicode=True)
-
-
-def write_generated(path: Path, text: str) -> Path:
-    """Write `text` unless the file already holds it; refuse to replace a file `study benchmark` did not write."""
-    if path.is_file():
-        old = path.read_text(encoding="utf-8")
-        if old == text:
-            return path
-        if not old.startswith(GENERATED_MARK) and not (path.suffix == ".json" and path.name == PLAN_FILE):
-            raise SweepError(f"{path} exists and was not written by `study benchmark`; give another --out")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def aggregate_pipeline(plan: BenchmarkPlan, report_dir: str, code: Sequence[str], label: str, dpi: int) -> dict:
@@ -96,24 +64,12 @@ class Benchmark:
     outputs: dict[str, Path]
 
 
-def _paths(out_dir, report_dir) -> tuple[Path, Path, Path]:
-    out_dir, report_dir = Path(out_dir).resolve(), Path(report_dir).resolve()
-    repo_root = dvc_root(out_dir)
-    if out_dir == repo_root or not report_dir.is_relative_to(repo_root):
-        raise ValueError(f"--out must be a folder inside the repository {repo_root} (not its root: the benchmark "
-                         "writes its own dvc.yaml there), and so must --report-dir")
-    return repo_root, out_dir, report_dir
-
-
 def write_benchmark(plan: BenchmarkPlan, out_dir: str | Path = DEFAULT_OUT,
                     report_dir: str | Path = DEFAULT_REPORT_DIR, *, log: Log = _stderr) -> Benchmark:
     """Write every cell's params.yaml and dvc.yaml, plan.json, .gitignore and the aggregate's dvc.yaml; files whose
     contents did not change keep their bytes (DVC sees nothing new)."""
-    repo_root, out_dir, report_dir = _paths(out_dir, report_dir)
-    root_file = repo_root / PIPELINE_FILE
-    if not root_file.is_file():
-        raise SweepError(f"{root_file} is missing: every cell runs the pipeline it defines")
-    root_pipeline = yaml.safe_load(root_file.read_text(encoding="utf-8"))
+    repo_root, out_dir, report_dir = repository_locations(out_dir, report_dir, "benchmark")
+    root_file, root = root_pipeline(repo_root, "cell")
     cells = {}
     for cell in plan.cells:
         directory = out_dir / cell.name
@@ -122,16 +78,17 @@ def write_benchmark(plan: BenchmarkPlan, out_dir: str | Path = DEFAULT_OUT,
         staged = directory / ".params.yaml.new"
         write_params(cell.params, staged, cell.origin)
         write_generated_params(params_path, staged)
-        pipeline = class_count_pipeline(root_pipeline, _relative(repo_root, directory))
+        pipeline = class_count_pipeline(root, _relative(repo_root, directory))
         write_generated(directory / PIPELINE_FILE, generated_text(pipeline_yaml(pipeline),
-                                                                  f" from {_relative(root_file, directory)}"))
+                                                                  f" from {_relative(root_file, directory)}"),
+                        GENERATED_MARK)
         cells[cell.name] = directory
-    write_generated(out_dir / PLAN_FILE, plan.to_json())
-    write_generated(out_dir / ".gitignore", generated_text("\n".join(IGNORED) + "\n"))
+    write_generated(out_dir / PLAN_FILE, plan.to_json(), mark="")  # JSON has no mark: plan.json is always ours
+    write_generated(out_dir / ".gitignore", generated_text("\n".join(IGNORED) + "\n"), GENERATED_MARK)
     code = [_relative(repo_root / module_source(repo_root, module), out_dir) for module in AGGREGATE_MODULES]
     dpi = plan.cells[0].params.report.dpi
     aggregate = aggregate_pipeline(plan, _relative(report_dir, out_dir), code, _relative(out_dir, repo_root), dpi)
-    aggregate_file = write_generated(out_dir / PIPELINE_FILE, generated_text(pipeline_yaml(aggregate)))
+    aggregate_file = write_generated(out_dir / PIPELINE_FILE, generated_text(pipeline_yaml(aggregate)), GENERATED_MARK)
     log(f"{len(cells)} cells in {_relative(out_dir, repo_root)}/: {', '.join(cells)}")
     return Benchmark(repo_root, out_dir, cells, aggregate_file,
                      {name: report_dir / name for name in REPORT_OUTS})

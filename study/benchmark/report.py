@@ -278,13 +278,17 @@ def _seconds_interval(low, high) -> str:
     return f"[{fmt.seconds(low)}, {'not within the search' if fmt.missing(high) else fmt.seconds(high)}]"
 
 
+def _break_even_trials(row) -> str:
+    """A row's break-even in trials with its interval: '3 [2, 6]', or 'not within 8 [beyond 6]'."""
+    reached = f"{fmt.count(row.break_even_trials)}" if row.break_even_reached else \
+        f"not within {fmt.count(row.max_trials)}"
+    return f"{reached} {trials_interval(row.break_even_low, row.break_even_high, row.max_trials, row.valid_trials)}"
+
+
 def cells_table(rows: pd.DataFrame, links: dict[str, str]) -> pd.DataFrame:
     """One row per cell and searched loss, as the reader sees it."""
     shown = []
     for row in rows.itertuples():
-        even = (f"{fmt.count(row.break_even_trials)} " if row.break_even_reached
-                else f"not within {fmt.count(row.max_trials)} ") + trials_interval(
-            row.break_even_low, row.break_even_high, row.max_trials, row.valid_trials)
         shown.append({
             "cell": row.cell, "loss": loss_name(row.loss), "data": f"{row.source}, {row.protocol}",
             "C": f"{int(row.train_classes):,}", "splits × seeds": f"{row.splits} × {row.seeds}",
@@ -292,7 +296,7 @@ def cells_table(rows: pd.DataFrame, links: dict[str, str]) -> pd.DataFrame:
             "tuned − Fixed AdaCos [95% CI]": f"{fmt.signed(row.difference)} {fmt.interval(row.low, row.high)}",
             "SE (df)": f"{fmt.score(row.standard_error)} ({fmt.count(row.df)})",
             "detectable": fmt.score(row.detectable), "outcome": OUTCOME_WORDS.get(row.outcome, row.outcome),
-            "break-even trials [95%]": even,
+            "break-even trials [95%]": _break_even_trials(row),
             "break-even device-seconds": " ".join(filter(None, [
                 fmt.seconds(row.break_even_seconds),
                 _seconds_interval(row.break_even_seconds_low, row.break_even_seconds_high)]))
@@ -312,10 +316,7 @@ def tuners_shown(tuners: pd.DataFrame) -> pd.DataFrame:
         "selected test score at the common budget [95%]": f"{fmt.score(row.expected_test_at_budget)} "
                                                           f"{fmt.interval(row.low_at_budget, row.high_at_budget)}",
         "budget (trials it buys)": f"{fmt.seconds(row.budget_seconds)} ({row.trials_in_budget:.1f})",
-        "break-even trials [95%]": (f"{fmt.count(row.break_even_trials)} " if row.break_even_reached
-                                    else f"not within {fmt.count(row.max_trials)} ")
-                                   + trials_interval(row.break_even_low, row.break_even_high, row.max_trials,
-                                                     row.valid_trials),
+        "break-even trials [95%]": _break_even_trials(row),
         "break-even device-seconds": fmt.seconds(row.break_even_seconds) if row.break_even_reached else "—",
         "tuned − Fixed AdaCos [95% CI]": f"{fmt.signed(row.difference)} {fmt.interval(row.low, row.high)}",
         "outcome": OUTCOME_WORDS.get(row.outcome, row.outcome),
@@ -326,9 +327,8 @@ def tuners_shown(tuners: pd.DataFrame) -> pd.DataFrame:
 
 
 def read_cells(plan: dict, cells_dir: Path) -> pd.DataFrame:
-    """Every finished cell's rows (one per searched loss), with each pooled cell's weight in its loss's pool."""
-    rows = pd.DataFrame([row for cell in plan["cells"] for row in cell_rows(cell, cells_dir / cell["name"])])
-    return rows
+    """Every finished cell's rows, one per searched loss."""
+    return pd.DataFrame([row for cell in plan["cells"] for row in cell_rows(cell, cells_dir / cell["name"])])
 
 
 def method_bullets(plan: dict, rows: pd.DataFrame, seconds: dict, label: str) -> list[str]:

@@ -235,13 +235,14 @@ def _reference_break_even(analysis: StudyAnalysis, loss: str | None = None) -> p
 
 def break_even_note(analysis: StudyAnalysis) -> str:
     """What the tuning figure shows of the break-even, for its caption: a star where reached, words where not."""
-    reached = _reference_break_even(analysis)["reached"].astype(bool)
+    rows = _reference_break_even(analysis)
+    reached = rows["reached"].astype(bool)
     if reached.empty:
         return ""
     if reached.all():
         return "The star marks the break-even, its bar the interval in trials."
     if not reached.any():
-        most = int(_reference_break_even(analysis)["max_trials"].max())
+        most = int(rows["max_trials"].max())
         return (f"The break-even is not reached within {fmt.plural(most, 'trial')}: the search's panel says "
                 "\"not reached\", and there is no star.")
     return ("A star marks the break-even where a search reaches it; a search panel that does not reach it says "
@@ -344,10 +345,7 @@ def draw_tuning(analysis: StudyAnalysis, styles: dict, x: str, measured_on: str 
         figure.suptitle(f"Test {objective} of the run val selects among n")
         _label_bottom(axes, "n: trials, or seeds")
     figure.supylabel(f"expected test {objective}")
-    handles, labels = _unique_handles(axes)
-    handles.append(Patch(facecolor="#888888", alpha=0.3, edgecolor="#555555", linewidth=0.7))
-    labels.append(f"{confidence} studentised interval,\nonly where valid")
-    _legend(figure, handles, labels, spare, ncols=2)
+    _legend_with_band(figure, axes, spare, f"{confidence} studentised interval,\nonly where valid")
     return figure
 
 
@@ -358,6 +356,14 @@ def _unique_handles(axes) -> tuple[list, list]:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             entries.setdefault(label, handle)
     return list(entries.values()), list(entries)
+
+
+def _legend_with_band(figure: Figure, axes, spare, band: str) -> None:
+    """The panels' legend entries, each once, and a grey swatch that stands for every panel's band."""
+    handles, labels = _unique_handles(axes)
+    handles.append(Patch(facecolor="#888888", alpha=0.3, edgecolor="#555555", linewidth=0.7))
+    labels.append(band)
+    _legend(figure, handles, labels, spare, ncols=2)
 
 
 @readable
@@ -418,10 +424,7 @@ def draw_convergence(analysis: StudyAnalysis, styles: dict) -> Figure:
     figure.suptitle(f"Val {objective} during training, one panel per method")
     _label_bottom(axes, "iteration")
     figure.supylabel(f"val {objective}, mean over seeds")
-    handles, labels = _unique_handles(axes)
-    handles.append(Patch(facecolor="#888888", alpha=0.3, edgecolor="#555555", linewidth=0.7))
-    labels.append(f"{analysis.confidence:.0%} band over seeds")
-    _legend(figure, handles, labels, spare, ncols=2)
+    _legend_with_band(figure, axes, spare, f"{analysis.confidence:.0%} band over seeds")
     return figure
 
 
@@ -482,7 +485,7 @@ def figure_crossings(analysis: StudyAnalysis, styles: dict, path: Path, dpi: int
 def figure_angles(analysis: StudyAnalysis, styles: dict, path: Path, dpi: int) -> Path:
     """Median target angle and mean non-target cosine against iteration, one line per method, each method's markers
     at other iterations, so lines that lie on one another still show each."""
-    figure, axes = _stacked(2, sharex=True)
+    figure, axes, _ = small_multiples(2, ncols=1, panel_height=2.7, sharex=True)
     panels = [("theta_med_deg", "median target\nangle θ (degrees)", "Median angle to the own class"),
               ("cos_nontarget_mean", "mean non-target\ncosine", "Mean cosine to other classes")]
     methods = list(dict.fromkeys(analysis.angles["method"]))
@@ -500,15 +503,6 @@ def figure_angles(analysis: StudyAnalysis, styles: dict, path: Path, dpi: int) -
     axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
     _legend_below(figure, axes[0], ncols=3)
     return save_figure(figure, path, dpi)
-
-
-def _stacked(panels: int, height: float = 2.7, **subplot_options):
-    """A figure of `panels` axes one above the other, FIGURE_WIDTH wide."""
-    figure = Figure(figsize=(FIGURE_WIDTH, height * panels + 0.8), layout="constrained")
-    axes = list(figure.subplots(panels, 1, squeeze=False, **subplot_options)[:, 0])
-    for ax in axes:
-        _grid_lines(ax)
-    return figure, axes
 
 
 @readable
@@ -559,10 +553,9 @@ def figure_landscape(analysis: StudyAnalysis, params: StudyParams, path: Path, d
     low, high = robust_colour_range(complete["value"].astype(float))
     scatter = None
     for ax, loss in zip(axes, losses):
+        searched = landscape[landscape["loss"] == loss]
         for index, split in enumerate(splits):
-            trials = landscape[landscape["loss"] == loss]
-            if split is not None:
-                trials = trials[trials["split"] == split]
+            trials = searched if split is None else searched[searched["split"] == split]
             named = f", split {split}" if len(splits) > 1 else ""
             marker = SPLIT_MARKERS[index % len(SPLIT_MARKERS)]
             # Splits side by side in s (a log axis: a factor), centred on the trial's own s.

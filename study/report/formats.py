@@ -118,7 +118,7 @@ def trials_interval(low, high, max_trials, valid_trials=None) -> str:
     valid = max_trials if valid_trials is None or pd.isna(valid_trials) else int(valid_trials)
     if valid == 0:
         return "[no valid interval]"
-    if count_or_none(low) is None:
+    lower, upper = count_or_none(low), count_or_none(high)
+    if lower is None:
         return f"[beyond {valid}]"
-    upper = f"{count_or_none(high)}" if count_or_none(high) is not None else f"not within {valid}"
-    return f"[{count_or_none(low)}, {upper}]"
+    return f"[{lower}, {f'not within {valid}' if upper is None else upper}]"

@@ -159,10 +159,11 @@ def swap_in(staging: Path, out_dir: Path) -> None:
     kill) finds each part all old or all new, never missing or half; a swap killed midway is finished by the next
     call, from the plan written before the first step. Parts the new report lacks are removed."""
     plan_path = staging / SWAP_PLAN
-    if not plan_path.is_file():
+    if plan_path.is_file():  # a swap killed midway: finish it as it was planned
+        plan = json.loads(plan_path.read_text())
+    else:
         plan = {part: _inode(staging / part) for part in REPORT_PARTS}
         write_bytes(json.dumps(plan).encode(), plan_path)
-    plan = json.loads(plan_path.read_text())
     for part, inode in plan.items():
         new, old = staging / part, out_dir / part
         if inode is None:  # a part this report has not, e.g. report.html once report.html is false

@@ -182,23 +182,49 @@ class _PlainDumper(yaml.SafeDumper):
         return True
 
 
+def pipeline_yaml(pipeline: dict) -> str:
+    """A pipeline's YAML: the same pipeline always gives the same bytes, so DVC sees no change in a rewritten one."""
+    return yaml.dump(pipeline, Dumper=_PlainDumper, sort_keys=False, width=10_000, allow_unicode=True)
+
+
 def pipeline_text(pipeline: dict, source: str = "") -> str:
-    """dvc.yaml's text: the same pipeline always gives the same bytes, so DVC sees no change in a rewritten one."""
-    return GENERATED.format(source=source) + yaml.dump(pipeline, Dumper=_PlainDumper, sort_keys=False, width=10_000,
-                                                       allow_unicode=True)
+    """dvc.yaml's text, headed by the mark that lets the sweep rewrite it."""
+    return GENERATED.format(source=source) + pipeline_yaml(pipeline)
 
 
-def _write_pipeline(directory: Path, text: str) -> Path:
-    path = directory / PIPELINE_FILE
+def write_generated(path: Path, text: str, mark: str = GENERATED_MARK) -> Path:
+    """Write `text` unless the file already holds it; refuse to replace a file not headed by `mark` (one the user
+    wrote, which a rerun must not overwrite)."""
     if path.is_file():
         old = path.read_text(encoding="utf-8")
         if old == text:
             return path
-        if not old.startswith(GENERATED_MARK):
-            raise SweepError(f"{path} exists and was not written by `study sweep`; give another --out")
-    directory.mkdir(parents=True, exist_ok=True)
+        if not old.startswith(mark):
+            raise SweepError(f"{path} exists and was not written by {mark.removeprefix('# Written by ')}; "
+                             "give another --out")
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def repository_locations(out_dir: str | Path, report_dir: str | Path, runner: str = "sweep"
+                         ) -> tuple[Path, Path, Path]:
+    """(the DVC repository, `out_dir`, `report_dir`), resolved; both folders must lie inside the repository, and
+    `out_dir` must not be its root (the `runner` writes its own dvc.yaml there)."""
+    out_dir, report_dir = Path(out_dir).resolve(), Path(report_dir).resolve()
+    repo_root = dvc_root(out_dir)
+    if out_dir == repo_root or not report_dir.is_relative_to(repo_root):
+        raise ValueError(f"--out must be a folder inside the repository {repo_root} (not its root: the {runner} "
+                         "writes its own dvc.yaml there), and so must --report-dir")
+    return repo_root, out_dir, report_dir
+
+
+def root_pipeline(repo_root: Path, unit: str = "class count") -> tuple[Path, dict]:
+    """The repository's dvc.yaml, which every `unit`'s folder runs: its path and its pipeline."""
+    root_file = repo_root / PIPELINE_FILE
+    if not root_file.is_file():
+        raise SweepError(f"{root_file} is missing: every {unit} runs the pipeline it defines")
+    return root_file, yaml.safe_load(root_file.read_text(encoding="utf-8"))
 
 
 def dvc_root(path: Path) -> Path:
@@ -234,15 +260,8 @@ def write_sweep(classes: Sequence[int], preset: str = "glyphs-sweep", assignment
     template = dataset_template or default_dataset_template(base.data.dataset)
     # Every C's params first, so a bad class count stops before anything is written.
     plan = {c: class_count_params(base, c, template) for c in classes}
-    out_dir, report_dir = Path(out_dir).resolve(), Path(report_dir).resolve()
-    repo_root = dvc_root(out_dir)
-    if out_dir == repo_root or not report_dir.is_relative_to(repo_root):
-        raise ValueError(f"--out must be a folder inside the repository {repo_root} (not its root: the sweep writes "
-                         "its own dvc.yaml there), and so must --report-dir")
-    root_file = repo_root / PIPELINE_FILE
-    if not root_file.is_file():
-        raise SweepError(f"{root_file} is missing: every class count runs the pipeline it defines")
-    root_pipeline = yaml.safe_load(root_file.read_text(encoding="utf-8"))
+    repo_root, out_dir, report_dir = repository_locations(out_dir, report_dir)
+    root_file, root = root_pipeline(repo_root)
     pipelines = []
     for train_classes, params in plan.items():
         directory = class_count_dir(out_dir, train_classes)
@@ -251,14 +270,15 @@ def write_sweep(classes: Sequence[int], preset: str = "glyphs-sweep", assignment
         write_params(params, directory / "params.yaml", " ".join(
             [preset, *(f"--set {shlex.quote(a)}" for a in assignments if not a.startswith("data.dataset=")),
              f"--set {shlex.quote('data.dataset=' + params.data.dataset)}"]))
-        pipeline = class_count_pipeline(root_pipeline, _relative(repo_root, directory))
-        pipelines.append(_write_pipeline(directory, pipeline_text(pipeline, f" from {_relative(root_file, directory)}")))
+        pipeline = class_count_pipeline(root, _relative(repo_root, directory))
+        pipelines.append(write_generated(directory / PIPELINE_FILE,
+                                         pipeline_text(pipeline, f" from {_relative(root_file, directory)}")))
         log(f"C={train_classes}: data.dataset={params.data.dataset} ({params.data.protocol} protocol) in "
             f"{_relative(directory, repo_root)}/")
     code = [_relative(repo_root / module_source(repo_root, module), out_dir) for module in AGGREGATE_MODULES]
     aggregate = aggregate_pipeline(plan, _relative(report_dir, out_dir), code, _relative(out_dir, repo_root),
                                    base.report.dpi)
-    pipelines.append(_write_pipeline(out_dir, pipeline_text(aggregate)))
+    pipelines.append(write_generated(out_dir / PIPELINE_FILE, pipeline_text(aggregate)))
     return Sweep(repo_root, tuple(pipelines), {name: report_dir / name for name in REPORT_FILES})
 
 
