@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from study.analysis import (dersimonian_laird_tau2, random_effects, random_effects_slope,
-                            standard_error_from_interval)
+from study.analysis import (dersimonian_laird_tau2, equal_weight_mean, equal_weight_slope, hartung_knapp,
+                            random_effects, random_effects_slope, standard_error_from_interval)
+from study.analysis.coverage import pooled_interval_coverage
 
 Z = stats.norm.ppf(0.975)
 
@@ -174,3 +175,51 @@ def test_standard_errors_come_back_from_t_and_normal_intervals():
     assert standard_error_from_interval(-Z * 0.5, Z * 0.5) == pytest.approx(0.5)
     assert math.isnan(standard_error_from_interval(float("nan"), 1.0))
     assert math.isnan(standard_error_from_interval(0.0, 1.0, df=0))
+
+
+# --- the intervals that hold their level when the standard errors are themselves estimated -----------------------
+
+
+def test_hartung_knapp_by_hand():
+    # ȳ = 1, τ² = 2, w* = 1/3 each (as above): q = Σw*(y − μ)²/(k − 1) = (1 + 1 + 4)/3/2 = 1, so the floor is not
+    # reached: SE = √(1/Σw*) = 1 and the interval is 1 ± t_{2, .975}.
+    robust = hartung_knapp([0.0, 0.0, 3.0], [1.0, 1.0, 1.0])
+    assert robust["q"] == pytest.approx(1.0) and robust["standard_error"] == pytest.approx(1.0)
+    assert (robust["low"], robust["high"]) == pytest.approx((1.0 - 4.302652729911275, 1.0 + 4.302652729911275))
+    # Homogeneous studies: q = 0 < 1, so the floor keeps the normal-theory SE, with t on k − 1 df.
+    floored = hartung_knapp([1.0, 1.0, 1.0], [1.0, 2.0, 2.0])
+    assert floored["q"] == 0.0 and floored["standard_error"] == pytest.approx(1 / math.sqrt(1.5))
+    assert math.isnan(hartung_knapp([0.3], [0.1])["low"])
+
+
+def test_equal_weight_mean_is_the_one_sample_t_interval_and_its_prediction_interval():
+    y = np.array([0.01, -0.004, 0.02, 0.007, 0.0])
+    equal = equal_weight_mean(y)
+    assert (equal["low"], equal["high"]) == pytest.approx(tuple(stats.ttest_1samp(y, 0.0).confidence_interval()))
+    # A new draw from the same normal: (y_new − ȳ)/(s·√(1 + 1/k)) is t on k − 1 df.
+    half = stats.t.ppf(0.975, 4) * y.std(ddof=1) * math.sqrt(1.2)
+    assert (equal["prediction_low"], equal["prediction_high"]) == pytest.approx((y.mean() - half, y.mean() + half))
+    assert math.isnan(equal_weight_mean([0.2])["low"])
+
+
+def test_equal_weight_slope_by_hand():
+    # y = 1 + 2x + (+1, −2, +1) at x = 0, 1, 2: the residuals are orthogonal to (1, x), so the slope is exactly 2;
+    # SSR = 6 on 1 df, Sxx = 2: SE = √(6/2) and the interval is 2 ± t_{1, .975}·√3.
+    slope = equal_weight_slope([2.0, 1.0, 6.0], [0.0, 1.0, 2.0])
+    assert slope["slope"] == pytest.approx(2.0) and slope["standard_error"] == pytest.approx(math.sqrt(3.0))
+    assert slope["high"] - 2.0 == pytest.approx(12.706204736174698 * math.sqrt(3.0))
+    assert math.isnan(equal_weight_slope([1.0, 2.0, 3.0], [5.0, 5.0, 5.0])["slope"])
+
+
+def test_pooled_coverage_finds_the_random_effects_interval_short_where_standard_errors_are_estimated():
+    # Seven cells whose standard errors span 5×. With exact standard errors and no heterogeneity the
+    # DerSimonian–Laird CI holds 95% (so the simulation can see a correct interval); with standard errors on 2 df
+    # and τ = 2 median SEs it falls near 87%, while the equal-weight intervals hold their level.
+    se = np.geomspace(0.004, 0.02, 7)
+    exact = pooled_interval_coverage(se, [math.inf] * 7, tau_ratios=(0.0,), benchmarks=600, seed=1).iloc[0]
+    assert abs(exact["dl_coverage"] - 0.95) < 3 * exact["mc_error"]
+    noisy = pooled_interval_coverage(se, [2] * 7, np.log10([10, 10, 50, 100, 100, 300, 1000]), tau_ratios=(2.0,),
+                                     benchmarks=600, seed=2).iloc[0]
+    assert noisy["dl_coverage"] < 0.92 and noisy["equal_coverage"] >= 0.93
+    assert noisy["equal_prediction_coverage"] >= 0.93 and noisy["equal_slope_coverage"] >= 0.93
+    assert noisy["dl_width"] < noisy["equal_width"]  # the short interval is short because it is too narrow

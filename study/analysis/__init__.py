@@ -52,8 +52,13 @@ from study.analysis.convergence import (
     iterations_to_target,
 )
 from study.analysis.pooling import (
+    EQUAL_WEIGHT_METHOD,
+    HARTUNG_KNAPP_METHOD,
     RANDOM_EFFECTS_METHOD,
     dersimonian_laird_tau2,
+    equal_weight_mean,
+    equal_weight_slope,
+    hartung_knapp,
     random_effects,
     random_effects_slope,
     standard_error_from_interval,
@@ -93,7 +98,8 @@ __all__ = [
     "ANGLE_COLUMNS", "CONVERGENCE_COLUMNS", "CROSSING_COLUMNS", "SPEED_COLUMNS", "convergence_targets",
     "crossing_iteration", "crossings_table", "iterations_to_target",
     # pooling
-    "RANDOM_EFFECTS_METHOD", "dersimonian_laird_tau2", "random_effects", "random_effects_slope",
+    "EQUAL_WEIGHT_METHOD", "HARTUNG_KNAPP_METHOD", "RANDOM_EFFECTS_METHOD", "dersimonian_laird_tau2",
+    "equal_weight_mean", "equal_weight_slope", "hartung_knapp", "random_effects", "random_effects_slope",
     "standard_error_from_interval",
     # study
     "StudyAnalysis", "analyse_study",

@@ -11,6 +11,7 @@ of studies whose interval holds the truth, with its Monte Carlo error.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -248,3 +249,63 @@ def decision_rates(config, seeds: int = 10, studies: int = 400, seed: int = 0) -
                      "fixed": float(share.get("fixed_adacos", 0.0)), "undecided": float(share.get("undecided", 0.0)),
                      "changed": changed / studies if dynamic_gain else np.nan})
     return pd.DataFrame(rows, columns=DECISION_COLUMNS)
+
+
+POOLED_INTERVALS = ("dl", "hk", "equal", "prediction", "equal_prediction", "slope", "equal_slope")
+POOLED_COVERAGE_COLUMNS = ["tau_ratio", "tau", "benchmarks", "mc_error",
+                           *(f"{name}_coverage" for name in POOLED_INTERVALS),
+                           *(f"{name}_width" for name in POOLED_INTERVALS)]
+TAU_RATIOS = (0.0, 0.5, 1.0, 2.0, 4.0)
+
+
+def pooled_interval_coverage(standard_errors, degrees_of_freedom, covariate=None, *, tau_ratios=TAU_RATIOS,
+                             benchmarks: int = 1000, confidence: float = 0.95, seed: int = 0) -> pd.DataFrame:
+    """How often the pooled intervals hold the truth in benchmarks like a real one: its k cells, each with its
+    standard error (taken as the truth) estimated again on its own degrees of freedom (seᵢ·√(χ²_df/df); exact where
+    df is missing), the cells' true differences drawn around 0 with τ = ratio × the median standard error. Per τ,
+    the coverage of the pooled mean's intervals (dl: random_effects' DerSimonian–Laird normal CI; hk: hartung_knapp;
+    equal: equal_weight_mean) and of the prediction intervals for a new cell's true difference (prediction:
+    Higgins–Thompson–Spiegelhalter; equal_prediction: equal_weight_mean's) and, given the cells' covariate (e.g.
+    log10 C), of the slope's intervals around its true 0 (slope: random_effects_slope; equal_slope:
+    equal_weight_slope), with their mean widths."""
+    from study.analysis.pooling import (equal_weight_mean, equal_weight_slope, hartung_knapp, random_effects,
+                                        random_effects_slope)
+
+    sigma = np.asarray(standard_errors, dtype=float)
+    df = np.asarray(degrees_of_freedom, dtype=float)
+    if sigma.size < 3 or sigma.size != df.size or np.any(~np.isfinite(sigma)) or np.any(sigma <= 0):
+        raise ValueError("give ≥ 3 positive standard errors, each with its degrees of freedom")
+    x = np.full(sigma.size, np.nan) if covariate is None else np.asarray(covariate, dtype=float)
+    with_slope = x.size == sigma.size and np.all(np.isfinite(x)) and np.ptp(x) > 0
+    known = ~(np.isfinite(df) & (df > 0))  # a standard error without degrees of freedom is taken as exact
+    safe_df = np.where(known, 1.0, df)
+    rng = np.random.default_rng(seed)
+    rows = []
+    for ratio in tau_ratios:
+        tau = float(ratio * np.median(sigma))
+        hits = np.zeros((benchmarks, len(POOLED_INTERVALS)), dtype=bool)
+        widths = np.zeros((benchmarks, len(POOLED_INTERVALS)))
+        for index in range(benchmarks):
+            truth = rng.normal(0.0, tau, sigma.size) if tau > 0 else np.zeros(sigma.size)
+            estimates = rng.normal(truth, sigma)
+            estimated = sigma * np.sqrt(np.where(known, 1.0, rng.chisquare(safe_df) / safe_df))
+            pooled = random_effects(estimates, estimated, confidence)
+            robust = hartung_knapp(estimates, estimated, confidence)
+            equal = equal_weight_mean(estimates, confidence)
+            new_cell = rng.normal(0.0, tau) if tau > 0 else 0.0
+            slope = random_effects_slope(estimates, estimated, x, confidence) if with_slope else {"low": math.nan,
+                                                                                                  "high": math.nan}
+            plain = equal_weight_slope(estimates, x, confidence) if with_slope else slope
+            bounds = ((pooled["low"], pooled["high"], 0.0), (robust["low"], robust["high"], 0.0),
+                      (equal["low"], equal["high"], 0.0),
+                      (pooled["prediction_low"], pooled["prediction_high"], new_cell),
+                      (equal["prediction_low"], equal["prediction_high"], new_cell),
+                      (slope["low"], slope["high"], 0.0), (plain["low"], plain["high"], 0.0))
+            hits[index] = [low <= value <= high for low, high, value in bounds]
+            widths[index] = [high - low for low, high, _ in bounds]
+        rows.append({"tau_ratio": float(ratio), "tau": tau, "benchmarks": benchmarks,
+                     "mc_error": float(np.sqrt(confidence * (1 - confidence) / benchmarks)),
+                     **{f"{name}_coverage": float(value) if with_slope or "slope" not in name else math.nan
+                        for name, value in zip(POOLED_INTERVALS, hits.mean(axis=0))},
+                     **{f"{name}_width": float(value) for name, value in zip(POOLED_INTERVALS, widths.mean(axis=0))}})
+    return pd.DataFrame(rows, columns=POOLED_COVERAGE_COLUMNS)

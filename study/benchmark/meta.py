@@ -9,13 +9,24 @@ import math
 import numpy as np
 import pandas as pd
 
-from study.analysis import random_effects, random_effects_slope
+from study.analysis import equal_weight_mean, equal_weight_slope, random_effects, random_effects_slope
+from study.analysis.coverage import pooled_interval_coverage
 from study.benchmark.cells import OUTCOME_ORDER
 
+# An interval the verdict reads must hold the truth this often in simulated benchmarks of the same cells (SPEC: ≥ 93%
+# at nominal 95%); the random-effects intervals are printed as specified either way, with what they covered.
+MIN_COVERAGE = 0.93
+COVERAGE_BENCHMARKS = 1000
+
 POOLED_COLUMNS = ["loss", "metric", "configurations", "pooled_configurations", "estimate", "low", "high",
-                  "standard_error", "tau2", "i2", "prediction_low", "prediction_high", "margin",
+                  "standard_error", "tau2", "i2", "prediction_low", "prediction_high", "equal_estimate", "equal_low",
+                  "equal_high", "equal_prediction_low", "equal_prediction_high", "dl_coverage", "equal_coverage",
+                  "prediction_coverage", "equal_prediction_coverage", "judged_by", "judged_low", "judged_high",
+                  "predicted_by", "predicted_low", "predicted_high", "margin",
                   *OUTCOME_ORDER, "break_even_reached", "break_even_trials_median", "break_even_seconds_median",
-                  "search_seconds_median", "slope_per_decade", "slope_low", "slope_high", "slope_configurations",
+                  "search_seconds_median", "slope_per_decade", "slope_low", "slope_high", "equal_slope", "equal_slope_low",
+                  "equal_slope_high", "slope_coverage", "equal_slope_coverage", "slope_read_by", "slope_read",
+                  "slope_read_low", "slope_read_high", "slope_configurations",
                   "only_cell", "only_outcome"]
 TUNER_COLUMNS = ["configuration", "cell", "tuner", "sampler", "repeats", "pruner", "trials", "pruned_trials",
                  "seconds_per_trial", "budget_seconds", "trials_in_budget", "expected_test_at_budget", "low_at_budget",
@@ -35,8 +46,31 @@ def _median(values) -> float:
     return float(np.median(values)) if values.size else math.nan
 
 
-def pooled_loss(rows: pd.DataFrame, confidence: float) -> dict:
-    """One loss's meta-verdict numbers from its cells' rows (one per configuration's primary cell)."""
+def pooling_coverage(pooled_rows: pd.DataFrame, confidence: float) -> pd.DataFrame | None:
+    """The pooled intervals' coverage in simulated benchmarks of these cells (their standard errors, each estimated
+    again on its own df); None below 3 cells."""
+    if len(pooled_rows) < 3:
+        return None
+    return pooled_interval_coverage(pooled_rows["standard_error"], pooled_rows["df"], _log_classes(pooled_rows),
+                                    benchmarks=COVERAGE_BENCHMARKS, confidence=confidence, seed=0)
+
+
+def _log_classes(rows: pd.DataFrame) -> np.ndarray:
+    return np.log10(rows["train_classes"].astype(float).to_numpy())
+
+
+def _read_by(facts: dict, candidates: tuple[tuple[str, str, str, str], ...]) -> tuple[str, float, float]:
+    """The first candidate interval (name, low key, high key, coverage key) whose worst simulated coverage reaches
+    MIN_COVERAGE: ('', NaN, NaN) when none does."""
+    for name, low, high, coverage in candidates:
+        if facts.get(coverage, math.nan) >= MIN_COVERAGE and math.isfinite(facts.get(low, math.nan)):
+            return name, facts[low], facts[high]
+    return "", math.nan, math.nan
+
+
+def pooled_loss(rows: pd.DataFrame, confidence: float) -> tuple[dict, pd.DataFrame | None]:
+    """One loss's meta-verdict numbers from its cells' rows (one per configuration's primary cell), and the
+    simulated coverage of its pooled intervals."""
     primary = rows[rows["primary"].astype(bool)]
     pooled_rows = rows[poolable(rows)]
     outcome = {name: int((primary["outcome"] == name).sum()) for name in OUTCOME_ORDER}
@@ -46,6 +80,7 @@ def pooled_loss(rows: pd.DataFrame, confidence: float) -> dict:
              "break_even_reached": len(reached), "break_even_trials_median": _median(reached["break_even_trials"]),
              "break_even_seconds_median": _median(reached["break_even_seconds"]),
              "search_seconds_median": _median(primary["search_seconds"])}
+    coverage = pooling_coverage(pooled_rows, confidence)
     if len(pooled_rows) == 1:  # nothing to pool: the one study's own interval and verdict stand
         only = pooled_rows.iloc[0]
         facts.update({"estimate": only["difference"], "low": only["low"], "high": only["high"],
@@ -55,18 +90,48 @@ def pooled_loss(rows: pd.DataFrame, confidence: float) -> dict:
         pooled = random_effects(pooled_rows["difference"], pooled_rows["standard_error"], confidence)
         facts.update({key: pooled[key] for key in ("estimate", "low", "high", "standard_error", "tau2", "i2",
                                                    "prediction_low", "prediction_high")})
+        equal = equal_weight_mean(pooled_rows["difference"], confidence)
+        facts.update({f"equal_{key}": equal[key] for key in ("estimate", "low", "high", "prediction_low",
+                                                             "prediction_high")})
+        if coverage is not None:
+            facts.update({f"{name}_coverage": float(coverage[f"{name}_coverage"].min())
+                          for name in ("dl", "equal", "prediction", "equal_prediction", "slope", "equal_slope")})
+        facts["judged_by"], facts["judged_low"], facts["judged_high"] = _read_by(facts, (
+            ("random effects", "low", "high", "dl_coverage"), ("equal weights", "equal_low", "equal_high",
+                                                               "equal_coverage")))
+        facts["predicted_by"], facts["predicted_low"], facts["predicted_high"] = _read_by(facts, (
+            ("random effects", "prediction_low", "prediction_high", "prediction_coverage"),
+            ("equal weights", "equal_prediction_low", "equal_prediction_high", "equal_prediction_coverage")))
         slope = random_effects_slope(pooled_rows["difference"], pooled_rows["standard_error"],
-                                     np.log10(pooled_rows["train_classes"].astype(float)), confidence)
+                                     _log_classes(pooled_rows), confidence)
+        plain = equal_weight_slope(pooled_rows["difference"], _log_classes(pooled_rows), confidence)
         facts.update({"slope_per_decade": slope["slope"], "slope_low": slope["low"], "slope_high": slope["high"],
+                      "equal_slope": plain["slope"], "equal_slope_low": plain["low"],
+                      "equal_slope_high": plain["high"],
                       "slope_configurations": int(pooled_rows["train_classes"].nunique())})
-    return facts
+        facts["slope_read_by"], low, high = _read_by(facts, (
+            ("random effects", "slope_low", "slope_high", "slope_coverage"),
+            ("equal weights", "equal_slope_low", "equal_slope_high", "equal_slope_coverage")))
+        facts["slope_read"] = facts["slope_per_decade"] if facts["slope_read_by"] == "random effects" \
+            else facts["equal_slope"]
+        facts["slope_read_low"], facts["slope_read_high"] = low, high
+    return facts, coverage
 
 
-def pooled_table(rows: pd.DataFrame, confidence: float) -> pd.DataFrame:
-    """POOLED_COLUMNS, one row per searched loss (ArcFace first, then in the order the cells searched them)."""
+def pooled_table(rows: pd.DataFrame, confidence: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """POOLED_COLUMNS, one row per searched loss (ArcFace first, then in the order the cells searched them), and the
+    simulated coverage of each loss's pooled intervals (a `loss` column beside pooled_interval_coverage's)."""
     losses = list(dict.fromkeys(["arcface", *rows["loss"]]))
-    table = [pooled_loss(rows[rows["loss"] == loss], confidence) for loss in losses if (rows["loss"] == loss).any()]
-    return pd.DataFrame(table).reindex(columns=POOLED_COLUMNS)
+    table, coverages = [], []
+    for loss in losses:
+        if not (rows["loss"] == loss).any():
+            continue
+        facts, coverage = pooled_loss(rows[rows["loss"] == loss], confidence)
+        table.append(facts)
+        if coverage is not None:
+            coverages.append(coverage.assign(loss=loss))
+    coverage = pd.concat(coverages, ignore_index=True) if coverages else pd.DataFrame(columns=["loss"])
+    return pd.DataFrame(table).reindex(columns=POOLED_COLUMNS), coverage
 
 
 def pooled_weights(rows: pd.DataFrame, confidence: float) -> pd.Series:

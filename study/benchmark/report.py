@@ -11,11 +11,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.patches import Polygon
+from matplotlib.ticker import MaxNLocator
 
 import study.report.formats as fmt
-from study.analysis import RANDOM_EFFECTS_METHOD
+from study.analysis import EQUAL_WEIGHT_METHOD, RANDOM_EFFECTS_METHOD
 from study.benchmark.cells import cell_rows, tuning_curve
-from study.benchmark.meta import benchmark_seconds, pooled_table, pooled_weights, tuner_table
+from study.benchmark.meta import (COVERAGE_BENCHMARKS, MIN_COVERAGE, benchmark_seconds, pooled_table, pooled_weights,
+                                  tuner_table)
 from study.report import (Bullets, FigureRef, Section, Table, loss_name, metric_name, new_figure, render_html,
                           render_markdown, save_figure, trials_interval)
 from study.results import REPORT_DIR, write_csv, write_json
@@ -35,9 +37,11 @@ def tuner_label(sampler: str, repeats: int, pruner: str) -> str:
 
 
 def _judgement(facts: dict) -> str:
-    """What the pooled interval says against zero and the equivalence margin, by the study's significant-and-relevant
-    rule applied to the pooled mean."""
-    low, high, estimate, margin = facts["low"], facts["high"], facts["estimate"], facts["margin"]
+    """What the interval the verdict reads (judged_low/high: the pooled mean's interval that covered in simulation)
+    says against zero and the equivalence margin, by the study's significant-and-relevant rule."""
+    low, high, estimate, margin = facts["judged_low"], facts["judged_high"], facts["estimate"], facts["margin"]
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return "no pooled interval held its level in simulated benchmarks of these cells, so the average is not judged"
     significant = low > 0 or high < 0
     relevant = math.isfinite(margin) and abs(estimate) >= margin
     margin_text = f"±{margin:.4g}" if math.isfinite(margin) else "the margin"
@@ -50,6 +54,65 @@ def _judgement(facts: dict) -> str:
         return (f"on average {'tuned' if estimate > 0 else 'Fixed AdaCos'} is better, by less than the "
                 f"{margin_text} margin")
     return f"the average is not resolved: its interval covers zero and reaches beyond {margin_text}"
+
+
+def _coverage_clause(facts: dict, key: str) -> str:
+    """'covered 87%' (the worst simulated coverage of one interval), or '' where it was not simulated."""
+    value = facts.get(key, math.nan)
+    return "" if fmt.missing(value) else f"covered {_share(value)}"
+
+
+def _pooled_sentence(facts: dict, name: str, metric: str, pooled: int, left_out: str) -> str:
+    """The pooled mean: random effects as specified, what its interval covered in simulation, and the interval the
+    verdict reads when it is another one."""
+    dl_coverage = _coverage_clause(facts, "dl_coverage")
+    text = (f"**{name}**: over {pooled} configurations{left_out}, tuned {name} − Fixed AdaCos on test {metric} pools "
+            f"to {fmt.signed(facts['estimate'])} (random effects: 95% CI {fmt.interval(facts['low'], facts['high'])}"
+            + (f", which {dl_coverage} in simulated benchmarks of these cells" if dl_coverage else "")
+            + f"; τ² = {facts['tau2']:.2g}, I² = {_share(facts['i2'])})")
+    if facts.get("judged_by") == "equal weights":
+        text += (f"; the configurations' plain mean {fmt.signed(facts['equal_estimate'])} "
+                 f"{fmt.interval(facts['equal_low'], facts['equal_high'])} "
+                 f"({_coverage_clause(facts, 'equal_coverage')}) is the interval read here")
+    return text + f": {_judgement(facts)}."
+
+
+def _prediction_sentence(facts: dict) -> str:
+    """What a new data set should expect: the interval that covered in simulation, HTS's beside it."""
+    if not math.isfinite(facts.get("prediction_low", math.nan)):
+        return "A prediction interval for a new data set needs at least 3 configurations."
+    hts = (f"{fmt.interval(facts['prediction_low'], facts['prediction_high'])} (95% Higgins–Thompson–Spiegelhalter "
+           f"prediction interval" + (f"; it {_coverage_clause(facts, 'prediction_coverage')}" if
+                                     _coverage_clause(facts, 'prediction_coverage') else "") + ")")
+    by = facts.get("predicted_by")
+    if not by:
+        return (f"On a new data set the difference is hard to predict: {hts}, and no prediction interval held its "
+                "level in simulated benchmarks of these cells.")
+    low, high = facts["predicted_low"], facts["predicted_high"]
+    spans = "; it spans zero, so there it could go either way" if low < 0 < high else ""
+    if by == "random effects":
+        return f"On a new data set, expect a difference in {hts}{spans}."
+    return (f"On a new data set, expect a difference in {fmt.interval(low, high)} (95% prediction interval from the "
+            f"configurations' spread, which {_coverage_clause(facts, 'equal_prediction_coverage')}"
+            f"{spans}); the random-effects one is {hts}.")
+
+
+def _slope_sentence(facts: dict) -> str:
+    """How the difference moves per tenfold C, by the slope whose interval covered in simulation."""
+    classes = f"over {int(facts['slope_configurations'])} class counts"
+    weighted = (f"{fmt.signed(facts['slope_per_decade'])} {fmt.interval(facts['slope_low'], facts['slope_high'])} "
+                "with random-effects weights" + (f", which {_coverage_clause(facts, 'slope_coverage')}"
+                                                 if _coverage_clause(facts, "slope_coverage") else ""))
+    by = facts.get("slope_read_by")
+    if not by:
+        return f"Per tenfold C the difference moves by {weighted}; no slope interval held its level, so it is not read."
+    resolved = facts["slope_read_low"] > 0 or facts["slope_read_high"] < 0
+    verdict = "" if resolved else "; not resolved"
+    if by == "random effects":
+        return f"Per tenfold C the difference moves by {weighted} ({classes}{verdict})."
+    return (f"Per tenfold C the difference moves by {fmt.signed(facts['slope_read'])} "
+            f"{fmt.interval(facts['slope_read_low'], facts['slope_read_high'])} (every configuration weighted alike, "
+            f"{_coverage_clause(facts, 'equal_slope_coverage')}, {classes}{verdict}; {weighted}).")
 
 
 def loss_sentences(facts: dict) -> str:
@@ -67,17 +130,7 @@ def loss_sentences(facts: dict) -> str:
                 f"pooled: tuned {name} − Fixed AdaCos on test {metric} is {fmt.signed(facts['estimate'])} "
                 f"({fmt.interval(facts['low'], facts['high'])}, its study's own 95% interval); by its study's own "
                 f"rule: {OUTCOME_WORDS[facts['only_outcome']]}.")
-    sentences = [
-        f"**{name}**: over {pooled} configurations{left_out}, tuned {name} − Fixed AdaCos on test {metric} pools to "
-        f"{fmt.signed(facts['estimate'])} (95% CI {fmt.interval(facts['low'], facts['high'])}, random effects; "
-        f"τ² = {facts['tau2']:.2g}, I² = {_share(facts['i2'])}): {_judgement(facts)}."]
-    if math.isfinite(facts["prediction_low"]):
-        spans = facts["prediction_low"] < 0 < facts["prediction_high"]
-        sentences.append(f"On a new data set, expect a difference in "
-                         f"{fmt.interval(facts['prediction_low'], facts['prediction_high'])} (95% prediction "
-                         f"interval{'; it spans zero, so there it could go either way' if spans else ''}).")
-    else:
-        sentences.append("A prediction interval for a new data set needs at least 3 configurations.")
+    sentences = [_pooled_sentence(facts, name, metric, pooled, left_out), _prediction_sentence(facts)]
     counts = {key: int(facts[key]) for key in ("paid", "equivalent", "adacos_better", "undecided")}
     sentences.append(f"By each study's own rule, tuning paid on {counts['paid']} of {configurations} "
                      f"configurations, was equivalent on {counts['equivalent']}, Fixed AdaCos was better on "
@@ -91,11 +144,7 @@ def loss_sentences(facts: dict) -> str:
         sentences.append(f"The trial val selects never reached one Fixed AdaCos run's mean test score within the "
                          f"search, on any of the {configurations} configurations.")
     if math.isfinite(facts.get("slope_per_decade", math.nan)):
-        resolved = facts["slope_low"] > 0 or facts["slope_high"] < 0
-        sentences.append(f"Per tenfold C the difference moves by {fmt.signed(facts['slope_per_decade'])} (95% CI "
-                         f"{fmt.interval(facts['slope_low'], facts['slope_high'])} over "
-                         f"{int(facts['slope_configurations'])} class counts"
-                         + ("" if resolved else "; not resolved") + ").")
+        sentences.append(_slope_sentence(facts))
     return " ".join(sentences)
 
 
@@ -162,11 +211,24 @@ def _forest_limits(rows: pd.DataFrame, facts: dict) -> tuple[float, float]:
     return max(low, core.min() - 1.5 * span), min(high, core.max() + 1.5 * span)
 
 
+def _forest_read(facts: dict) -> tuple[dict, str, str]:
+    """The pooled mean and prediction interval the forest plot draws: those the verdict reads (which held their level
+    in simulation), else the random-effects ones as specified; with their rows' labels naming the method."""
+    shown = dict(facts)
+    by, predicted_by = facts.get("judged_by") or "", facts.get("predicted_by") or ""
+    if by == "equal weights":
+        shown.update(estimate=facts["equal_estimate"], low=facts["judged_low"], high=facts["judged_high"])
+    if predicted_by == "equal weights":
+        shown.update(prediction_low=facts["predicted_low"], prediction_high=facts["predicted_high"])
+    return (shown, f"pooled ({by or 'random effects'})", f"new data set ({predicted_by or 'random effects'})")
+
+
 def figure_forest(rows: pd.DataFrame, weights: pd.Series, facts: dict, path: Path, dpi: int) -> Path:
     """Cells as rows (each its study's own interval, the square sized by its weight in the pool), the pooled diamond
     and the prediction interval at the bottom, zero and the equivalence margin marked."""
     rows = rows.sort_values(["train_classes", "configuration"]).reset_index()
     count = len(rows)
+    facts, pooled_label, predicted_label = _forest_read(facts)
     figure, axes = new_figure(size=(6.2, 1.9 + 0.42 * (count + 2)))
     ax = axes[0]
     left, right = _forest_limits(rows, facts)
@@ -199,9 +261,10 @@ def figure_forest(rows: pd.DataFrame, weights: pd.Series, facts: dict, path: Pat
                 if left <= value <= right:
                     ax.plot(value, 0.0, mark, color="C3", markersize=12)
     ticks = [*positions, 1.0, 0.0]
-    ax.set_yticks(ticks, labels=[*labels, "pooled (random effects)", "new data set (prediction)"])
+    ax.set_yticks(ticks, labels=[*labels, pooled_label, predicted_label])
     ax.set_ylim(-0.8, positions.max() + 0.8 if count else 2.0)
     ax.set_xlim(left, right)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=4, steps=[1, 2, 5, 10]))  # wide signed ticks overlap beyond 5
     numbers = ax.twinx()  # each row's numbers on the right, as a forest plot's reader expects them
     numbers.set_ylim(ax.get_ylim())
     numbers.set_yticks(ticks, labels=[*(f"{fmt.signed(row.difference)} {fmt.interval(row.low, row.high)}"
@@ -249,24 +312,42 @@ def figure_tuners(tuners: pd.DataFrame, curves: dict[str, pd.DataFrame], path: P
 # --- tables ----------------------------------------------------------------------------------------------
 
 
+def _covered(interval: str, coverage) -> str:
+    """'[a, b], covered 88%' (the interval with its worst simulated coverage)."""
+    return interval if fmt.missing(coverage) else f"{interval}, covered {_share(coverage)}"
+
+
+def _read(estimate, low, high, by: str) -> str:
+    """The interval the verdict reads, with the method that gave it; '—' where none held its level."""
+    return f"{fmt.signed(estimate)} {fmt.interval(low, high)} ({by})" if by else "— (none held its level)"
+
+
 def cost_table(pooled: pd.DataFrame) -> pd.DataFrame:
-    """"Tuning cost per loss", as the reader sees it."""
+    """"Tuning cost per loss", as the reader sees it: the random-effects numbers as specified, each with its simulated
+    coverage, and the intervals the verdict reads."""
     shown = []
     for row in pooled.itertuples():
+        equal = row.judged_by == "equal weights"
         shown.append({
             "loss": loss_name(row.loss),
             "configurations": f"{row.configurations}" + (" (nothing pooled)" if row.pooled_configurations < 2 else ""),
-            "pooled tuned − Fixed AdaCos [95% CI]": f"{fmt.signed(row.estimate)} {fmt.interval(row.low, row.high)}",
-            "τ²": "n/a" if fmt.missing(row.tau2) else f"{row.tau2:.2g}", "I²": _share(row.i2),
-            "new data set: 95% prediction interval": fmt.interval(row.prediction_low, row.prediction_high),
+            "random effects: tuned − Fixed AdaCos [95% CI]": _covered(
+                f"{fmt.signed(row.estimate)} {fmt.interval(row.low, row.high)}", row.dl_coverage),
+            "τ², I²": ("n/a" if fmt.missing(row.tau2) else f"{row.tau2:.2g}") + f", {_share(row.i2)}",
+            "mean read [95%]": _read(row.equal_estimate if equal else row.estimate, row.judged_low, row.judged_high,
+                                     row.judged_by) if row.pooled_configurations >= 2 else "—",
+            "new data set: HTS 95% prediction interval": _covered(
+                fmt.interval(row.prediction_low, row.prediction_high), row.prediction_coverage),
+            "prediction read [95%]": (f"{fmt.interval(row.predicted_low, row.predicted_high)} ({row.predicted_by})"
+                                      if row.predicted_by else "—"),
             "paid / equivalent / AdaCos better / undecided":
                 f"{row.paid} / {row.equivalent} / {row.adacos_better} / {row.undecided}",
             "break-even reached": f"{row.break_even_reached} of {row.configurations}",
             "median break-even": (f"{fmt.count(row.break_even_trials_median)} trials, "
                                   f"{fmt.seconds(row.break_even_seconds_median)}") if row.break_even_reached else "—",
             "median search device-seconds": fmt.seconds(row.search_seconds_median),
-            "slope per tenfold C [95% CI]": f"{fmt.signed(row.slope_per_decade)} "
-                                            f"{fmt.interval(row.slope_low, row.slope_high)}",
+            "slope per tenfold C read [95%]": _read(row.slope_read, row.slope_read_low, row.slope_read_high,
+                                                    row.slope_read_by) if row.slope_read_by else "—",
         })
     return pd.DataFrame(shown)
 
@@ -340,11 +421,18 @@ def method_bullets(plan: dict, rows: pd.DataFrame, seconds: dict, label: str) ->
         "its own interval: over its class splits (t on splits − 1 df), paired by seed (t on pairs − 1 df), or "
         "recomputed by Welch; few splits give a standard error of few degrees of freedom, which the pooling treats "
         "as known.",
+        f"Coverage, checked before anything is read: {COVERAGE_BENCHMARKS:,} simulated benchmarks per τ (0 to 4 "
+        "times the median standard error) with these very cells, each standard error drawn again on its own degrees "
+        "of freedom (`study.analysis.coverage.pooled_interval_coverage`; tables/pooled_coverage.csv). The verdict "
+        f"reads the random-effects interval where its worst coverage reaches {MIN_COVERAGE:.0%}, else the "
+        f"equal-weight one ({EQUAL_WEIGHT_METHOD}; prediction ȳ ± t·s·√(1 + 1/k); slope by ordinary least squares, "
+        "t on k − 2), where that one does; otherwise it judges nothing. Hartung–Knapp is simulated beside them "
+        "(hk_coverage).",
         "Outcomes are each study's own rule (study.analysis.verdict) for that loss against Fixed AdaCos: tuning paid "
         "when tuned is significantly better by at least the equivalence margin; equivalent when two one-sided tests "
         "show it within the margin; Fixed AdaCos better when significantly so; otherwise undecided.",
-        "The slope is weighted least squares of the cells' differences on log10 C with the random-effects weights "
-        "(τ² of the intercept-only fit), normal CI.",
+        "The random-effects slope is weighted least squares of the cells' differences on log10 C with the "
+        "random-effects weights (τ² of the intercept-only fit), normal CI.",
         "Tuners are compared at equal device-seconds per search (one repeat): each curve's trials at their mean "
         "device-seconds, a pruned trial costing what it ran. Device-seconds are the runs' own wall seconds on their "
         "device, so tuners compare fairly only when their cells ran on one machine under the same load.",
@@ -364,15 +452,17 @@ def aggregate_benchmark(plan_path: str | Path, report_dir: str | Path, *, label:
     rows = read_cells(plan, cells_dir)
     confidence = float(rows["confidence"].iloc[0])  # each cell's own (analysis.confidence)
     rows["weight"] = pooled_weights(rows, confidence)
-    pooled = pooled_table(rows, confidence)
+    pooled, coverage = pooled_table(rows, confidence)
     tuner_cells = rows[rows["loss"] == "arcface"]
     curves = {cell: tuning_curve(cells_dir / cell, "arcface") for cell in tuner_cells["cell"]}
     tuners = tuner_table(rows, curves)
     seconds = benchmark_seconds(rows)
     (report_dir / "tables").mkdir(parents=True, exist_ok=True)
-    written = {name: report_dir / "tables" / f"{name}.csv" for name in ("cells", "pooled", "tuners")}
+    written = {name: report_dir / "tables" / f"{name}.csv" for name in ("cells", "pooled", "tuners",
+                                                                                  "pooled_coverage")}
     write_csv(rows, written["cells"])
     write_csv(pooled, written["pooled"])
+    write_csv(coverage, written["pooled_coverage"])
     write_csv(tuners, written["tuners"])
     figures = {}
     for facts in pooled.to_dict("records"):
@@ -426,5 +516,7 @@ def report_sections(plan: dict, rows: pd.DataFrame, pooled: pd.DataFrame, tuners
 
 def _forest_caption(facts: dict, metric: str) -> str:
     return (f"{loss_name(facts['loss'])}: tuned − Fixed AdaCos on test {metric} per configuration (each its study's "
-            "own 95% interval; filled squares, sized by weight, enter the pool), the pooled mean's 95% CI (diamond) "
-            "and the 95% prediction interval for a new data set (bar); grey: the equivalence margin.")
+            "own 95% interval; filled squares, sized by their random-effects weight, enter the pool), the pooled "
+            "mean's 95% CI (diamond) and the 95% prediction interval for a new data set (bar), each by the method that "
+            "held its level in simulated benchmarks of these cells (named on its row; the random-effects numbers "
+            "are in the table); grey: the equivalence margin.")
