@@ -334,7 +334,8 @@ def synthetic_benchmark(root: Path) -> Path:
         facts.append({"name": name, "configuration": configuration, "tuner": tuner, "primary": primary,
                       "source": "glyphs", "protocol": "open", "train_classes": classes, "losses": losses,
                       "sampler": "tpe" if tuner == "tpe" else "random", "repeats": 4 if tuner == "tpe" else 1,
-                      "pruner": "none", "n_trials": 8, "splits": [0, 1, 2], "seeds": [0, 1]})
+                      "pruner": "none", "n_trials": 8, "splits": [0, 1, 2], "seeds": [0, 1],
+                      "model": "cnn", "epochs": 3 if classes < 1000 else 5})
     (root / "plan.json").write_text(json.dumps({"title": "A synthetic benchmark", "cells": facts}))
     return root / "plan.json"
 
@@ -389,6 +390,10 @@ def test_the_aggregate_writes_the_report_answer_and_forest_plot_first(tmp_path):
     assert markdown.index("**ArcFace**", answer) < markdown.index("](figures/forest_arcface.png)") \
         < markdown.index("Tuning cost per loss") < markdown.index("## Other losses")
     assert "](figures/forest_cosface.png)" in markdown and "## Tuners at equal device-seconds" in markdown
+    # How far it carries, from the plan's primary cells (the TPE cell is not a configuration of its own).
+    assert ("How far this carries: 4 configurations from 1 source (glyphs), the open protocol, C = 10–1,000 "
+            "training classes; 3 class splits × 2 seeds per cell, searches of 8 trials per split, one model (cnn) "
+            "trained 3–5 epochs.") in markdown
     assert "[report](../../bench/digits/reports/report.md)" in markdown
     html = written["report.html"].read_text()
     assert "data:image/png;base64," in html and 'src="figures/' not in html

@@ -486,6 +486,31 @@ def aggregate_benchmark(plan_path: str | Path, report_dir: str | Path, *, label:
     return written | {f"figure {name}": path for name, path in figures.items()}
 
 
+def _span(values) -> str:
+    """'4' or '4–6' (the range of a few integers)."""
+    low, high = min(values), max(values)
+    return f"{low:,}" if low == high else f"{low:,}–{high:,}"
+
+
+def scope_sentence(plan: dict) -> str:
+    """How far the answer carries: what the primary cells span, and what none of them varied."""
+    cells = [cell for cell in plan["cells"] if cell["primary"]]
+    sources = list(dict.fromkeys(cell["source"] for cell in cells))
+    protocols = list(dict.fromkeys(cell["protocol"] for cell in cells))
+    models = list(dict.fromkeys(cell["model"] for cell in cells))
+    return (f"How far this carries: {len(cells)} configurations from {len(sources)} "
+            f"source{'s' if len(sources) > 1 else ''} ({', '.join(sources)}), "
+            f"the {' and '.join(protocols)} protocol{'s' if len(protocols) > 1 else ''}, C = "
+            f"{_span([cell['train_classes'] for cell in cells])} training classes; "
+            f"{_span([len(cell['splits']) for cell in cells])} class splits × "
+            f"{_span([len(cell['seeds']) for cell in cells])} seeds per cell, searches of "
+            f"{_span([cell['n_trials'] for cell in cells])} trials per split, "
+            f"{'one model' if len(models) == 1 else 'the models'} ({', '.join(models)}) trained "
+            f"{_span([cell['epochs'] for cell in cells])} epochs. Each cell's interval is over its class splits, so "
+            "it carries split, search and seed variance; what no cell varied (other architectures, longer training, "
+            "larger C, other search spaces) is beyond this answer.")
+
+
 def report_sections(plan: dict, rows: pd.DataFrame, pooled: pd.DataFrame, tuners: pd.DataFrame, seconds: dict,
                     links: dict[str, str], label: str) -> list[Section]:
     """The answer first (ArcFace's meta-verdict and forest plot), the cost table, the other losses, the tuners, the
@@ -497,6 +522,7 @@ def report_sections(plan: dict, rows: pd.DataFrame, pooled: pd.DataFrame, tuners
     answer += [loss_sentences(facts) for facts in records[1:]]
     answer.append(Table(cost_table(pooled), "Tuning cost per loss: tuned − Fixed AdaCos on test "
                                             f"{metric}, pooled over configurations"))
+    answer.append(scope_sentence(plan))
     sections = [Section("Answer", answer)]
     if len(records) > 1:
         sections.append(Section("Other losses", [FigureRef(f"figures/forest_{facts['loss']}.png",

@@ -125,11 +125,12 @@ def _overlaps(path: str, other: str) -> bool:
 def class_count_pipeline(pipeline: dict, to_root: str) -> dict:
     """The repository's dvc.yaml as one class count's folder runs it; `to_root` leads from that folder to the root.
 
-    The same stages, commands, foreach, params, outs and metrics: every path a stage writes, every dep
+    The same stages, commands, foreach, params and outs: every path a stage writes, every dep
     inside one (data/prepared, results/…, reports/…) and the data source link stay the folder's own. A dep
     no stage writes is the repository's code (stages/…, study/…): it is taken from the root, e.g.
     ../../stages/search.py.
-    The root's top-level plots are left out; each C's report draws its own figures.
+    The root's top-level plots are left out; each C's report draws its own figures. Metrics become plain outs:
+    the repository's `dvc metrics show` and `dvc exp show` then stay the default study's own view.
     """
     written = [_entry_path(entry) for _, body in _stage_bodies(pipeline)
                for key in ("outs", "metrics", "plots") for entry in body.get(key, [])]
@@ -147,6 +148,8 @@ def class_count_pipeline(pipeline: dict, to_root: str) -> dict:
         if "wdir" in body:
             raise ValueError(f"dvc.yaml: stage {name} sets wdir; the sweep runs every stage in its class count's folder")
         body = {**body, "deps": [rebased(entry) for entry in body["deps"]]} if "deps" in body else dict(body)
+        if "metrics" in body:
+            body["outs"] = [*body.get("outs", []), *body.pop("metrics")]
         stage = pipeline["stages"][name]
         stages[name] = {**stage, "do": body} if "do" in stage else body
     return {**{key: value for key, value in pipeline.items() if key != "plots"}, "stages": stages}
