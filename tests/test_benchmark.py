@@ -21,7 +21,7 @@ from study.benchmark import (CELL_INPUTS, aggregate_benchmark, cell_finished, ce
                              difference_standard_error, load_plan, loss_sentences, pooled_table, tuner_table,
                              value_at_seconds, write_benchmark)
 from study.benchmark.cells import comparison_outcome
-from study.benchmark.report import read_cells
+from study.benchmark.report import lead_sentence, read_cells
 from study.benchmark.pipelines import SweepError, plain_params
 from conftest import dvc_study
 from study.cli import main
@@ -373,6 +373,27 @@ def test_the_pooled_difference_is_random_effects_over_the_primary_cells(tmp_path
     assert "tuning paid on 1 of 4 configurations" in sentence
 
 
+@pytest.mark.parametrize("judged, expected", [
+    (("equal weights", 0.02, 0.012, 0.028), "on average tuning pays: tuned is better than Fixed AdaCos by at least the "
+                                           "margin (tuned − Fixed AdaCos +0.0200, 95% CI [+0.0120, +0.0280])"),
+    (("equal weights", 0.008, 0.001, 0.015), "on average tuned is better, by less than the ±0.01 margin"),
+    (("equal weights", 0.004, 0.001, 0.007), "on average the two are equivalent within ±0.01"),  # significant, too
+    (("random effects", 0.001, -0.004, 0.006), "on average the two are equivalent within ±0.01"),
+    (("random effects", -0.02, -0.03, -0.011), "on average Fixed AdaCos is better, by at least the margin"),
+    (("equal weights", 0.002, -0.02, 0.024), "the average is not resolved"),
+    (("", math.nan, math.nan, math.nan), "no pooled interval held its level"),
+])
+def test_the_lead_sentence_judges_the_interval_the_verdict_reads(judged, expected):
+    by, estimate, low, high = judged
+    # The random-effects numbers say otherwise every time: the lead must not read them.
+    facts = {"loss": "arcface", "pooled_configurations": 5, "margin": 0.01, "estimate": 0.5, "low": 0.4, "high": 0.6,
+             "judged_by": by, "judged_estimate": estimate, "judged_low": low, "judged_high": high,
+             "predicted_by": "equal weights", "predicted_low": -0.03, "predicted_high": 0.05}
+    lead = lead_sentence(facts)
+    assert lead.startswith("**Tuning ArcFace's (s, m) against Fixed AdaCos over 5 configurations: ")
+    assert expected in lead and lead.endswith("; on a new data set expect [-0.0300, +0.0500].**")
+
+
 def test_tuners_are_compared_at_the_budget_every_one_reached():
     curve = pd.DataFrame({"n": [1, 2, 3], "expected_test": [0.5, 0.6, 0.7], "low": [0.4, 0.5, np.nan],
                           "high": [0.6, 0.7, 0.8], "seconds": [2.0, 4.0, 6.0]})
@@ -390,6 +411,11 @@ def test_the_aggregate_writes_the_report_answer_and_forest_plot_first(tmp_path):
     assert markdown.index("**ArcFace**", answer) < markdown.index("](figures/forest_arcface.png)") \
         < markdown.index("Tuning cost per loss") < markdown.index("## Other losses")
     assert "](figures/forest_cosface.png)" in markdown and "## Tuners at equal device-seconds" in markdown
+    # The answer opens with one bold sentence: the judgement of the interval the verdict reads.
+    pooled = pd.read_csv(tmp_path / "reports" / "benchmark" / "tables" / "pooled.csv").set_index("loss")
+    lead = markdown[answer:].split("\n\n")[1]
+    assert lead.startswith("**Tuning ArcFace's (s, m) against Fixed AdaCos over 4 configurations: ")
+    assert f"{pooled.loc['arcface', 'judged_low']:+.4f}" in lead and lead.endswith(".**")
     # How far it carries, from the plan's primary cells (the TPE cell is not a configuration of its own).
     assert ("How far this carries: 4 configurations from 1 source (glyphs), the open protocol, C = 10–1,000 "
             "training classes; 3 class splits × 2 seeds per cell, searches of 8 trials per split, one model (cnn) "

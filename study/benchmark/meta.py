@@ -21,7 +21,8 @@ COVERAGE_BENCHMARKS = 1000
 POOLED_COLUMNS = ["loss", "metric", "configurations", "pooled_configurations", "estimate", "low", "high",
                   "standard_error", "tau2", "i2", "prediction_low", "prediction_high", "equal_estimate", "equal_low",
                   "equal_high", "equal_prediction_low", "equal_prediction_high", "dl_coverage", "equal_coverage",
-                  "prediction_coverage", "equal_prediction_coverage", "judged_by", "judged_low", "judged_high",
+                  "prediction_coverage", "equal_prediction_coverage", "judged_by", "judged_estimate", "judged_low",
+                  "judged_high",
                   "predicted_by", "predicted_low", "predicted_high", "margin",
                   *OUTCOME_ORDER, "break_even_reached", "break_even_trials_median", "break_even_seconds_median",
                   "search_seconds_median", "slope_per_decade", "slope_low", "slope_high", "equal_slope", "equal_slope_low",
@@ -99,6 +100,8 @@ def pooled_loss(rows: pd.DataFrame, confidence: float) -> tuple[dict, pd.DataFra
         facts["judged_by"], facts["judged_low"], facts["judged_high"] = _read_by(facts, (
             ("random effects", "low", "high", "dl_coverage"), ("equal weights", "equal_low", "equal_high",
                                                                "equal_coverage")))
+        facts["judged_estimate"] = facts["equal_estimate"] if facts["judged_by"] == "equal weights" \
+            else facts["estimate"]
         facts["predicted_by"], facts["predicted_low"], facts["predicted_high"] = _read_by(facts, (
             ("random effects", "prediction_low", "prediction_high", "prediction_coverage"),
             ("equal weights", "equal_prediction_low", "equal_prediction_high", "equal_prediction_coverage")))

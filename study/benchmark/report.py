@@ -39,9 +39,10 @@ def tuner_label(sampler: str, repeats: int, pruner: str) -> str:
 def _judgement(facts: dict) -> str:
     """What the interval the verdict reads (judged_low/high: the pooled mean's interval that covered in simulation)
     says against zero and the equivalence margin, by the study's significant-and-relevant rule."""
-    low, high, estimate, margin = facts["judged_low"], facts["judged_high"], facts["estimate"], facts["margin"]
+    low, high, margin = facts["judged_low"], facts["judged_high"], facts["margin"]
     if not (math.isfinite(low) and math.isfinite(high)):
         return "no pooled interval held its level in simulated benchmarks of these cells, so the average is not judged"
+    estimate = facts["judged_estimate"]
     significant = low > 0 or high < 0
     relevant = math.isfinite(margin) and abs(estimate) >= margin
     margin_text = f"±{margin:.4g}" if math.isfinite(margin) else "the margin"
@@ -113,6 +114,20 @@ def _slope_sentence(facts: dict) -> str:
     return (f"Per tenfold C the difference moves by {fmt.signed(facts['slope_read'])} "
             f"{fmt.interval(facts['slope_read_low'], facts['slope_read_high'])} (every configuration weighted alike, "
             f"{_coverage_clause(facts, 'equal_slope_coverage')}, {classes}{verdict}; {weighted}).")
+
+
+def lead_sentence(facts: dict) -> str:
+    """The answer in one bold sentence: the pooled judgement of the interval the verdict reads, and what a new data
+    set should expect."""
+    name = loss_name(facts["loss"])
+    if int(facts["pooled_configurations"]) < 2:
+        return f"**{name} was pooled over fewer than 2 configurations, so the benchmark gives no pooled answer.**"
+    read = (f" (tuned − Fixed AdaCos {fmt.signed(facts['judged_estimate'])}, 95% CI "
+            f"{fmt.interval(facts['judged_low'], facts['judged_high'])})" if facts.get("judged_by") else "")
+    new = (f"; on a new data set expect {fmt.interval(facts['predicted_low'], facts['predicted_high'])}"
+           if facts.get("predicted_by") else "")
+    return (f"**Tuning {name}'s (s, m) against Fixed AdaCos over {int(facts['pooled_configurations'])} "
+            f"configurations: {_judgement(facts)}{read}{new}.**")
 
 
 def loss_sentences(facts: dict) -> str:
@@ -217,7 +232,7 @@ def _forest_read(facts: dict) -> tuple[dict, str, str]:
     shown = dict(facts)
     by, predicted_by = facts.get("judged_by") or "", facts.get("predicted_by") or ""
     if by == "equal weights":
-        shown.update(estimate=facts["equal_estimate"], low=facts["judged_low"], high=facts["judged_high"])
+        shown.update(estimate=facts["judged_estimate"], low=facts["judged_low"], high=facts["judged_high"])
     if predicted_by == "equal weights":
         shown.update(prediction_low=facts["predicted_low"], prediction_high=facts["predicted_high"])
     return (shown, f"pooled ({by or 'random effects'})", f"new data set ({predicted_by or 'random effects'})")
@@ -327,14 +342,13 @@ def cost_table(pooled: pd.DataFrame) -> pd.DataFrame:
     coverage, and the intervals the verdict reads."""
     shown = []
     for row in pooled.itertuples():
-        equal = row.judged_by == "equal weights"
         shown.append({
             "loss": loss_name(row.loss),
             "configurations": f"{row.configurations}" + (" (nothing pooled)" if row.pooled_configurations < 2 else ""),
             "random effects: tuned − Fixed AdaCos [95% CI]": _covered(
                 f"{fmt.signed(row.estimate)} {fmt.interval(row.low, row.high)}", row.dl_coverage),
             "τ², I²": ("n/a" if fmt.missing(row.tau2) else f"{row.tau2:.2g}") + f", {_share(row.i2)}",
-            "mean read [95%]": _read(row.equal_estimate if equal else row.estimate, row.judged_low, row.judged_high,
+            "mean read [95%]": _read(row.judged_estimate, row.judged_low, row.judged_high,
                                      row.judged_by) if row.pooled_configurations >= 2 else "—",
             "new data set: HTS 95% prediction interval": _covered(
                 fmt.interval(row.prediction_low, row.prediction_high), row.prediction_coverage),
@@ -517,7 +531,7 @@ def report_sections(plan: dict, rows: pd.DataFrame, pooled: pd.DataFrame, tuners
     cells and how it was computed."""
     records = pooled.to_dict("records")
     metric = metric_name(records[0]["metric"]) if records else "objective"
-    answer = [loss_sentences(records[0]),
+    answer = [lead_sentence(records[0]), loss_sentences(records[0]),
               FigureRef(f"figures/forest_{records[0]['loss']}.png", _forest_caption(records[0], metric))]
     answer += [loss_sentences(facts) for facts in records[1:]]
     answer.append(Table(cost_table(pooled), "Tuning cost per loss: tuned − Fixed AdaCos on test "
