@@ -138,8 +138,12 @@ def test_killing_the_search_keeps_its_finished_trials(tmp_path):
     root = make_study_copy(tmp_path, search__n_trials=40, train__epochs=3)
     dvc(root, "repro", "prepare")
     env = {**os.environ, "PYTHONPATH": str(root)}
+    # A child inherits its parent's blocked signals; an earlier test may leave SIGINT blocked in this process, and a
+    # user's shell never does, so the search starts with it unblocked, as from a terminal.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     process = subprocess.Popen(["dvc", "repro", "search@arcface"], cwd=root, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, start_new_session=True)
+                               stderr=subprocess.DEVNULL, start_new_session=True,
+                               preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT]))
     journal = root / "results" / "trials" / "journal.log"
     deadline = time.time() + 600  # generous: only a hung search gets near it
     while time.time() < deadline and (seen := journal_finished_trials(journal)) < 3:
@@ -150,7 +154,8 @@ def test_killing_the_search_keeps_its_finished_trials(tmp_path):
     # Two different failures: the poll saw the search already done (the test was starved of CPU and never
     # interrupted it), or the search ran on after SIGINT (the interrupt was lost).
     assert seen < 40, f"the search finished before the test could interrupt it ({seen} trials when polled)"
-    assert 3 <= kept < 40, f"the search ran on after SIGINT: {kept} trials kept, {seen} when it was sent"
+    assert 3 <= kept < 40, (f"the search ran on after SIGINT: {kept} trials kept, {seen} when it was sent (signals "
+                            f"blocked in the test process: {sorted(blocked)})")
 
     dvc(root, "repro", "search@arcface")
     trials = _trials(root)
