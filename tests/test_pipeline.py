@@ -138,12 +138,9 @@ def test_killing_the_search_keeps_its_finished_trials(tmp_path):
     root = make_study_copy(tmp_path, search__n_trials=40, train__epochs=3)
     dvc(root, "repro", "prepare")
     env = {**os.environ, "PYTHONPATH": str(root)}
-    # A child inherits its parent's blocked signals; an earlier test may leave SIGINT blocked in this process, and a
-    # user's shell never does, so the search starts with it unblocked, as from a terminal.
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])  # a child inherits them: named if the test fails
     process = subprocess.Popen(["dvc", "repro", "search@arcface"], cwd=root, env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, start_new_session=True,
-                               preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT]))
+                               stderr=subprocess.DEVNULL, start_new_session=True)
     journal = root / "results" / "trials" / "journal.log"
     deadline = time.time() + 600  # generous: only a hung search gets near it
     while time.time() < deadline and (seen := journal_finished_trials(journal)) < 3:
