@@ -18,6 +18,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from study.analysis.pooling import (equal_weight_mean, equal_weight_slope, hartung_knapp, random_effects,
+                                    random_effects_slope)
 from study.analysis.tuning import (
     _over_splits,
     _pooled_split,
@@ -268,9 +270,6 @@ def pooled_interval_coverage(standard_errors, degrees_of_freedom, covariate=None
     Higgins–Thompson–Spiegelhalter; equal_prediction: equal_weight_mean's) and, given the cells' covariate (e.g.
     log10 C), of the slope's intervals around its true 0 (slope: random_effects_slope; equal_slope:
     equal_weight_slope), with their mean widths."""
-    from study.analysis.pooling import (equal_weight_mean, equal_weight_slope, hartung_knapp, random_effects,
-                                        random_effects_slope)
-
     sigma = np.asarray(standard_errors, dtype=float)
     df = np.asarray(degrees_of_freedom, dtype=float)
     if sigma.size < 3 or sigma.size != df.size or np.any(~np.isfinite(sigma)) or np.any(sigma <= 0):

@@ -150,9 +150,8 @@ def random_effects_slope(estimates, standard_errors, covariate, confidence: floa
     nan = {"slope": math.nan, "low": math.nan, "high": math.nan, "standard_error": math.nan, "k": int(y.size)}
     if y.size < 3 or np.ptp(x) == 0:
         return nan
-    tau2, _ = _dersimonian_laird(y, se)
+    tau2, _, weights, _ = _random_effects_mean(y, se)
     design = np.column_stack([np.ones_like(x), x])
-    weights = 1.0 / (se ** 2 + tau2)
     information = design.T @ (weights[:, None] * design)
     covariance = np.linalg.inv(information)
     slope = float((covariance @ design.T @ (weights * y))[1])

@@ -5,6 +5,7 @@ and the tuners compared at equal device-seconds."""
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -60,18 +61,18 @@ def _log_classes(rows: pd.DataFrame) -> np.ndarray:
     return np.log10(rows["train_classes"].astype(float).to_numpy())
 
 
-def _read_by(facts: dict, candidates: tuple[tuple[str, str, str, str], ...]) -> tuple[str, float, float]:
-    """The first candidate interval (name, low key, high key, coverage key) whose worst simulated coverage reaches
-    MIN_COVERAGE: ('', NaN, NaN) when none does."""
-    for name, low, high, coverage in candidates:
+def _read_by(facts: dict, candidates: tuple[tuple[str, str, str, str, str], ...]) -> tuple[str, float, float, float]:
+    """(name, estimate, low, high) of the first candidate (name and the keys of its estimate, low, high and worst
+    simulated coverage) whose coverage reaches MIN_COVERAGE: ('', NaN, NaN, NaN) when none does."""
+    for name, estimate, low, high, coverage in candidates:
         if facts.get(coverage, math.nan) >= MIN_COVERAGE and math.isfinite(facts.get(low, math.nan)):
-            return name, facts[low], facts[high]
-    return "", math.nan, math.nan
+            return name, facts[estimate], facts[low], facts[high]
+    return "", math.nan, math.nan, math.nan
 
 
-def pooled_loss(rows: pd.DataFrame, confidence: float) -> tuple[dict, pd.DataFrame | None]:
-    """One loss's meta-verdict numbers from its cells' rows (one per configuration's primary cell), and the
-    simulated coverage of its pooled intervals."""
+def pooled_loss(rows: pd.DataFrame, confidence: float) -> tuple[dict, pd.DataFrame | None, pd.Series]:
+    """One loss's meta-verdict numbers from its cells' rows (one per configuration's primary cell), the simulated
+    coverage of its pooled intervals, and each pooled cell's share of the random-effects weight."""
     primary = rows[rows["primary"].astype(bool)]
     pooled_rows = rows[poolable(rows)]
     outcome = {name: int((primary["outcome"] == name).sum()) for name in OUTCOME_ORDER}
@@ -82,6 +83,7 @@ def pooled_loss(rows: pd.DataFrame, confidence: float) -> tuple[dict, pd.DataFra
              "break_even_seconds_median": _median(reached["break_even_seconds"]),
              "search_seconds_median": _median(primary["search_seconds"])}
     coverage = pooling_coverage(pooled_rows, confidence)
+    weights = pd.Series(1.0, index=pooled_rows.index)
     if len(pooled_rows) == 1:  # nothing to pool: the one study's own interval and verdict stand
         only = pooled_rows.iloc[0]
         facts.update({"estimate": only["difference"], "low": only["low"], "high": only["high"],
@@ -91,20 +93,20 @@ def pooled_loss(rows: pd.DataFrame, confidence: float) -> tuple[dict, pd.DataFra
         pooled = random_effects(pooled_rows["difference"], pooled_rows["standard_error"], confidence)
         facts.update({key: pooled[key] for key in ("estimate", "low", "high", "standard_error", "tau2", "i2",
                                                    "prediction_low", "prediction_high")})
+        weights = pd.Series(pooled["weights"], index=pooled_rows.index)
         equal = equal_weight_mean(pooled_rows["difference"], confidence)
         facts.update({f"equal_{key}": equal[key] for key in ("estimate", "low", "high", "prediction_low",
                                                              "prediction_high")})
         if coverage is not None:
             facts.update({f"{name}_coverage": float(coverage[f"{name}_coverage"].min())
                           for name in ("dl", "equal", "prediction", "equal_prediction", "slope", "equal_slope")})
-        facts["judged_by"], facts["judged_low"], facts["judged_high"] = _read_by(facts, (
-            ("random effects", "low", "high", "dl_coverage"), ("equal weights", "equal_low", "equal_high",
-                                                               "equal_coverage")))
-        facts["judged_estimate"] = facts["equal_estimate"] if facts["judged_by"] == "equal weights" \
-            else facts["estimate"]
-        facts["predicted_by"], facts["predicted_low"], facts["predicted_high"] = _read_by(facts, (
-            ("random effects", "prediction_low", "prediction_high", "prediction_coverage"),
-            ("equal weights", "equal_prediction_low", "equal_prediction_high", "equal_prediction_coverage")))
+        facts["judged_by"], facts["judged_estimate"], facts["judged_low"], facts["judged_high"] = _read_by(facts, (
+            ("random effects", "estimate", "low", "high", "dl_coverage"),
+            ("equal weights", "equal_estimate", "equal_low", "equal_high", "equal_coverage")))
+        facts["predicted_by"], _, facts["predicted_low"], facts["predicted_high"] = _read_by(facts, (
+            ("random effects", "estimate", "prediction_low", "prediction_high", "prediction_coverage"),
+            ("equal weights", "equal_estimate", "equal_prediction_low", "equal_prediction_high",
+             "equal_prediction_coverage")))
         slope = random_effects_slope(pooled_rows["difference"], pooled_rows["standard_error"],
                                      _log_classes(pooled_rows), confidence)
         plain = equal_weight_slope(pooled_rows["difference"], _log_classes(pooled_rows), confidence)
@@ -112,38 +114,36 @@ def pooled_loss(rows: pd.DataFrame, confidence: float) -> tuple[dict, pd.DataFra
                       "equal_slope": plain["slope"], "equal_slope_low": plain["low"],
                       "equal_slope_high": plain["high"],
                       "slope_configurations": int(pooled_rows["train_classes"].nunique())})
-        facts["slope_read_by"], low, high = _read_by(facts, (
-            ("random effects", "slope_low", "slope_high", "slope_coverage"),
-            ("equal weights", "equal_slope_low", "equal_slope_high", "equal_slope_coverage")))
-        facts["slope_read"] = facts["slope_per_decade"] if facts["slope_read_by"] == "random effects" \
-            else facts["equal_slope"]
-        facts["slope_read_low"], facts["slope_read_high"] = low, high
-    return facts, coverage
+        facts["slope_read_by"], facts["slope_read"], facts["slope_read_low"], facts["slope_read_high"] = _read_by(
+            facts, (("random effects", "slope_per_decade", "slope_low", "slope_high", "slope_coverage"),
+                    ("equal weights", "equal_slope", "equal_slope_low", "equal_slope_high", "equal_slope_coverage")))
+    return facts, coverage, weights
 
 
-def pooled_table(rows: pd.DataFrame, confidence: float) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """POOLED_COLUMNS, one row per searched loss (ArcFace first, then in the order the cells searched them), and the
-    simulated coverage of each loss's pooled intervals (a `loss` column beside pooled_interval_coverage's)."""
+class Pooled(NamedTuple):
+    """pooled_table's result: POOLED_COLUMNS per loss, the pooled intervals' simulated coverage (a `loss` column
+    beside pooled_interval_coverage's) and each row's share of its loss's random-effects weight (NaN where left out)."""
+
+    table: pd.DataFrame
+    coverage: pd.DataFrame
+    weights: pd.Series
+
+
+def pooled_table(rows: pd.DataFrame, confidence: float) -> Pooled:
+    """One row per searched loss (ArcFace first, then in the order the cells searched them), with its coverage and
+    weights."""
     losses = list(dict.fromkeys(["arcface", *rows["loss"]]))
-    table, coverages = [], []
+    table, coverages, weights = [], [], pd.Series(np.nan, index=rows.index)
     for loss in losses:
         if not (rows["loss"] == loss).any():
             continue
-        facts, coverage = pooled_loss(rows[rows["loss"] == loss], confidence)
+        facts, coverage, shares = pooled_loss(rows[rows["loss"] == loss], confidence)
         table.append(facts)
+        weights.loc[shares.index] = shares
         if coverage is not None:
             coverages.append(coverage.assign(loss=loss))
     coverage = pd.concat(coverages, ignore_index=True) if coverages else pd.DataFrame(columns=["loss"])
-    return pd.DataFrame(table).reindex(columns=POOLED_COLUMNS), coverage
-
-
-def pooled_weights(rows: pd.DataFrame, confidence: float) -> pd.Series:
-    """Each pooled cell's share of its loss's random-effects weight (NaN for the cells left out)."""
-    weights = pd.Series(np.nan, index=rows.index)
-    for _, group in rows[poolable(rows)].groupby("loss"):
-        pooled = random_effects(group["difference"], group["standard_error"], confidence)
-        weights.loc[group.index] = pooled["weights"]
-    return weights
+    return Pooled(pd.DataFrame(table).reindex(columns=POOLED_COLUMNS), coverage, weights)
 
 
 def value_at_seconds(curve: pd.DataFrame, budget: float, column: str) -> float:

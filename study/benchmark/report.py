@@ -16,8 +16,7 @@ from matplotlib.ticker import MaxNLocator
 import study.report.formats as fmt
 from study.analysis import EQUAL_WEIGHT_METHOD, RANDOM_EFFECTS_METHOD
 from study.benchmark.cells import cell_rows, tuning_curve
-from study.benchmark.meta import (COVERAGE_BENCHMARKS, MIN_COVERAGE, benchmark_seconds, pooled_table, pooled_weights,
-                                  tuner_table)
+from study.benchmark.meta import COVERAGE_BENCHMARKS, MIN_COVERAGE, benchmark_seconds, pooled_table, tuner_table
 from study.report import (Bullets, FigureRef, Section, Table, loss_name, metric_name, new_figure, render_html,
                           render_markdown, save_figure, trials_interval)
 from study.results import REPORT_DIR, write_csv, write_json
@@ -57,19 +56,19 @@ def _judgement(facts: dict) -> str:
     return f"the average is not resolved: its interval covers zero and reaches beyond {margin_text}"
 
 
-def _coverage_clause(facts: dict, key: str) -> str:
-    """'covered 87%' (the worst simulated coverage of one interval), or '' where it was not simulated."""
+def _coverage_clause(facts: dict, key: str, before: str = "") -> str:
+    """`before` + 'covered 87%' (the worst simulated coverage of one interval), or '' where it was not simulated."""
     value = facts.get(key, math.nan)
-    return "" if fmt.missing(value) else f"covered {_share(value)}"
+    return "" if fmt.missing(value) else f"{before}covered {_share(value)}"
 
 
 def _pooled_sentence(facts: dict, name: str, metric: str, pooled: int, left_out: str) -> str:
     """The pooled mean: random effects as specified, what its interval covered in simulation, and the interval the
     verdict reads when it is another one."""
-    dl_coverage = _coverage_clause(facts, "dl_coverage")
+    simulated = _coverage_clause(facts, "dl_coverage", ", which ")
     text = (f"**{name}**: over {pooled} configurations{left_out}, tuned {name} − Fixed AdaCos on test {metric} pools "
             f"to {fmt.signed(facts['estimate'])} (random effects: 95% CI {fmt.interval(facts['low'], facts['high'])}"
-            + (f", which {dl_coverage} in simulated benchmarks of these cells" if dl_coverage else "")
+            + (f"{simulated} in simulated benchmarks of these cells" if simulated else "")
             + f"; τ² = {facts['tau2']:.2g}, I² = {_share(facts['i2'])})")
     if facts.get("judged_by") == "equal weights":
         text += (f"; the configurations' plain mean {fmt.signed(facts['equal_estimate'])} "
@@ -83,8 +82,7 @@ def _prediction_sentence(facts: dict) -> str:
     if not math.isfinite(facts.get("prediction_low", math.nan)):
         return "A prediction interval for a new data set needs at least 3 configurations."
     hts = (f"{fmt.interval(facts['prediction_low'], facts['prediction_high'])} (95% Higgins–Thompson–Spiegelhalter "
-           f"prediction interval" + (f"; it {_coverage_clause(facts, 'prediction_coverage')}" if
-                                     _coverage_clause(facts, 'prediction_coverage') else "") + ")")
+           f"prediction interval{_coverage_clause(facts, 'prediction_coverage', '; it ')})")
     by = facts.get("predicted_by")
     if not by:
         return (f"On a new data set the difference is hard to predict: {hts}, and no prediction interval held its "
@@ -102,8 +100,7 @@ def _slope_sentence(facts: dict) -> str:
     """How the difference moves per tenfold C, by the slope whose interval covered in simulation."""
     classes = f"over {int(facts['slope_configurations'])} class counts"
     weighted = (f"{fmt.signed(facts['slope_per_decade'])} {fmt.interval(facts['slope_low'], facts['slope_high'])} "
-                "with random-effects weights" + (f", which {_coverage_clause(facts, 'slope_coverage')}"
-                                                 if _coverage_clause(facts, "slope_coverage") else ""))
+                f"with random-effects weights{_coverage_clause(facts, 'slope_coverage', ', which ')}")
     by = facts.get("slope_read_by")
     if not by:
         return f"Per tenfold C the difference moves by {weighted}; no slope interval held its level, so it is not read."
@@ -465,8 +462,7 @@ def aggregate_benchmark(plan_path: str | Path, report_dir: str | Path, *, label:
     cells_dir = plan_path.parent
     rows = read_cells(plan, cells_dir)
     confidence = float(rows["confidence"].iloc[0])  # each cell's own (analysis.confidence)
-    rows["weight"] = pooled_weights(rows, confidence)
-    pooled, coverage = pooled_table(rows, confidence)
+    pooled, coverage, rows["weight"] = pooled_table(rows, confidence)
     tuner_cells = rows[rows["loss"] == "arcface"]
     curves = {cell: tuning_curve(cells_dir / cell, "arcface") for cell in tuner_cells["cell"]}
     tuners = tuner_table(rows, curves)
