@@ -69,7 +69,8 @@ def measure_verdict_coverage(args) -> None:
     seed_sd = CALIBRATED_SPREAD["tuned"]
     designs = [("1 split × 10 seeds (7162b85)", 1, 10, 0.0), ("4 splits × 2 seeds, no split effect (now)", 4, 2, 0.0),
                ("4 splits × 2 seeds, split sd = seed sd", 4, 2, seed_sd),
-               ("4 splits × 2 seeds, split sd = 3 × seed sd", 4, 2, 3 * seed_sd)]
+               ("4 splits × 2 seeds, split sd = 3 × seed sd", 4, 2, 3 * seed_sd),
+               ("3 splits × 3 seeds, split sd = seed sd (a benchmark cell)", 3, 3, seed_sd)]
     table = verdict_interval_coverage(AnalysisConfig(), designs, studies=args.studies)
     path = Path(args.out).with_name("verdict_coverage.csv")
     table.to_csv(path, index=False)
