@@ -304,8 +304,11 @@ def _benchmark_command(args: argparse.Namespace) -> int:
     if args.list:
         declared = load_plan(plan)
         pending = set(cells_to_run(declared, out, args.rerun))
+        print(f"{'cell':28} {'source':14} {'trainings':>9} {'iterations':>10}  state")
         for cell in declared.cells:
-            print(f"{cell.name:28} {cell.facts()['planned_runs']:5} trainings  "
+            facts = cell.facts()
+            iterations = "?" if facts["iterations"] is None else f"{facts['iterations']:,}"
+            print(f"{cell.name:28} {facts['source']:14} {facts['planned_runs']:9} {iterations:>10}  "
                   f"{'to run' if cell.name in pending else 'finished'}")
         return 0
     written = run_benchmark(plan, out, report_dir, args.rerun)

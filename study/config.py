@@ -218,7 +218,7 @@ COSFACE_MAX_M = 1.0
 COSFACE_MARGIN_PROBLEM = ("CosFace subtracts m from a cosine, which is at most 1: beyond m = 1 the target logit stays "
                           "negative even at θ = 0, and from m = 2 it lies below every other class's, so training "
                           "learns nothing")
-HYPERPARAMETER_FREE_LOSSES = ("fixed_adacos", "dynamic_adacos", "softmax")
+HYPERPARAMETER_FREE_LOSSES = ("fixed_adacos", "dynamic_adacos", "p2sgrad", "softmax")
 
 
 class SearchConfig(ParamsModel):

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from study.composed import compose, parse_composed_spec
 from study.glyphs import load_glyphs
 from study.image_set import ImageSet
 from study.results import write_bytes
@@ -364,6 +365,11 @@ def _load_folder(argument: str, cache_dir: Path) -> ImageSet:
     return ImageSet(labels, [d.name for d in class_dirs], paths=paths)
 
 
+def _load_composed(argument: str, cache_dir: Path) -> ImageSet:
+    spec = parse_composed_spec(argument)
+    return compose(spec, load_dataset(spec.base, str(cache_dir)))
+
+
 # The spec's part before ':' selects the loader; the part after it is the loader's argument.
 DATASETS: dict[str, Callable[[str, Path], ImageSet]] = {
     "digits": _load_digits,
@@ -372,6 +378,7 @@ DATASETS: dict[str, Callable[[str, Path], ImageSet]] = {
     "torchvision": _load_torchvision,
     "folder": _load_folder,
     "glyphs": load_glyphs,
+    "compose": _load_composed,
 }
 
 
@@ -382,9 +389,32 @@ def load_dataset(spec: str, cache_dir: str | None = None) -> ImageSet:
         raise ValueError(
             f"unknown dataset '{spec}'; known: {', '.join(DATASETS)} "
             f"(idx, torchvision, folder and glyphs take an argument: 'idx:<folder>', "
-            f"'torchvision:<Name>', 'folder:<path>', 'glyphs:<num_classes>')"
+            f"'torchvision:<Name>', 'folder:<path>', 'glyphs:<num_classes>', "
+            f"'compose:<parts>:<per class>:<base>')"
         )
     return DATASETS[name](argument, Path(cache_dir or DEFAULT_CACHE_DIR))
+
+
+# Sources whose images are one base set under another name: configurations of one base set are not independent.
+_SOURCE_ALIASES = {"mnist5k": "mnist", "torchvision:MNIST": "mnist", "torchvision:FashionMNIST": "fashion-mnist"}
+
+
+def source_of(spec: str) -> str:
+    """The independent data source a dataset spec's images come from: what pooling across data sets groups by.
+
+    A composed set is its base's source ('compose:2:60:mnist5k' is 'mnist', like 'mnist5k'); an IDX or image folder
+    is named by its folder ('idx:/usr/share/datasets/fashion-mnist' is 'fashion-mnist'); a generator by its name."""
+    spec = spec.strip()
+    name, _, argument = spec.partition(":")
+    if name == "compose":
+        return source_of(parse_composed_spec(argument).base)
+    if spec in _SOURCE_ALIASES or name in _SOURCE_ALIASES:
+        return _SOURCE_ALIASES.get(spec, _SOURCE_ALIASES.get(name))
+    if name in ("idx", "folder"):
+        return Path(argument.rstrip("/")).name or argument
+    if name == "torchvision":
+        return argument.lower()
+    return name
 
 
 # ---------------------------------------------------------------------------------------

@@ -229,6 +229,25 @@ def _combine_across_processes(log_sum, num_samples, theta_target):
     return torch.logsumexp(torch.stack(log_sums), dim=0), num_samples, thetas[~torch.isnan(thetas)]
 
 
+class P2SGradLoss(CosineSoftmaxLoss):
+    """P2SGrad (Zhang et al., CVPR 2019): Σ_j (cos θ_ij − 1[j = y_i])², mean over the batch; no scale, no margin.
+
+    Its gradients are the paper's Eq. 11, which replace the softmax's scale- and margin-dependent ones. The cosines
+    are the logits (s = 1 is kept only so that argmax and the shared head apply; nothing scales them)."""
+
+    def __init__(self, num_classes: int, embedding_size: int):
+        super().__init__(num_classes, embedding_size, 1.0)
+
+    def forward(self, embeddings: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        cos = self.cosine(embeddings)
+        if self.training:
+            detached = cos.detach()
+            self._record_stats(lambda: detached, labels, None)
+        # (cos − onehot)² summed over classes: ‖cos‖² − 2·cos_target + 1, without a (B, C) one-hot tensor.
+        cos_target = cos.gather(1, labels[:, None]).squeeze(1)
+        return (cos.square().sum(1) - 2 * cos_target + 1).mean()
+
+
 class SoftmaxLoss(_StatsMixin, nn.Module):
     """Plain softmax cross-entropy: a linear layer with bias on the raw embedding."""
 
@@ -263,6 +282,7 @@ LOSSES: dict[str, type[nn.Module]] = {
     "sphereface": SphereFaceLoss,
     "fixed_adacos": FixedAdaCosLoss,
     "dynamic_adacos": DynamicAdaCosLoss,
+    "p2sgrad": P2SGradLoss,
 }
 
 

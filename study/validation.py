@@ -17,6 +17,7 @@ from PIL import Image
 from study.config import ConfigError, DataConfig, StudyParams, TrainConfig, load_params
 from study.data import (DEFAULT_CACHE_DIR, ImageSet, check_torchvision_name, idx_labels, keep_classes, load_dataset,
                         mnist5k_labels, rgb_image, split_dataset)
+from study.composed import composed_labels, parse_composed_spec
 from study.glyphs import GlyphSpec, check_glyph_classes, max_glyph_classes, parse_glyph_spec
 from study.models import check_model
 from study.storage import check_storage
@@ -170,6 +171,12 @@ def _labels_only(spec: str, cache_dir: str | None) -> ImageSet | None:
     name, _, argument = spec.strip().partition(":")
     if name == "glyphs":  # the labels follow from the spec; the images (blank stand-ins here) are never rendered
         return _glyph_labels(parse_glyph_spec(argument), cache_dir)
+    if name == "compose":  # the base's labels give the composed ones; nothing is composed here
+        spec = parse_composed_spec(argument)
+        base = _labels_only(spec.base, cache_dir)
+        if base is None:
+            raise ValueError(f"{spec}: the base {spec.base} is only downloaded by prepare; compose an offline base")
+        return composed_labels(spec, base)
     if name == "idx":  # the label files, and the image files' headers and sizes
         return idx_labels(argument)
     if name == "mnist5k":  # its class sizes are fixed; parsing its CSV takes seconds

@@ -21,12 +21,15 @@ from study.benchmark import (CELL_INPUTS, aggregate_benchmark, cell_finished, ce
                              difference_standard_error, load_plan, loss_sentences, pooled_table, tuner_table,
                              value_at_seconds, write_benchmark)
 from study.benchmark.cells import comparison_outcome
+from study.benchmark.plan import planned_iterations
+from study.search import tpe_startup_trials
 from study.benchmark.report import lead_sentence, read_cells
 from study.benchmark.pipelines import SweepError, plain_params
 from conftest import dvc_study
 from study.cli import main
 from study.config import AnalysisConfig, load_params
-from study.data import split_counts
+from study.data import source_of, split_counts
+from study.validation import planned_source
 
 COPIED = ["dvc.yaml", "params.yaml", ".dvcignore", "stages", "study", "presets"]
 
@@ -37,8 +40,18 @@ COPIED = ["dvc.yaml", "params.yaml", ".dvcignore", "stages", "study", "presets"]
 def test_the_full_benchmark_covers_what_the_issue_asks():
     plan = load_plan("full")
     primary = [cell for cell in plan.cells if cell.primary]
-    sources = {cell.params.data.dataset.partition(":")[0] for cell in primary}
-    assert len(primary) >= 6 and len(sources) >= 3 and {"digits", "mnist5k"} <= sources
+    sources = {source_of(cell.params.data.dataset) for cell in primary}
+    assert len(primary) >= 6 and len(sources) >= 6 and {"digits", "mnist", "fashion-mnist"} <= sources
+    real_open = [cell for cell in primary if cell.params.data.protocol == "open" and cell.train_classes >= 50
+                 and source_of(cell.params.data.dataset) in ("mnist", "fashion-mnist")]
+    assert len(real_open) >= 2
+    longer = [cell for cell in plan.cells if cell.longer_of]
+    assert len(longer) >= 3 and not any(cell.primary for cell in longer)
+    assert sum(source_of(cell.params.data.dataset) in ("digits", "mnist", "fashion-mnist") for cell in longer) >= 2
+    short = {cell.configuration: cell for cell in primary}
+    for cell in longer:
+        assert planned_iterations(cell.params) >= 10 * planned_iterations(short[cell.longer_of].params)
+    assert all("p2sgrad" in cell.params.runs.methods for cell in plan.cells)
     assert {cell.params.data.protocol for cell in primary} == {"closed", "open"}
     assert min(cell.train_classes for cell in primary) <= 10 and max(cell.train_classes for cell in primary) >= 1000
     assert all(len(cell.params.data.split_seeds()) >= 2 for cell in plan.cells)
@@ -48,7 +61,7 @@ def test_the_full_benchmark_covers_what_the_issue_asks():
     compared = {}
     for cell in plan.cells:
         search = cell.params.search
-        compared.setdefault(cell.configuration, set()).add((search.sampler, search.repeats >= 4 or search.sampler ==
+        compared.setdefault(cell.configuration, set()).add((search.sampler, search.repeats >= 3 or search.sampler ==
                                                             "random", search.pruner))
     with_tuners = [tuners for tuners in compared.values() if len(tuners) >= 3]
     assert len(with_tuners) >= 2
@@ -56,15 +69,21 @@ def test_the_full_benchmark_covers_what_the_issue_asks():
         assert ("random", True, "none") in tuners and ("tpe", True, "none") in tuners
         assert any(sampler == "tpe" and pruner in ("median", "hyperband") for sampler, _, pruner in tuners)
     assert {cell.params.train.objective for cell in plan.cells} == {"map_at_r"}
+    for cell in plan.cells:  # TPE's budget lies well past its random start-up trials
+        if cell.params.search.sampler == "tpe":
+            assert cell.params.search.n_trials >= 3 * tpe_startup_trials(cell.params.search.n_trials)
 
 
 def test_each_cell_has_exactly_its_training_class_count():
     for cell in load_plan("full").cells:
         data = cell.params.data
+        source = planned_source(data)
+        if source is None:  # an optional source not installed here
+            continue
+        total = data.classes or source[1].num_classes
         if data.protocol == "closed":
-            assert cell.train_classes == (data.classes or int(data.dataset.split(":")[1]))
-        else:  # the data module's own class split of the generated classes
-            total = int(data.dataset.split(":")[1])
+            assert cell.train_classes == total
+        else:  # the data module's own class split of the classes
             assert split_counts(total, data.fractions)[0] == cell.train_classes
 
 

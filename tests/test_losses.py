@@ -108,6 +108,37 @@ def test_arcface_equals_pytorch_metric_learning_with_margin_in_degrees():
     torch.testing.assert_close(ours.weight.grad, theirs.W.grad.T, rtol=1e-4, atol=1e-5)
 
 
+def test_p2sgrad_is_pytorch_metric_learnings_mse_summed_over_classes():
+    # pml's P2SGradLoss is MSELoss(cos, one-hot): the mean over batch *and* classes, C times less than SPEC's sum.
+    embeddings, labels = make_inputs(seed=3, dtype=torch.float32)
+    ours = build_loss("p2sgrad", C, D)
+    theirs = pml_losses.P2SGradLoss(descriptors_dim=D, num_classes=C)
+    ours.weight.data.copy_(theirs.weight.data.T)  # pml keeps its (D, C) weights at unit norm per class
+    x1 = embeddings.clone().requires_grad_(True)
+    x2 = embeddings.clone().requires_grad_(True)
+    ours_value, theirs_value = ours(x1, labels), theirs(x2, labels)
+    ours_value.backward()
+    theirs_value.backward()
+    torch.testing.assert_close(ours_value, C * theirs_value, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(x1.grad, C * x2.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_p2sgrad_gradient_is_the_papers_eq_11():
+    # Eq. 11: ∂L_i/∂x_i = Σ_j 2(cos θ_ij − 1[j = y_i]) · ∂cos θ_ij/∂x_i, with ∂cos θ_ij/∂x = (Ŵ_j − cos θ_ij·x̂)/‖x‖.
+    embeddings, labels = make_inputs(seed=4, n=5)
+    loss = build_loss("p2sgrad", C, D).double()
+    x = embeddings.clone().requires_grad_(True)
+    loss(x, labels).backward()
+    x_hat = embeddings / embeddings.norm(dim=1, keepdim=True)
+    w_hat = loss.weight.detach() / loss.weight.detach().norm(dim=1, keepdim=True)
+    cos = x_hat @ w_hat.T
+    residual = cos - F.one_hot(labels, C).double()
+    d_cos = (w_hat[None, :, :] - cos[:, :, None] * x_hat[:, None, :]) / embeddings.norm(dim=1)[:, None, None]
+    expected = (2 * residual[:, :, None] * d_cos).sum(1) / len(labels)
+    torch.testing.assert_close(x.grad, expected)
+    assert loss.hyperparameters == ()
+
+
 def target_over_every_angle(name: str, m: float):
     """The loss, cos θ over all of [−1, 1] and its target logit there, checked finite with finite gradients and
     increasing in cos θ (so decreasing in θ: a larger angle is never rewarded)."""
@@ -445,7 +476,7 @@ def test_every_loss_reports_its_statistics_after_a_training_step():
 @pytest.mark.parametrize(
     "name, kwargs, message",
     [
-        ("arcfce", {}, "known losses: softmax, normface, cosface, arcface, sphereface, fixed_adacos, dynamic_adacos"),
+        ("arcfce", {}, "known losses: softmax, normface, cosface, arcface, sphereface, fixed_adacos, dynamic_adacos, p2sgrad"),
         ("arcface", {"s": 30.0, "m": -0.1}, r"within \[0, π\)"),
         ("arcface", {"s": 30.0, "m": math.pi}, r"within \[0, π\)"),
         ("arcface", {"s": 30.0, "m": 28.6}, "degrees"),

@@ -110,11 +110,11 @@ def _search_summary(trials: pd.DataFrame) -> pd.DataFrame:
 
 
 def _landscape(trials: pd.DataFrame) -> pd.DataFrame:
-    """Every finished trial's (s, m), state, val and test scores, with each loss's best trial flagged (the best
-    of its first repeat, whose values the tuned runs retrain)."""
+    """Every finished trial's (s, m), state, val and test scores, training seed, iterations and seconds, with each
+    loss's best trial flagged (the best of its first repeat, whose values the tuned runs retrain)."""
     finished = trials[trials["state"].isin(FINISHED_STATES)]
-    frame = finished.reindex(columns=["loss", "split", "repeat", "trial", "state", "s", "m", "value", "test_value"]
-                             ).reset_index(drop=True)
+    frame = finished.reindex(columns=["loss", "split", "repeat", "trial", "state", "s", "m", "value", "test_value",
+                                      "seed", "iterations", "seconds"]).reset_index(drop=True)
     frame["split"] = frame["split"].fillna(0).astype(int)
     frame["best"] = False
     first_repeat = frame["repeat"] == frame.groupby(["loss", "split"])["repeat"].transform("min")

@@ -27,7 +27,8 @@ PLAN_FILE = "plan.json"
 # The files of a finished cell that the aggregate reads (relative to its folder): all of them committed to git, so
 # that a fresh clone can aggregate (and resume) without the cell's training outputs.
 CELL_INPUTS = (METRICS_FILE, DIFFERENCES_FILE, TABLES / "search.csv", TABLES / "final_test.csv",
-               TABLES / "run_scores.csv", TABLES / "break_even.csv", TABLES / "tuning_curves.csv")
+               TABLES / "run_scores.csv", TABLES / "break_even.csv", TABLES / "tuning_curves.csv",
+               TABLES / "landscape.csv")
 REPORT_OUTS = ("report.md", "report.html", "benchmark.json", "tables", "figures")
 AGGREGATE_MODULES = ("stages.benchmark_report", "study.benchmark", "study.report", "study.analysis")
 AGGREGATE_STAGE = "aggregate"

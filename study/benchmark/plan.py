@@ -13,6 +13,9 @@ from typing import Any
 import yaml
 
 from study.config import StudyParams
+from study.data import source_of
+from study.training import planned_iterations as iterations
+from study.validation import DataProblem, planned_source, planned_splits
 from study.presets import PRESET_DIR, build_preset
 from study.sweep import class_count_params
 
@@ -20,7 +23,7 @@ BENCHMARK_PRESETS = PRESET_DIR / "benchmark"
 FULL_PLAN = BENCHMARK_PRESETS / "full.yaml"
 QUICK_PLAN = BENCHMARK_PRESETS / "quick.yaml"
 PLAN_KEYS = {"title", "preset", "set", "tuners", "configurations"}
-CONFIGURATION_KEYS = {"name", "dataset", "train_classes", "set", "tuners"}
+CONFIGURATION_KEYS = {"name", "dataset", "train_classes", "set", "tuners", "longer_of"}
 NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 
 
@@ -35,12 +38,14 @@ class Cell:
     train_classes: int
     params: StudyParams
     origin: str  # the `study preset` command that writes the same params.yaml
+    longer_of: str | None = None  # the configuration this one trains longer: compared with it, never pooled
 
     def facts(self) -> dict:
         """What the aggregate needs to know about the cell besides its reports (plan.json)."""
         params = self.params
         return {"name": self.name, "configuration": self.configuration, "tuner": self.tuner, "primary": self.primary,
-                "source": params.data.dataset.partition(":")[0], "dataset": params.data.dataset,
+                "source": source_of(params.data.dataset), "dataset": params.data.dataset,
+                "longer_of": self.longer_of, "iterations": planned_iterations(params),
                 "protocol": params.data.protocol, "train_classes": self.train_classes,
                 "objective": params.train.objective, "losses": list(params.search.losses),
                 "sampler": params.search.sampler, "repeats": params.search.repeats, "pruner": params.search.pruner,
@@ -69,6 +74,19 @@ def planned_runs(params: StudyParams) -> int:
     trials = len(params.search.losses) * params.search.repeats * params.search.n_trials
     finals = len(params.runs.seeds) * (len(params.runs.methods) + len(params.search.losses))
     return len(params.data.split_seeds()) * (trials + finals)
+
+
+def planned_iterations(params: StudyParams) -> int | None:
+    """The training iterations of one run on the first class split; None where the source's size is only known
+    once prepare loads it (a torchvision download)."""
+    try:
+        source = planned_source(params.data)
+    except DataProblem:  # the cell's own validate stage says what is wrong, when it runs
+        return None
+    if source is None:
+        return None
+    train = planned_splits(source[1], params.data, params.data.split_seeds()[0])["train"]
+    return iterations(len(train), params.train)
 
 
 def _assignments(values: dict[str, Any] | None, where: str) -> list[str]:
@@ -119,6 +137,9 @@ def _configuration_cells(entry: dict, index: int, preset: str, common: list[str]
     if type(train_classes) is not int:
         raise ValueError(f"{where}.train_classes must be a whole number of training classes, got {train_classes!r}")
     own = _assignments(entry.get("set"), f"{where}.set")
+    longer_of = entry.get("longer_of")
+    if longer_of is not None:
+        _name(longer_of, f"{where}.longer_of")
     chosen = entry.get("tuners", tuner_order[:1])
     if not isinstance(chosen, list) or not chosen or len(set(chosen)) < len(chosen):
         raise ValueError(f"{where}.tuners must list distinct tuners, e.g. [random, tpe]")
@@ -132,8 +153,8 @@ def _configuration_cells(entry: dict, index: int, preset: str, common: list[str]
         dataset = [f"data.dataset={params.data.dataset}"] + (
             [f"data.classes={params.data.classes}"] if params.data.classes is not None else [])
         origin = " ".join([preset, *(f"--set '{a}'" for a in [*assignments, *dataset])])
-        cells.append(Cell(name if position == 0 else f"{name}-{tuner}", name, tuner, position == 0, train_classes,
-                          params, origin))
+        cells.append(Cell(name if position == 0 else f"{name}-{tuner}", name, tuner,
+                          position == 0 and longer_of is None, train_classes, params, origin, longer_of))
     return cells
 
 
@@ -160,6 +181,11 @@ def load_plan(path: str | Path = FULL_PLAN) -> BenchmarkPlan:
              for cell in _configuration_cells(entry, index, declared.get("preset", "default"), common, tuners,
                                               list(tuners))]
     _check_cells(cells, path)
+    configurations_named = {cell.configuration for cell in cells}
+    for cell in cells:
+        if cell.longer_of is not None and cell.longer_of not in configurations_named:
+            raise ValueError(f"{path}: {cell.configuration}'s longer_of names {cell.longer_of!r}, which is not a "
+                             "configuration of this benchmark")
     return BenchmarkPlan(declared.get("title", "The tuning-cost benchmark"), tuple(cells), path)
 
 

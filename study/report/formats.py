@@ -12,10 +12,11 @@ from study.analysis import TEST_PREFIX, count_or_none
 
 LOSS_NAMES = {"arcface": "ArcFace", "cosface": "CosFace", "normface": "NormFace", "sphereface": "SphereFace",
               "softmax": "Softmax",
-              "fixed_adacos": "Fixed AdaCos", "dynamic_adacos": "Dynamic AdaCos"}
+              "fixed_adacos": "Fixed AdaCos", "dynamic_adacos": "Dynamic AdaCos", "p2sgrad": "P2SGrad"}
 
 
-METHOD_NAMES = {"fixed_adacos": "Fixed AdaCos", "dynamic_adacos": "Dynamic AdaCos", "softmax": "Softmax",
+METHOD_NAMES = {"fixed_adacos": "Fixed AdaCos", "dynamic_adacos": "Dynamic AdaCos", "p2sgrad": "P2SGrad",
+                "softmax": "Softmax",
                 "arcface_default": "ArcFace default"}
 
 
