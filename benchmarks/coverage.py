@@ -16,28 +16,54 @@ Two designs are simulated: one split of 32 trials and 10 reference runs (the def
 splits of 12 trials and 2 reference runs each (the default study now). `--only coverage` or `--only decisions`
 runs one part; `--only verdict` measures the verdict's own interval (tuned ArcFace − Fixed AdaCos, paired over seeds or
 over class splits) in benchmarks/results/verdict_coverage.csv.
+
+`--only pooled` measures the benchmark's pooled intervals in worlds with a data-source effect, with the benchmark's
+real design (`--plan`: each primary cell's source, and per method its standard error floored at its seed noise, on
+its df, from the cell's reports/tables): pool_across_sources' CI of the mean over sources and its prediction interval
+for a new configuration from a new source, beside DerSimonian–Laird, Hartung–Knapp and equal weights over
+configurations, for every method against Fixed AdaCos, absolute and relative to Fixed AdaCos's score
+(`--pooled-out`, reports/benchmark/tables/pooled_coverage.csv). `--only three-level` compares a three-level
+random-effects model (REML, hand-written) with pool_across_sources on the headline method's design
+(benchmarks/results/three_level_coverage.csv; slower: an optimiser per benchmark).
 """
 
 import argparse
+import json
+import math
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+from scipy import optimize, stats
 
-from study.analysis.coverage import CALIBRATED_SPREAD, coverage_table, decision_rates, verdict_interval_coverage
+from study.analysis import pool_across_sources, source_membership, standard_error_floor
+from study.analysis.coverage import (CALIBRATED_SPREAD, SOURCE_RATIOS, coverage_table, decision_rates,
+                                     source_pooling_coverage, verdict_interval_coverage)
 from study.config import AnalysisConfig
 
 WORLD = Path(__file__).resolve().parents[1] / "tests" / "data" / "coverage_world.csv"
 # (trials per search, reference runs, class splits) per simulated study.
 DESIGNS = ((32, 10, 1), (12, 2, 4))
+REFERENCE = "fixed_adacos"
+HEADLINE = "arcface_tuned"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--studies", type=int, default=500, help="simulated studies per world")
     parser.add_argument("--out", default="benchmarks/results/coverage.csv")
-    parser.add_argument("--only", choices=("coverage", "verdict", "decisions"), help="run only one of the simulations")
+    parser.add_argument("--only", choices=("coverage", "verdict", "decisions", "pooled", "three-level"),
+                        help="run only one of the simulations")
+    parser.add_argument("--plan", default="benchmarks/cells/plan.json", help="the benchmark whose design is simulated")
+    parser.add_argument("--pooled-out", default="reports/benchmark/tables/pooled_coverage.csv")
+    parser.add_argument("--benchmarks", type=int, default=4000, help="simulated benchmarks per pooled world")
     args = parser.parse_args()
+    if args.only == "three-level":
+        measure_three_level(args)
+        return
+    if args.only in (None, "pooled"):
+        measure_pooled_coverage(args)
     if args.only in (None, "coverage"):
         measure_coverage(args)
     if args.only in (None, "verdict"):
@@ -88,6 +114,153 @@ def measure_decisions(args) -> None:
     print("\n" + decisions.round(4).to_string(index=False))
     print(f"\nthe decision rule in {args.studies} studies of 10 seeds per world "
           f"({time.perf_counter() - start:.0f} s); written to {decisions_path}")
+
+
+def benchmark_design(plan_path: str | Path) -> pd.DataFrame:
+    """One row per method and primary cell of the benchmark (long-regime cells left out): its configuration, source and C, the method − Fixed
+    AdaCos difference on the cell's objective with its standard error floored at the seed noise and that SE's df
+    (standard_error_floor over the cell's per-split, per-seed pairs), and Fixed AdaCos's mean score (for the relative
+    scale). The methods are those the cell's reports/tables/differences.csv compares on its objective."""
+    plan_path = Path(plan_path)
+    plan = json.loads(plan_path.read_text(encoding="utf-8"))
+    rows = []
+    for cell in plan["cells"]:
+        tables = plan_path.parent / cell["name"] / "reports" / "tables"
+        if not cell.get("primary", True) or cell.get("longer_of") or not (tables / "differences.csv").exists():
+            continue  # one cell per configuration; a longer training of one is compared with it, never pooled
+        metric = f"test_{cell['objective']}"
+        differences = pd.read_csv(tables / "differences.csv")
+        scores = pd.read_csv(tables / "run_scores.csv")
+        scores = scores[scores[metric].notna()].assign(split=scores.get("split", 0))
+        paired = scores.pivot_table(index=["split", "seed"], columns="method", values=metric)
+        reference = float(scores.loc[scores["method"] == REFERENCE, metric].mean())
+        for method in dict.fromkeys(differences.loc[differences["metric"] == metric, "method"]):
+            if method not in paired or REFERENCE not in paired:
+                continue
+            pairs = (paired[method] - paired[REFERENCE]).dropna().rename("difference").reset_index()
+            floored = standard_error_floor(pairs)
+            if not (math.isfinite(floored.estimate) and floored.standard_error > 0):
+                continue
+            rows.append({"method": method, "cell": cell["name"], "configuration": cell["configuration"],
+                         "source": cell["source"], "train_classes": cell["train_classes"],
+                         "difference": floored.estimate, "standard_error": floored.standard_error,
+                         "df": floored.df, "se_from": floored.se_from, "reference": reference})
+    return pd.DataFrame(rows)
+
+
+def configuration_sd(design: pd.DataFrame, column: str, se_column: str) -> tuple[float, str]:
+    """The configuration sd the worlds use, and where it came from: σ̂_c of pool_across_sources on the real cells
+    (their spread within sources less their own noise), or the median standard error where that is 0 or undefined."""
+    pooled = pool_across_sources(design[column], design[se_column], design["source"])
+    if math.isfinite(pooled.configuration_variance) and pooled.configuration_variance > 0:
+        return math.sqrt(pooled.configuration_variance), "within-source spread of the real cells"
+    return float(design[se_column].median()), "median standard error (no within-source spread to read)"
+
+
+def measure_pooled_coverage(args) -> None:
+    """Coverage of the pooled intervals in worlds with a source effect, with the benchmark's real design, per method
+    and scale; written to args.pooled_out."""
+    start = time.perf_counter()
+    design = benchmark_design(args.plan)
+    if design.empty:
+        print(f"no finished primary cell in {args.plan}: nothing to simulate")
+        return
+    design = design.assign(relative=design["difference"] / design["reference"],
+                           relative_se=design["standard_error"] / design["reference"])
+    tables = []
+    for method, rows in design.groupby("method", sort=False):
+        if len(rows) < 3:
+            continue
+        for scale, column, se_column in (("absolute", "difference", "standard_error"),
+                                         ("relative", "relative", "relative_se")):
+            sd, origin = configuration_sd(rows, column, se_column)
+            table = source_pooling_coverage(rows[se_column], rows["df"], rows["source"], sd,
+                                            benchmarks=args.benchmarks, seed=0)
+            tables.append(table.assign(method=method, scale=scale, configuration_sd_from=origin))
+    table = pd.concat(tables, ignore_index=True)
+    table = table[["method", "scale", *[column for column in table.columns if column not in ("method", "scale")]]]
+    Path(args.pooled_out).parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(args.pooled_out, index=False)
+    headline = design[design["method"] == HEADLINE]
+    print("\nthe design (" + HEADLINE + "): " + ", ".join(
+        f"{row.configuration} [{row.source}] SE {row.standard_error:.5f} on {row.df:g} df ({row.se_from})"
+        for row in headline.itertuples()))
+    wide = table.pivot_table(index=["method", "scale", "source_ratio"], columns=["pooling", "interval"],
+                             values="coverage", sort=False)
+    print(wide.round(3).to_string())
+    read = table[table["read"]]
+    worst = read.groupby("interval")["coverage"].min()
+    print(f"\n{args.benchmarks} benchmarks per world: pool_across_sources covered ≥ {worst.min():.3f} "
+          f"(CI {worst['mean']:.3f}, prediction {worst['prediction']:.3f}) in "
+          f"{read[['method', 'scale', 'source_ratio']].drop_duplicates().shape[0]} worlds "
+          f"({time.perf_counter() - start:.1f} s); written to {args.pooled_out}")
+
+
+def _three_level_reml(y: np.ndarray, variances: np.ndarray, membership: np.ndarray) -> tuple[float, float, float]:
+    """(μ̂, SE(μ̂), σ̂²_s + σ̂²_c) of the three-level random-effects model y = μ + a_source + b_configuration + e with
+    known sampling variances, σ²_s and σ²_c by restricted maximum likelihood (Konstantopoulos 2011)."""
+    together = membership @ membership.T
+    scale = math.log(max(float(np.var(y)), 1e-12))
+
+    def fit(log_variances):
+        source, configuration = np.exp(log_variances)
+        inverse = np.linalg.inv(np.diag(variances + configuration) + source * together)
+        information = inverse.sum()
+        mean = float(inverse.sum(axis=0) @ y) / information
+        residual = y - mean
+        return inverse, information, mean, residual
+
+    def restricted_loss(log_variances):
+        inverse, information, _, residual = fit(log_variances)
+        return 0.5 * (-np.linalg.slogdet(inverse)[1] + math.log(information) + residual @ inverse @ residual)
+
+    best = min((optimize.minimize(restricted_loss, start, method="L-BFGS-B", bounds=[(scale - 25, scale + 5)] * 2)
+                for start in ((scale, scale), (scale - 4, scale))), key=lambda result: result.fun)
+    _, information, mean, _ = fit(best.x)
+    return mean, 1.0 / math.sqrt(information), float(np.exp(best.x).sum())
+
+
+def measure_three_level(args, benchmarks: int = 500) -> None:
+    """A three-level REML model against pool_across_sources on the headline method's real design, same draws."""
+    start = time.perf_counter()
+    design = benchmark_design(args.plan)
+    rows = design[design["method"] == HEADLINE]
+    sd, _ = configuration_sd(rows, "difference", "standard_error")
+    sigma, df = rows["standard_error"].to_numpy(float), rows["df"].to_numpy(float)
+    names, membership = source_membership(list(rows["source"]))
+    k, n = len(names), sigma.size
+    z, t = stats.norm.ppf(0.975), stats.t.ppf(0.975, k - 1)
+    rng = np.random.default_rng(0)
+    table = []
+    for ratio in SOURCE_RATIOS:
+        bounds = {name: [] for name in ("reml_mean_normal", "reml_mean_t", "reml_prediction_t", "sources_mean",
+                                        "sources_prediction")}
+        truths = []
+        for _ in range(benchmarks):
+            y = membership @ rng.normal(0, ratio * sd, k) + rng.normal(0, sd, n) + rng.normal(0, 1, n) * sigma
+            se = sigma * np.sqrt(rng.chisquare(df) / df)
+            truths.append(rng.normal(0, ratio * sd) + rng.normal(0, sd))
+            mean, standard_error, heterogeneity = _three_level_reml(y, se ** 2, membership)
+            pooled = pool_across_sources(y, se, list(rows["source"]))
+            predicted = t * math.sqrt(heterogeneity + standard_error ** 2)
+            bounds["reml_mean_normal"].append((mean - z * standard_error, mean + z * standard_error))
+            bounds["reml_mean_t"].append((mean - t * standard_error, mean + t * standard_error))
+            bounds["reml_prediction_t"].append((mean - predicted, mean + predicted))
+            bounds["sources_mean"].append((pooled.low, pooled.high))
+            bounds["sources_prediction"].append((pooled.prediction_low, pooled.prediction_high))
+        row = {"source_ratio": ratio, "configuration_sd": sd, "benchmarks": benchmarks}
+        for name, intervals in bounds.items():
+            low, high = np.array(intervals).T
+            truth = np.array(truths) if name.endswith("prediction_t") or name.endswith("prediction") else 0.0
+            row[f"{name}_coverage"] = float(np.mean((low <= truth) & (truth <= high)))
+            row[f"{name}_width"] = float(np.mean(high - low))
+        table.append(row)
+    table = pd.DataFrame(table)
+    path = Path(args.out).with_name("three_level_coverage.csv")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(path, index=False)
+    print(table.round(3).to_string(index=False))
+    print(f"\n({time.perf_counter() - start:.0f} s); written to {path}")
 
 
 if __name__ == "__main__":

@@ -210,8 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "and params.yaml, committed to git) is never retrained, even on a fresh clone. Run it inside the "
                     "study's git + DVC checkout.")
     benchmark.add_argument("--quick", action="store_true",
-                           help="the quick variant (presets/benchmark/quick.yaml, about 15 minutes on 2 CPU cores) "
-                                "in benchmarks/quick, reported in reports/benchmark-quick")
+                           help="the quick variant (presets/benchmark/quick.yaml; its measured time is in "
+                                "docs/running.md) in benchmarks/quick, reported in reports/benchmark-quick")
     benchmark.add_argument("--plan", default=None, metavar="FILE",
                            help="the cells' declaration (default: presets/benchmark/full.yaml, or quick.yaml)")
     benchmark.add_argument("--out", default=None, help="one folder per cell is made here (default: benchmarks/cells, "
@@ -221,6 +221,11 @@ def build_parser() -> argparse.ArgumentParser:
     benchmark.add_argument("--rerun", nargs="+", default=[], metavar="CELL",
                            help="hand finished cells back to DVC (their changed code or params rerun); 'all' for "
                                 "every cell")
+    benchmark.add_argument("--add", default=None, metavar="NAME",
+                           help="declare your own data as a new configuration (its own source) in the plan, with "
+                                "--set data.dataset=... and any other keys, then run what is unfinished")
+    benchmark.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE",
+                           help="with --add: a params key of the new configuration, e.g. data.dataset=folder:/data")
     benchmark.add_argument("--list", action="store_true",
                            help="list the cells, their planned trainings and whether each is finished; run nothing")
     benchmark.set_defaults(handler=_benchmark_command)
@@ -301,6 +306,14 @@ def _benchmark_command(args: argparse.Namespace) -> int:
 
     plan, out, report_dir = default_locations(args.quick)
     plan, out, report_dir = args.plan or plan, args.out or out, args.report_dir or report_dir
+    if args.add:
+        from study.benchmark.plan import add_configuration
+
+        entry = add_configuration(plan, args.add, args.assignments)
+        print(f"{plan}: added {entry['name']} ({entry['dataset']}, C = {entry['train_classes']} training classes)",
+              file=sys.stderr)
+    elif args.assignments:
+        raise ValueError("--set goes with --add NAME (a new configuration); to change every cell, edit the plan")
     if args.list:
         declared = load_plan(plan)
         pending = set(cells_to_run(declared, out, args.rerun))

@@ -395,6 +395,15 @@ def load_dataset(spec: str, cache_dir: str | None = None) -> ImageSet:
     return DATASETS[name](argument, Path(cache_dir or DEFAULT_CACHE_DIR))
 
 
+# Generated sources: everything else (a package's images, an IDX or image folder) is real images.
+SYNTHETIC_SOURCES = ("glyphs", "strokes", "emoji")
+
+
+def is_synthetic_source(source: str) -> bool:
+    """Whether a source (as `source_of` names it) is generated rather than real images."""
+    return source in SYNTHETIC_SOURCES
+
+
 # Sources whose images are one base set under another name: configurations of one base set are not independent.
 _SOURCE_ALIASES = {"mnist5k": "mnist", "torchvision:MNIST": "mnist", "torchvision:FashionMNIST": "fashion-mnist"}
 

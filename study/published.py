@@ -110,3 +110,14 @@ def published_setup(name: str) -> PublishedSetup:
         return PUBLISHED_SETUPS[name]
     except KeyError:
         raise KeyError(f"no published setup {name!r}; the known ones are: {', '.join(PUBLISHED_SETUPS)}") from None
+
+
+# ArcFace's best hyperparameters found by Musgrave et al., "A Metric Learning Reality Check" (ECCV 2020), by Bayesian
+# optimisation on each data set's validation folds (BN-Inception pretrained on ImageNet, 128-d embeddings, batch 32),
+# as published in powerful-benchmarker's docs/papers/mlrc.md. The first half of the classes train (CUB200: 100,
+# Cars196: 98; SOP: 11,318).
+MLRC_ARCFACE = (
+    {"data": "CUB200", "train_classes": 100, "s": 100.0, "margin_degrees": 23.22},
+    {"data": "Cars196", "train_classes": 98, "s": 49.50, "margin_degrees": 20.52},
+    {"data": "SOP", "train_classes": 11_318, "s": 220.3, "margin_degrees": 18.63},
+)

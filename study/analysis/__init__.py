@@ -10,7 +10,8 @@ carry their direction (EER is an error rate). One room per concern:
 - `convergence`: iterations to targets, convergence speed, val curves, crossings and angle dynamics;
 - `verdict`: `recommend`, the recommendation rule, and the verdict's facts;
 - `variance`: where the variance a user meets comes from (split, search, seed);
-- `pooling`: random-effects pooling across studies, prediction interval and slope on a covariate;
+- `pooling`: pooling across studies with the data source as a level, random-effects pooling, prediction intervals,
+  slopes on a covariate (within one source) and a cell's standard error floored at its seed noise;
 - `coverage`: simulated worlds with a known truth that measure the tuning intervals' coverage;
 - `study`: `StudyAnalysis` and `analyse_study`, which builds it, with the searches' summary and landscape.
 """
@@ -54,13 +55,24 @@ from study.analysis.convergence import (
 from study.analysis.pooling import (
     EQUAL_WEIGHT_METHOD,
     HARTUNG_KNAPP_METHOD,
+    MIN_I2_DF,
     RANDOM_EFFECTS_METHOD,
+    SOURCES_METHOD,
+    FlooredStandardError,
+    PooledAcrossSources,
+    WithinSourceSlope,
     dersimonian_laird_tau2,
     equal_weight_mean,
     equal_weight_slope,
     hartung_knapp,
+    i2_note,
+    pool_across_sources,
+    shrink_towards_pool,
     random_effects,
     random_effects_slope,
+    slope_within_source,
+    source_membership,
+    standard_error_floor,
     standard_error_from_interval,
 )
 from study.analysis.study import StudyAnalysis, analyse_study
@@ -98,9 +110,10 @@ __all__ = [
     "ANGLE_COLUMNS", "CONVERGENCE_COLUMNS", "CROSSING_COLUMNS", "SPEED_COLUMNS", "convergence_targets",
     "crossing_iteration", "crossings_table", "iterations_to_target",
     # pooling
-    "EQUAL_WEIGHT_METHOD", "HARTUNG_KNAPP_METHOD", "RANDOM_EFFECTS_METHOD", "dersimonian_laird_tau2",
-    "equal_weight_mean", "equal_weight_slope", "hartung_knapp", "random_effects", "random_effects_slope",
-    "standard_error_from_interval",
+    "EQUAL_WEIGHT_METHOD", "HARTUNG_KNAPP_METHOD", "MIN_I2_DF", "RANDOM_EFFECTS_METHOD", "SOURCES_METHOD",
+    "FlooredStandardError", "PooledAcrossSources", "WithinSourceSlope", "dersimonian_laird_tau2", "equal_weight_mean",
+    "equal_weight_slope", "hartung_knapp", "i2_note", "pool_across_sources", "random_effects", "random_effects_slope",
+    "shrink_towards_pool", "slope_within_source", "source_membership", "standard_error_floor", "standard_error_from_interval",
     # study
     "StudyAnalysis", "analyse_study",
     # tuning

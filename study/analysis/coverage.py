@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from study.analysis.pooling import (equal_weight_mean, equal_weight_slope, hartung_knapp, random_effects,
-                                    random_effects_slope)
+from study.analysis.pooling import (_across_sources_rows, _random_effects_rows, equal_weight_mean, equal_weight_slope,
+                                    hartung_knapp, random_effects, random_effects_slope, source_membership)
 from study.analysis.tuning import (
     _over_splits,
     _pooled_split,
@@ -269,7 +269,8 @@ def pooled_interval_coverage(standard_errors, degrees_of_freedom, covariate=None
     equal: equal_weight_mean) and of the prediction intervals for a new cell's true difference (prediction:
     Higgins–Thompson–Spiegelhalter; equal_prediction: equal_weight_mean's) and, given the cells' covariate (e.g.
     log10 C), of the slope's intervals around its true 0 (slope: random_effects_slope; equal_slope:
-    equal_weight_slope), with their mean widths."""
+    equal_weight_slope), with their mean widths. Every cell is drawn independently: a world with a data-source effect
+    is source_pooling_coverage's."""
     sigma = np.asarray(standard_errors, dtype=float)
     df = np.asarray(degrees_of_freedom, dtype=float)
     if sigma.size < 3 or sigma.size != df.size or np.any(~np.isfinite(sigma)) or np.any(sigma <= 0):
@@ -308,3 +309,93 @@ def pooled_interval_coverage(standard_errors, degrees_of_freedom, covariate=None
                         for name, value in zip(POOLED_INTERVALS, hits.mean(axis=0))},
                      **{f"{name}_width": float(value) for name, value in zip(POOLED_INTERVALS, widths.mean(axis=0))}})
     return pd.DataFrame(rows, columns=POOLED_COVERAGE_COLUMNS)
+
+
+# (pooling, interval) per simulated interval; pool_across_sources' are the ones the benchmark's verdict reads.
+SOURCE_INTERVALS = (("pool_across_sources", "mean"), ("pool_across_sources", "prediction"),
+                    ("dersimonian_laird", "mean"), ("dersimonian_laird", "prediction"), ("hartung_knapp", "mean"),
+                    ("equal_weights", "mean"), ("equal_weights", "prediction"))
+SOURCE_COVERAGE_COLUMNS = ["world", "source_ratio", "source_sd", "configuration_sd", "sources", "configurations",
+                           "benchmarks", "pooling", "interval", "read", "coverage", "mc_error", "mean_width",
+                           "i2_over_half"]
+SOURCE_RATIOS = (0.0, 0.5, 1.0, 2.0, 4.0)
+
+
+def _over_configurations(y: np.ndarray, se: np.ndarray, confidence: float) -> dict[str, tuple[np.ndarray, ...]]:
+    """(low, high) per benchmark row of the intervals that treat every configuration as independent:
+    DerSimonian–Laird (random_effects' normal CI and HTS prediction), Hartung–Knapp and equal weights."""
+    n = y.shape[-1]
+    level = 0.5 + confidence / 2.0
+    tau2, q, weights, mean = _random_effects_rows(y, se)
+    standard_error = 1.0 / np.sqrt(weights.sum(axis=-1))
+    half = float(stats.norm.ppf(level)) * standard_error
+    predicted = float(stats.t.ppf(level, n - 2)) * np.sqrt(tau2 + standard_error ** 2) if n >= 3 else np.nan
+    spread = np.sum(weights * (y - mean[:, None]) ** 2, axis=-1) / (n - 1)
+    robust = float(stats.t.ppf(level, n - 1)) * np.sqrt(np.maximum(1.0, spread) / weights.sum(axis=-1))
+    plain, sd = y.mean(axis=-1), y.std(axis=-1, ddof=1)
+    equal_half, equal_predicted = (float(stats.t.ppf(level, n - 1)) * sd * factor
+                                   for factor in (1.0 / math.sqrt(n), math.sqrt(1.0 + 1.0 / n)))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        i2 = np.where(q > 0, np.maximum(0.0, (q - (n - 1)) / q), 0.0)
+    return {("dersimonian_laird", "mean"): (mean - half, mean + half),
+            ("dersimonian_laird", "prediction"): (mean - predicted, mean + predicted),
+            ("hartung_knapp", "mean"): (mean - robust, mean + robust),
+            ("equal_weights", "mean"): (plain - equal_half, plain + equal_half),
+            ("equal_weights", "prediction"): (plain - equal_predicted, plain + equal_predicted), "i2": i2}
+
+
+def source_pooling_coverage(standard_errors, degrees_of_freedom, sources, configuration_sd: float, *,
+                            source_ratios=SOURCE_RATIOS, benchmarks: int = 1000, confidence: float = 0.95,
+                            seed: int = 0) -> pd.DataFrame:
+    """How often the pooled intervals hold the truth in benchmarks with the real design and a data-source effect.
+
+    The design is one source label and one standard error (with its df) per configuration. Per world (source sd =
+    ratio × configuration_sd), each simulated benchmark draws a source effect aᵢ ~ N(0, σ_s²) per source, a
+    configuration effect bᵢⱼ ~ N(0, σ_c²) and the cell's estimate yᵢⱼ = aᵢ + bᵢⱼ + N(0, seᵢⱼ²), its standard error
+    estimated again on its own df (seᵢⱼ·√(χ²_df/df); exact where df is NaN or inf). The truth is 0 for the mean and
+    a + b, freshly drawn, for a new configuration from a new source. Coverage and mean width of: pool_across_sources'
+    CI and prediction interval (the ones read: `read` is True), DerSimonian–Laird over configurations (random_effects'
+    normal CI and HTS prediction), Hartung–Knapp and equal weights over configurations, one row per world, pooling
+    and interval; i2_over_half is the share of benchmarks whose DerSimonian–Laird I² reached 50%. Vectorised over
+    benchmarks: the same code as pool_across_sources. A prediction interval the design cannot give (NaN) counts as
+    not covering.
+    """
+    sigma = np.asarray(standard_errors, dtype=float).ravel()
+    df = np.asarray(degrees_of_freedom, dtype=float).ravel()
+    names, membership = source_membership(list(sources))
+    if sigma.size < 3 or sigma.size != df.size or sigma.size != membership.shape[0]:
+        raise ValueError("give ≥ 3 configurations, each with its source, standard error and df")
+    if not (np.all(np.isfinite(sigma)) and np.all(sigma > 0)) or not (configuration_sd >= 0):
+        raise ValueError("standard errors must be finite and positive, the configuration sd finite and ≥ 0")
+    known = ~(np.isfinite(df) & (df > 0))
+    safe_df = np.where(known, 1.0, df)
+    rng = np.random.default_rng(seed)
+    k, n = len(names), sigma.size
+    rows = []
+    for ratio in source_ratios:
+        source_sd = float(ratio) * configuration_sd
+        source_effects = rng.normal(0.0, 1.0, (benchmarks, k)) * source_sd
+        truth = source_effects @ membership.T + rng.normal(0.0, 1.0, (benchmarks, n)) * configuration_sd
+        y = truth + rng.normal(0.0, 1.0, (benchmarks, n)) * sigma
+        se = sigma * np.sqrt(np.where(known, 1.0, rng.chisquare(safe_df, (benchmarks, n)) / safe_df))
+        new = rng.normal(0.0, 1.0, benchmarks) * source_sd + rng.normal(0.0, 1.0, benchmarks) * configuration_sd
+        pooled = _across_sources_rows(y, se, membership, confidence)
+        bounds = {("pool_across_sources", "mean"): (pooled["low"], pooled["high"]),
+                  ("pool_across_sources", "prediction"): (pooled["prediction_low"], pooled["prediction_high"]),
+                  **_over_configurations(y, se, confidence)}
+        i2 = bounds.pop("i2")
+        world = {"world": f"source sd = {ratio:g} × configuration sd", "source_ratio": float(ratio),
+                 "source_sd": source_sd, "configuration_sd": float(configuration_sd), "sources": k,
+                 "configurations": n, "benchmarks": benchmarks}
+        for pooling, interval in SOURCE_INTERVALS:
+            low, high = (np.broadcast_to(bound, (benchmarks,)) for bound in bounds[pooling, interval])
+            truth = new if interval == "prediction" else 0.0
+            defined = np.isfinite(low) & np.isfinite(high)
+            rows.append({**world, "pooling": pooling, "interval": interval,
+                         "read": pooling == "pool_across_sources",
+                         "coverage": float(np.mean(defined & (low <= truth) & (truth <= high))) if defined.any()
+                         else math.nan,
+                         "mc_error": float(np.sqrt(confidence * (1 - confidence) / benchmarks)),
+                         "mean_width": float(np.mean(high[defined] - low[defined])) if defined.any() else math.nan,
+                         "i2_over_half": float(np.mean(i2 >= 0.5)) if pooling == "dersimonian_laird" else math.nan})
+    return pd.DataFrame(rows, columns=SOURCE_COVERAGE_COLUMNS)

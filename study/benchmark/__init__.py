@@ -16,14 +16,14 @@ through DVC's run cache.
 - `report`: sentences, forest plots, tables and the report itself.
 """
 
-from study.benchmark.cells import OUTCOMES, cell_rows, difference_standard_error
-from study.benchmark.meta import pooled_table, tuner_table, value_at_seconds
+from study.benchmark.cells import OUTCOMES, cell_rows
+from study.benchmark.meta import pooled_table, tuner_table
 from study.benchmark.pipelines import (CELL_INPUTS, Benchmark, cell_finished, cells_to_run, default_locations,
                                        reproduce_benchmark, run_benchmark, write_benchmark)
 from study.benchmark.plan import FULL_PLAN, QUICK_PLAN, BenchmarkPlan, Cell, load_plan, planned_runs
-from study.benchmark.report import aggregate_benchmark, loss_sentences
+from study.benchmark.report import aggregate_benchmark, lead_sentence
 
 __all__ = ["CELL_INPUTS", "FULL_PLAN", "OUTCOMES", "QUICK_PLAN", "Benchmark", "BenchmarkPlan", "Cell",
            "aggregate_benchmark", "cell_finished", "cell_rows", "cells_to_run", "default_locations",
-           "difference_standard_error", "load_plan", "loss_sentences", "planned_runs", "pooled_table",
-           "reproduce_benchmark", "run_benchmark", "tuner_table", "value_at_seconds", "write_benchmark"]
+           "lead_sentence", "load_plan", "planned_runs", "pooled_table",
+           "reproduce_benchmark", "run_benchmark", "tuner_table", "write_benchmark"]

@@ -1,5 +1,7 @@
-"""One finished cell read from its committed files: per searched loss, tuned − Fixed AdaCos on the objective with its
-standard error, the study's own outcome for it, the break-even in trials and device-seconds, and what the cell cost."""
+"""One finished cell read from its committed files: every method against Fixed AdaCos on the objective (absolute and
+relative to Fixed AdaCos's score, with a standard error that knows its seed noise), the study's own outcome, and for
+each searched loss what tuning cost (break-even against one run and against the budget-matched control), the
+selected trial's seed luck and what the search found (tuned s against AdaCos's s_f, the importance of s and m)."""
 
 from __future__ import annotations
 
@@ -7,50 +9,113 @@ import math
 from pathlib import Path
 
 import numpy as np
+import optuna
 import pandas as pd
 
-from study.analysis import REFERENCE_METHOD, TEST_PREFIX, count_or_none, standard_error_from_interval
+from study.analysis import (REFERENCE_METHOD, TEST_PREFIX, count_or_none, expected_selected_after_n_trials,
+                            standard_error_floor)
 from study.analysis.verdict import difference_row, recommendation_rule
-from study.results import REPORT_DIR, read_csv, read_json, tuned_method
-from study.statistics import difference_ci
+from study.data import is_synthetic_source
+from study.losses import fixed_adacos_scale
+from study.results import REPORT_DIR, read_csv, read_json
 from study.sweep.pipelines import DIFFERENCES_FILE, METRICS_FILE
 
 TABLES = REPORT_DIR / "tables"
-# How each of the study's reasons reads across cells: did tuning pay, was it equivalent, was AdaCos better, or open?
+# How each of the study's reasons reads across cells: did the method beat Fixed AdaCos by the margin, was it
+# equivalent, was Fixed AdaCos better, or open?
 OUTCOMES = {"tuning_better_beyond_margin": "paid", "equivalent": "equivalent", "gain_within_margin": "equivalent",
             "adacos_significantly_better": "adacos_better", "gain_not_shown_relevant": "undecided",
             "not_resolved": "undecided", "no_tuned_comparison": "undecided"}
 OUTCOME_ORDER = ("paid", "equivalent", "adacos_better", "undecided")
+# A cell where Fixed AdaCos's objective (MAP@R, accuracy: bounded by 1) is below this retrieves almost nothing: its
+# differences are differences between failures. It is flagged and never carries a pooled answer.
+NEAR_FLOOR_SCORE = 0.15
 
 
 def _number(value) -> float:
     return math.nan if value is None or (not isinstance(value, str) and pd.isna(value)) else float(value)
 
 
-def comparison_outcome(differences: pd.DataFrame, loss: str, metric: str) -> tuple[str, dict | None]:
-    """The study's own rule (study.analysis.verdict) applied to one searched loss against Fixed AdaCos alone: its
-    reason and the comparison it read. The study's verdict applies it to its primary loss, and may then name Dynamic
-    AdaCos or softmax instead of Fixed AdaCos; here the question is only tuning against Fixed AdaCos."""
-    comparison = difference_row(differences, tuned_method(loss), metric)
-    _, reason = recommendation_rule(tuned_method(loss), comparison, [])
+def comparison_outcome(differences: pd.DataFrame, method: str, metric: str) -> tuple[str, dict | None]:
+    """The study's own rule (study.analysis.verdict) for one method against Fixed AdaCos alone: its reason and the
+    comparison it read."""
+    comparison = difference_row(differences, method, metric)
+    _, reason = recommendation_rule(method, comparison, [])
     return reason, comparison
 
 
-def difference_standard_error(row: pd.Series, run_scores: pd.DataFrame, method: str, metric: str,
-                              confidence: float) -> tuple[float, float]:
-    """(SE, df) of a cell's tuned − Fixed AdaCos difference: its own standard_error column where the table has one;
-    else from its interval, whose quantile the test names: over class splits, t on splits − 1 df; paired by seed, t on
-    pairs − 1; Welch, recomputed from the run scores (its df is not in the table)."""
-    if "standard_error" in row and np.isfinite(_number(row["standard_error"])):
-        return _number(row["standard_error"]), _number(row.get("df"))
-    test = row["test"]
-    if test == "Welch":
-        tuned = run_scores.loc[run_scores["method"] == method, metric]
-        reference = run_scores.loc[run_scores["method"] == REFERENCE_METHOD, metric]
-        welch = difference_ci(tuned.dropna(), reference.dropna(), confidence)
-        return _number(welch["standard_error"]), _number(welch["df"])
-    df = float(row["splits"]) - 1 if test == "split" else float(row["pairs"]) - 1
-    return standard_error_from_interval(_number(row["low"]), _number(row["high"]), confidence, df), df
+def paired_differences(run_scores: pd.DataFrame, method: str, metric: str) -> pd.DataFrame:
+    """method − Fixed AdaCos on `metric` per class split and seed (runs of one split and seed pair: same
+    initialisation and data order)."""
+    scores = run_scores[run_scores[metric].notna()] if metric in run_scores else run_scores.iloc[:0]
+    split = scores["split"] if "split" in scores else 0
+    table = scores.assign(split=split).pivot_table(index=["split", "seed"], columns="method", values=metric)
+    if method not in table or REFERENCE_METHOD not in table:
+        return pd.DataFrame(columns=["split", "seed", "difference"])
+    return (table[method] - table[REFERENCE_METHOD]).dropna().rename("difference").reset_index()
+
+
+def seed_luck(landscape: pd.DataFrame, run_scores: pd.DataFrame, loss: str, metric: str) -> pd.Series:
+    """Per class split: the selected trial's test score in the search minus its (s, m) retrained at fresh seeds (the
+    tuned runs' mean test score): how much of what the search reported was that trial's seed."""
+    best = landscape[(landscape["loss"] == loss) & landscape["best"].astype(bool)]
+    tuned = run_scores[run_scores["method"] == f"{loss}_tuned"]
+    if best.empty or tuned.empty or metric not in tuned:
+        return pd.Series(dtype=float)
+    retrained = tuned.assign(split=tuned.get("split", 0)).groupby("split")[metric].mean()
+    selected = best.assign(split=best["split"].fillna(0).astype(int)).set_index("split")["test_value"].astype(float)
+    return (selected - retrained).dropna()
+
+
+def budget_matched(landscape: pd.DataFrame, run_scores: pd.DataFrame, loss: str, metric: str) -> pd.Series:
+    """Per class split, at n = the split's Fixed AdaCos seeds: the expected test score of the trial val selects among n
+    random-search trials minus the test score of the best of the n Fixed AdaCos runs by val (the same number of
+    trainings)."""
+    trials = landscape[(landscape["loss"] == loss) & (landscape["state"] == "COMPLETE")]
+    trials = trials[trials["repeat"].fillna(0) == trials["repeat"].fillna(0).min()] if len(trials) else trials
+    reference = run_scores[run_scores["method"] == REFERENCE_METHOD]
+    if trials.empty or reference.empty or metric not in reference:
+        return pd.Series(dtype=float)
+    reference = reference.assign(split=reference.get("split", 0))
+    gaps = {}
+    for split, seeds in reference.groupby("split"):
+        searched = trials[trials["split"].fillna(0).astype(int) == int(split)]
+        n = len(seeds)
+        if len(searched) < n or n < 1:
+            continue
+        curve = expected_selected_after_n_trials(searched["value"].astype(float), searched["test_value"].astype(float))
+        control = float(seeds.loc[seeds["val_score"].astype(float).idxmax(), metric])
+        gaps[int(split)] = float(curve[n - 1]) - control
+    return pd.Series(gaps, dtype=float)
+
+
+def scale_ratios(landscape: pd.DataFrame, loss: str, train_classes: int) -> np.ndarray:
+    """Each class split's best s over AdaCos's s_f = √2·ln(C − 1) at the cell's training class count."""
+    best = landscape[(landscape["loss"] == loss) & landscape["best"].astype(bool)]
+    return best["s"].astype(float).to_numpy() / fixed_adacos_scale(train_classes) if train_classes >= 3 else np.array([])
+
+
+def importance_of_s(landscape: pd.DataFrame, loss: str, seed: int = 0) -> float:
+    """The share of the val score's variance that s explains against m over the search's completed trials (Optuna's
+    PED-ANOVA evaluator, averaged over class splits); NaN with fewer than 8 trials in a split."""
+    shares, verbosity = [], optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # one in-memory study per split, not worth a line each
+    trials = landscape[(landscape["loss"] == loss) & (landscape["state"] == "COMPLETE")]
+    for _, split in trials.groupby(trials["split"].fillna(0)):
+        if len(split) < 8:
+            continue
+        study = optuna.create_study(direction="maximize")
+        space = {"s": optuna.distributions.FloatDistribution(min(split["s"].min(), 1.0), max(split["s"].max(), 1.0),
+                                                             log=True),
+                 "m": optuna.distributions.FloatDistribution(float(split["m"].min()), float(split["m"].max()) + 1e-9)}
+        study.add_trials([optuna.trial.create_trial(params={"s": float(row.s), "m": float(row.m)},
+                                                    distributions=space, value=float(row.value))
+                          for row in split.itertuples()])
+        importances = optuna.importance.get_param_importances(
+            study, evaluator=optuna.importance.PedAnovaImportanceEvaluator(), normalize=True)
+        shares.append(importances.get("s", math.nan))
+    optuna.logging.set_verbosity(verbosity)
+    return float(np.mean(shares)) if shares else math.nan
 
 
 def cell_device_seconds(search: pd.DataFrame, final: pd.DataFrame, run_scores: pd.DataFrame) -> dict:
@@ -63,8 +128,44 @@ def cell_device_seconds(search: pd.DataFrame, final: pd.DataFrame, run_scores: p
             "total": float(search["seconds"].sum()) + float(np.nansum(list(finals.values())))}
 
 
+def _search_facts(directory: Path, loss: str, facts: dict, landscape: pd.DataFrame, run_scores: pd.DataFrame,
+                  search: pd.DataFrame, even: pd.DataFrame, metric: str) -> dict:
+    """A searched loss's tuning cost and findings in one cell."""
+    searched = search[search["loss"] == loss]
+    searched = searched.iloc[0] if len(searched) else pd.Series(dtype=object)
+    per_trial = _number(searched.get("seconds_per_trial"))
+    reached = even[(even["loss"] == loss) & (even["reference"] == REFERENCE_METHOD)]
+    reached = reached.iloc[0] if len(reached) else pd.Series(dtype=object)
+    trials_low = _number(count_or_none(reached.get("trials_low")))
+    trials_high = _number(count_or_none(reached.get("trials_high")))
+    trials = landscape[landscape["loss"] == loss]
+    luck, matched = seed_luck(landscape, run_scores, loss, metric), budget_matched(landscape, run_scores, loss, metric)
+    ratios = scale_ratios(landscape, loss, int(facts["train_classes"]))
+    return {
+        "break_even_reached": bool(reached.get("reached", False)),
+        "break_even_trials": _number(count_or_none(reached.get("trials"))),
+        "break_even_low": trials_low, "break_even_high": trials_high,
+        "break_even_shown": bool(reached.get("reached", False)) and math.isfinite(trials_high),
+        "valid_trials": _number(reached.get("valid_trials")), "max_trials": _number(reached.get("max_trials")),
+        "seconds_per_trial": per_trial, "break_even_seconds": _number(reached.get("seconds")),
+        "search_seconds": _number(searched.get("seconds")), "search_trials": _number(searched.get("trials")),
+        "pruned_trials": _number(searched.get("pruned")),
+        "search_iterations": float(pd.to_numeric(trials.get("iterations"), errors="coerce").sum())
+        if "iterations" in trials else math.nan,
+        "seed_luck": float(luck.mean()) if len(luck) else math.nan, "seed_luck_splits": len(luck),
+        "matched_gap": float(matched.mean()) if len(matched) else math.nan, "matched_splits": len(matched),
+        "matched_n": int(run_scores[run_scores["method"] == REFERENCE_METHOD].groupby(
+            run_scores.get("split", 0)).size().min()) if len(run_scores) else 0,
+        "s_ratio_median": float(np.median(ratios)) if ratios.size else math.nan,
+        "s_ratio_low": float(ratios.min()) if ratios.size else math.nan,
+        "s_ratio_high": float(ratios.max()) if ratios.size else math.nan,
+        "best_m_median": float(trials.loc[trials["best"].astype(bool), "m"].median()) if len(trials) else math.nan,
+        "importance_s": importance_of_s(landscape, loss),
+    }
+
+
 def cell_rows(facts: dict, directory: str | Path) -> list[dict]:
-    """One row per searched loss of a finished cell, read from its reports/ (metrics.json and tables/)."""
+    """One row per method of a finished cell against Fixed AdaCos, read from its reports/ (metrics.json, tables/)."""
     directory = Path(directory)
     metrics = read_json(directory / METRICS_FILE, "report")
     verdict = metrics["verdict"]
@@ -75,54 +176,38 @@ def cell_rows(facts: dict, directory: str | Path) -> list[dict]:
     final = read_csv(directory / TABLES / "final_test.csv", "report")
     run_scores = read_csv(directory / TABLES / "run_scores.csv", "report")
     even = read_csv(directory / TABLES / "break_even.csv", "report")
+    landscape = read_csv(directory / TABLES / "landscape.csv", "report")
     cost = cell_device_seconds(search, final, run_scores)
+    reference = float(run_scores.loc[run_scores["method"] == REFERENCE_METHOD, metric].mean())
+    common = {key: facts.get(key) for key in ("configuration", "tuner", "primary", "source", "protocol",
+                                              "train_classes", "sampler", "repeats", "pruner", "n_trials",
+                                              "longer_of", "iterations", "epochs")}
+    common.update(cell=facts["name"], real=not is_synthetic_source(facts["source"]), metric=metric,
+                  confidence=confidence, splits=len(facts["splits"]), seeds=len(facts["seeds"]),
+                  reference_test_mean=reference, near_floor=reference < NEAR_FLOOR_SCORE,
+                  cell_seconds=cost["total"], cell_search_seconds=cost["search"],
+                  shared_final_seconds=float(np.nansum([seconds for method, seconds in cost["finals"].items()
+                                                        if not method.endswith("_tuned")])))
     rows = []
-    for loss in facts["losses"]:
-        method = tuned_method(loss)
-        reason, comparison = comparison_outcome(differences, loss, metric)
+    for method in dict.fromkeys(run_scores["method"]):
+        if method == REFERENCE_METHOD:
+            continue
+        loss = method.removesuffix("_tuned") if method.endswith("_tuned") else None
+        estimate = standard_error_floor(paired_differences(run_scores, method, metric), confidence)
+        reason, comparison = comparison_outcome(differences, method, metric)
         table = differences[(differences["method"] == method) & (differences["metric"] == metric)]
-        row = table.iloc[0] if len(table) else pd.Series(dtype=object)
-        standard_error, df = (difference_standard_error(row, run_scores, method, metric, confidence) if len(table)
-                              else (math.nan, math.nan))
-        searched = search[search["loss"] == loss]
-        searched = searched.iloc[0] if len(searched) else pd.Series(dtype=object)
-        per_trial = _number(searched.get("seconds_per_trial"))
-        reached = even[(even["loss"] == loss) & (even["reference"] == REFERENCE_METHOD)]
-        reached = reached.iloc[0] if len(reached) else pd.Series(dtype=object)
-        trials_low = _number(count_or_none(reached.get("trials_low")))
-        trials_high = _number(count_or_none(reached.get("trials_high")))
-        comparison = comparison or {}
-        rows.append({
-            **{key: facts[key] for key in ("configuration", "tuner", "primary", "source", "protocol",
-                                           "train_classes", "sampler", "repeats", "pruner", "n_trials")},
-            "cell": facts["name"], "loss": loss, "metric": metric, "confidence": confidence,
-            "splits": len(facts["splits"]),
-            "seeds": len(facts["seeds"]),
-            "test": row.get("test"), "df": df, "difference": _number(row.get("difference")),
-            "low": _number(row.get("low")), "high": _number(row.get("high")), "standard_error": standard_error,
-            "p_holm": _number(row.get("p_holm")), "significant": bool(comparison.get("significant", False)),
-            "equivalent": bool(comparison.get("equivalent", False)), "margin": _number(row.get("margin")),
-            "detectable": _number(row.get("detectable")), "reason": reason,
-            "outcome": OUTCOMES.get(reason, "undecided"),
-            "recommendation": verdict["recommendation"] if loss == verdict.get("tuned_loss") else None,
-            "break_even_reached": bool(reached.get("reached", False)),
-            "break_even_trials": _number(count_or_none(reached.get("trials"))),
-            "break_even_low": trials_low, "break_even_high": trials_high,
-            "valid_trials": _number(reached.get("valid_trials")), "max_trials": _number(reached.get("max_trials")),
-            "seconds_per_trial": per_trial,
-            "break_even_seconds": _number(reached.get("seconds")),
-            "break_even_seconds_low": trials_low * per_trial, "break_even_seconds_high": trials_high * per_trial,
-            "search_gain": _number(reached.get("gain_at_n")), "search_gain_low": _number(reached.get("gain_low")),
-            "search_gain_high": _number(reached.get("gain_high")),
-            "search_seconds": _number(searched.get("seconds")), "search_trials": _number(searched.get("trials")),
-            "pruned_trials": _number(searched.get("pruned")),
-            "tuned_test_mean": _number(metrics.get(method, {}).get(metric, {}).get("mean")),
-            "reference_test_mean": _number(verdict.get("reference_test_mean")),
-            "cell_seconds": cost["total"], "cell_search_seconds": cost["search"],
-            "cell_final_seconds": float(np.nansum(list(cost["finals"].values()))),
-            "shared_final_seconds": float(np.nansum([seconds for method, seconds in cost["finals"].items()
-                                                     if not method.endswith("_tuned")])),
-        })
+        cell_row = table.iloc[0] if len(table) else pd.Series(dtype=object)
+        row = {**common, "method": method, "loss": loss, "tuned": loss is not None,
+               "difference": estimate.estimate, "low": estimate.low, "high": estimate.high,
+               "standard_error": estimate.standard_error, "df": estimate.df, "se_splits": estimate.se_splits,
+               "se_floor": estimate.se_floor, "se_from": estimate.se_from,
+               "relative": estimate.estimate / reference, "relative_se": estimate.standard_error / reference,
+               "method_test_mean": float(run_scores.loc[run_scores["method"] == method, metric].mean()),
+               "margin": _number(cell_row.get("margin")), "detectable": _number(cell_row.get("detectable")),
+               "reason": reason, "outcome": OUTCOMES.get(reason, "undecided")}
+        if loss is not None:
+            row.update(_search_facts(directory, loss, facts, landscape, run_scores, search, even, metric))
+        rows.append(row)
     return rows
 
 
@@ -131,3 +216,11 @@ def tuning_curve(directory: str | Path, loss: str) -> pd.DataFrame:
     curves = read_csv(Path(directory) / TABLES / "tuning_curves.csv", "report")
     curve = curves[(curves["method"] == loss) & (curves["kind"] == "search")]
     return curve[["n", "expected_test", "low", "high", "seconds"]].reset_index(drop=True)
+
+
+def convergence_iterations(directory: str | Path, fraction: float = 0.95) -> dict[str, float]:
+    """Per method: the median over runs of the iterations to reach `fraction` of its own best val score (NaN where
+    the median run never reached it)."""
+    table = read_csv(Path(directory) / TABLES / "convergence.csv", "report")
+    rows = table[(table["basis"] == "best") & np.isclose(table["fraction"], fraction)]
+    return {row.method: _number(row.median_iteration) for row in rows.itertuples()}

@@ -1,191 +1,261 @@
-"""The meta-verdict's numbers: per tunable loss, the random-effects pooled tuned − Fixed AdaCos difference over the
-configurations, its prediction interval for a new data set, the cells' outcomes, the break-even and the slope on log C;
-and the tuners compared at equal device-seconds."""
+"""The benchmark's numbers: every method against Fixed AdaCos pooled with the data source as a level (what a new
+data source should expect), judged against a relative margin; the margin at which each answer changes; trends within
+one source; the tuners at equal trials and training iterations; the long regime against the short one."""
 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
-from study.analysis import equal_weight_mean, equal_weight_slope, random_effects, random_effects_slope
-from study.analysis.coverage import pooled_interval_coverage
+from study.analysis import pool_across_sources, random_effects, slope_within_source
+from study.analysis.coverage import source_pooling_coverage
 from study.benchmark.cells import OUTCOME_ORDER
 
-# An interval the verdict reads must hold the truth this often in simulated benchmarks of the same cells (SPEC: ≥ 93%
-# at nominal 95%); the random-effects intervals are printed as specified either way, with what they covered.
-MIN_COVERAGE = 0.93
-COVERAGE_BENCHMARKS = 1000
-
-POOLED_COLUMNS = ["loss", "metric", "configurations", "pooled_configurations", "estimate", "low", "high",
-                  "standard_error", "tau2", "i2", "prediction_low", "prediction_high", "equal_estimate", "equal_low",
-                  "equal_high", "equal_prediction_low", "equal_prediction_high", "dl_coverage", "equal_coverage",
-                  "prediction_coverage", "equal_prediction_coverage", "judged_by", "judged_estimate", "judged_low",
-                  "judged_high",
-                  "predicted_by", "predicted_low", "predicted_high", "margin",
-                  *OUTCOME_ORDER, "break_even_reached", "break_even_trials_median", "break_even_seconds_median",
-                  "search_seconds_median", "slope_per_decade", "slope_low", "slope_high", "equal_slope", "equal_slope_low",
-                  "equal_slope_high", "slope_coverage", "equal_slope_coverage", "slope_read_by", "slope_read",
-                  "slope_read_low", "slope_read_high", "slope_configurations",
-                  "only_cell", "only_outcome"]
-TUNER_COLUMNS = ["configuration", "cell", "tuner", "sampler", "repeats", "pruner", "trials", "pruned_trials",
-                 "seconds_per_trial", "budget_seconds", "trials_in_budget", "expected_test_at_budget", "low_at_budget",
-                 "high_at_budget", "reference_test_mean", "break_even_reached", "break_even_trials", "break_even_low",
-                 "break_even_high", "max_trials", "valid_trials", "break_even_seconds", "difference", "low", "high",
-                 "outcome"]
+# The relevance margin, pre-specified relative to the score: a difference within ±2% of Fixed AdaCos's score counts
+# as none. A share of the score reads the same on every data set (2% of MAP@R 0.9 is 0.018, of 0.3 is 0.006), where
+# an absolute ±0.01 is 1% of a high score and 15% of a near-floor one; the absolute value is shown beside it.
+RELATIVE_MARGIN = 0.02
+# Methods that need no tuning, against which the answer names the best choice (Fixed AdaCos is the reference).
+UNTUNED = ("fixed_adacos", "dynamic_adacos", "p2sgrad", "softmax", "arcface_default")
+SCOPES = {"": "headline", "all_": "with near-floor cells", "real_": "real images", "synthetic_": "synthetic"}
+POOLED_NUMBERS = ("mean", "low", "high", "prediction_low", "prediction_high", "prediction_standard_error",
+                  "between_source_variance", "sources", "configurations")
 
 
 def poolable(rows: pd.DataFrame) -> pd.Series:
     """The cells that enter a pooled estimate: each configuration's primary cell, with a finite, positive SE."""
-    return rows["primary"].astype(bool) & np.isfinite(rows["difference"]) & (rows["standard_error"] > 0)
+    return (rows["primary"].astype(bool) & np.isfinite(rows["relative"].astype(float))
+            & (rows["relative_se"].astype(float) > 0))
 
 
-def _median(values) -> float:
+def _pooled(rows: pd.DataFrame, column: str, confidence: float) -> dict:
+    """pool_across_sources on one column (relative or absolute difference) of `rows`, as plain numbers."""
+    if rows.empty:
+        return {name: math.nan for name in POOLED_NUMBERS} | {"sources": 0, "configurations": 0}
+    se_column = "relative_se" if column == "relative" else "standard_error"
+    result = pool_across_sources(rows[column].astype(float), rows[se_column].astype(float), rows["source"],
+                                 confidence=confidence, degrees_of_freedom=rows["df"].astype(float))
+    return {name: (float(result[name]) if name not in ("sources", "configurations") else int(result[name]))
+            for name in POOLED_NUMBERS}
+
+
+def judgement(low: float, high: float, margin: float = RELATIVE_MARGIN) -> str:
+    """What an interval of method − Fixed AdaCos says against ±margin: 'better' (beyond +margin), 'worse' (beyond
+    −margin), 'equivalent' (within ±margin), 'slightly better' / 'slightly worse' (excludes 0, not the margin) or
+    'open' (covers 0 and reaches beyond the margin); 'n/a' without an interval."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return "n/a"
+    if low >= margin:
+        return "better"
+    if high <= -margin:
+        return "worse"
+    if -margin < low and high < margin:
+        return "equivalent"
+    if low > 0:
+        return "slightly better"
+    if high < 0:
+        return "slightly worse"
+    return "open"
+
+
+def margin_reading(low: float, high: float) -> dict:
+    """The verdict as a function of the margin: the smallest margin at which the interval shows equivalence, and the
+    smallest gain (or loss) it reliably shows (its bound nearer zero, where it excludes zero)."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return {"equivalent_from": math.nan, "reliable_gain": math.nan, "reliable_loss": math.nan}
+    return {"equivalent_from": max(abs(low), abs(high)), "reliable_gain": low if low > 0 else math.nan,
+            "reliable_loss": high if high < 0 else math.nan}
+
+
+def pooled_method(rows: pd.DataFrame, confidence: float) -> dict:
+    """One method against Fixed AdaCos: pooled over sources on the relative scale, for the headline (primary cells off
+    the floor), with the near-floor cells, and for real and synthetic sources apart; the absolute scale beside it;
+    DerSimonian–Laird over configurations, labelled, for comparison."""
+    pooled_rows = rows[poolable(rows)]
+    headline = pooled_rows[~pooled_rows["near_floor"].astype(bool)]
+    scopes = {"": headline, "all_": pooled_rows, "real_": headline[headline["real"].astype(bool)],
+              "synthetic_": headline[~headline["real"].astype(bool)]}
+    method = rows["method"].iloc[0]
+    facts = {"method": method, "loss": rows["loss"].iloc[0], "tuned": bool(rows["tuned"].iloc[0]),
+             "metric": rows["metric"].iloc[0], "margin": RELATIVE_MARGIN,
+             "near_floor_configurations": int(pooled_rows["near_floor"].astype(bool).sum()),
+             "reference_mean": float(headline["reference_test_mean"].mean()) if len(headline) else math.nan}
+    for prefix, subset in scopes.items():
+        facts.update({f"{prefix}{key}": value for key, value in _pooled(subset, "relative", confidence).items()})
+    facts.update({f"absolute_{key}": value for key, value in _pooled(headline, "difference", confidence).items()})
+    facts["absolute_margin"] = RELATIVE_MARGIN * facts["reference_mean"]
+    facts["judgement"] = judgement(facts["prediction_low"], facts["prediction_high"])
+    facts["mean_judgement"] = judgement(facts["low"], facts["high"])
+    facts.update(margin_reading(facts["prediction_low"], facts["prediction_high"]))
+    if len(headline) >= 2:
+        dl = random_effects(headline["relative"].astype(float), headline["relative_se"].astype(float), confidence,
+                            degrees_of_freedom=headline["df"].astype(float))
+        facts.update({f"dl_{key}": dl[key] for key in ("estimate", "low", "high", "prediction_low",
+                                                       "prediction_high", "tau2")})
+    primary = rows[rows["primary"].astype(bool)]
+    facts.update({name: int((primary["outcome"] == name).sum()) for name in OUTCOME_ORDER})
+    if facts["tuned"]:
+        facts.update(_tuning_cost(primary, confidence))
+    return facts
+
+
+def _mean_interval(values, confidence: float) -> tuple[float, float, float]:
+    """The mean of per-configuration values with its t interval over them (NaN bounds below 2)."""
     values = np.asarray(values, dtype=float)
     values = values[np.isfinite(values)]
-    return float(np.median(values)) if values.size else math.nan
+    if values.size < 2:
+        return (float(values.mean()) if values.size else math.nan), math.nan, math.nan
+    half = stats.t.ppf(0.5 + confidence / 2, values.size - 1) * values.std(ddof=1) / math.sqrt(values.size)
+    return float(values.mean()), float(values.mean() - half), float(values.mean() + half)
 
 
-def pooling_coverage(pooled_rows: pd.DataFrame, confidence: float) -> pd.DataFrame | None:
-    """The pooled intervals' coverage in simulated benchmarks of these cells (their standard errors, each estimated
-    again on its own df); None below 3 cells."""
-    if len(pooled_rows) < 3:
-        return None
-    return pooled_interval_coverage(pooled_rows["standard_error"], pooled_rows["df"], _log_classes(pooled_rows),
-                                    benchmarks=COVERAGE_BENCHMARKS, confidence=confidence, seed=0)
+def _tuning_cost(primary: pd.DataFrame, confidence: float) -> dict:
+    """What a search costs and finds over the configurations: break-even counted only where its interval shows it,
+    the budget-matched gap (search against the best of as many Fixed AdaCos runs by val), the selected trial's seed
+    luck, and the tuned scale against s_f."""
+    matched, matched_low, matched_high = _mean_interval(primary["matched_gap"], confidence)
+    luck, luck_low, luck_high = _mean_interval(primary["seed_luck"], confidence)
+    shown = primary[primary["break_even_shown"].astype(bool)]
+    return {"break_even_shown": int(len(shown)),
+            "break_even_point": int(primary["break_even_reached"].astype(bool).sum()),
+            "break_even_trials_median": float(shown["break_even_trials"].median()) if len(shown) else math.nan,
+            "matched_gap": matched, "matched_low": matched_low, "matched_high": matched_high,
+            "matched_n": int(primary["matched_n"].min()) if len(primary) else 0,
+            "matched_search_ahead": int((primary["matched_gap"] > 0).sum()),
+            "seed_luck": luck, "seed_luck_low": luck_low, "seed_luck_high": luck_high,
+            "s_ratio_median": float(primary["s_ratio_median"].median()),
+            "importance_s_median": float(primary["importance_s"].median())}
 
 
-def _log_classes(rows: pd.DataFrame) -> np.ndarray:
-    return np.log10(rows["train_classes"].astype(float).to_numpy())
+def pooled_table(rows: pd.DataFrame, confidence: float) -> pd.DataFrame:
+    """One row per method against Fixed AdaCos: the tuned losses first (ArcFace leading), then the untuned methods."""
+    methods = list(dict.fromkeys(["arcface_tuned", *rows.loc[rows["tuned"].astype(bool), "method"],
+                                  *[method for method in UNTUNED if method in set(rows["method"])]]))
+    table = [pooled_method(rows[rows["method"] == method], confidence) for method in methods
+             if (rows["method"] == method).any()]
+    return pd.DataFrame(table)
 
 
-def _read_by(facts: dict, candidates: tuple[tuple[str, str, str, str, str], ...]) -> tuple[str, float, float, float]:
-    """(name, estimate, low, high) of the first candidate (name and the keys of its estimate, low, high and worst
-    simulated coverage) whose coverage reaches MIN_COVERAGE: ('', NaN, NaN, NaN) when none does."""
-    for name, estimate, low, high, coverage in candidates:
-        if facts.get(coverage, math.nan) >= MIN_COVERAGE and math.isfinite(facts.get(low, math.nan)):
-            return name, facts[estimate], facts[low], facts[high]
-    return "", math.nan, math.nan, math.nan
+def best_untuned(pooled: pd.DataFrame) -> dict:
+    """The untuned method with the highest pooled mean against Fixed AdaCos (Fixed AdaCos itself at 0), and whether
+    the data tell it apart from Fixed AdaCos (its CI excludes 0)."""
+    candidates = [{"method": "fixed_adacos", "mean": 0.0, "low": 0.0, "high": 0.0, "distinct": False}]
+    for row in pooled[pooled["method"].isin(UNTUNED)].itertuples():
+        if math.isfinite(row.mean):
+            candidates.append({"method": row.method, "mean": row.mean, "low": row.low, "high": row.high,
+                               "distinct": bool(row.low > 0 or row.high < 0)})
+    return max(candidates, key=lambda candidate: candidate["mean"])
 
 
-def pooled_loss(rows: pd.DataFrame, confidence: float) -> tuple[dict, pd.DataFrame | None, pd.Series]:
-    """One loss's meta-verdict numbers from its cells' rows (one per configuration's primary cell), the simulated
-    coverage of its pooled intervals, and each pooled cell's share of the random-effects weight."""
-    primary = rows[rows["primary"].astype(bool)]
-    pooled_rows = rows[poolable(rows)]
-    outcome = {name: int((primary["outcome"] == name).sum()) for name in OUTCOME_ORDER}
-    reached = primary[primary["break_even_reached"].astype(bool)]
-    facts = {"loss": rows["loss"].iloc[0], "metric": rows["metric"].iloc[0], "configurations": len(primary),
-             "pooled_configurations": len(pooled_rows), "margin": _median(primary["margin"]), **outcome,
-             "break_even_reached": len(reached), "break_even_trials_median": _median(reached["break_even_trials"]),
-             "break_even_seconds_median": _median(reached["break_even_seconds"]),
-             "search_seconds_median": _median(primary["search_seconds"])}
-    coverage = pooling_coverage(pooled_rows, confidence)
-    weights = pd.Series(1.0, index=pooled_rows.index)
-    if len(pooled_rows) == 1:  # nothing to pool: the one study's own interval and verdict stand
-        only = pooled_rows.iloc[0]
-        facts.update({"estimate": only["difference"], "low": only["low"], "high": only["high"],
-                      "standard_error": only["standard_error"], "only_cell": only["cell"],
-                      "only_outcome": only["outcome"]})
-    elif len(pooled_rows):
-        pooled = random_effects(pooled_rows["difference"], pooled_rows["standard_error"], confidence)
-        facts.update({key: pooled[key] for key in ("estimate", "low", "high", "standard_error", "tau2", "i2",
-                                                   "prediction_low", "prediction_high")})
-        weights = pd.Series(pooled["weights"], index=pooled_rows.index)
-        equal = equal_weight_mean(pooled_rows["difference"], confidence)
-        facts.update({f"equal_{key}": equal[key] for key in ("estimate", "low", "high", "prediction_low",
-                                                             "prediction_high")})
-        if coverage is not None:
-            facts.update({f"{name}_coverage": float(coverage[f"{name}_coverage"].min())
-                          for name in ("dl", "equal", "prediction", "equal_prediction", "slope", "equal_slope")})
-        facts["judged_by"], facts["judged_estimate"], facts["judged_low"], facts["judged_high"] = _read_by(facts, (
-            ("random effects", "estimate", "low", "high", "dl_coverage"),
-            ("equal weights", "equal_estimate", "equal_low", "equal_high", "equal_coverage")))
-        facts["predicted_by"], _, facts["predicted_low"], facts["predicted_high"] = _read_by(facts, (
-            ("random effects", "estimate", "prediction_low", "prediction_high", "prediction_coverage"),
-            ("equal weights", "equal_estimate", "equal_prediction_low", "equal_prediction_high",
-             "equal_prediction_coverage")))
-        slope = random_effects_slope(pooled_rows["difference"], pooled_rows["standard_error"],
-                                     _log_classes(pooled_rows), confidence)
-        plain = equal_weight_slope(pooled_rows["difference"], _log_classes(pooled_rows), confidence)
-        facts.update({"slope_per_decade": slope["slope"], "slope_low": slope["low"], "slope_high": slope["high"],
-                      "equal_slope": plain["slope"], "equal_slope_low": plain["low"],
-                      "equal_slope_high": plain["high"],
-                      "slope_configurations": int(pooled_rows["train_classes"].nunique())})
-        facts["slope_read_by"], facts["slope_read"], facts["slope_read_low"], facts["slope_read_high"] = _read_by(
-            facts, (("random effects", "slope_per_decade", "slope_low", "slope_high", "slope_coverage"),
-                    ("equal weights", "equal_slope", "equal_slope_low", "equal_slope_high", "equal_slope_coverage")))
-    return facts, coverage, weights
+def trend_in_classes(rows: pd.DataFrame, confidence: float) -> dict:
+    """How tuned ArcFace − Fixed AdaCos moves per tenfold C within the open-protocol source with the most class
+    counts (slope_within_source): never across sources, where C and the source move together."""
+    tuned = rows[rows["primary"].astype(bool) & (rows["method"] == "arcface_tuned") & (rows["protocol"] == "open")]
+    if tuned.empty:
+        return {"source": "", "slope": math.nan, "low": math.nan, "high": math.nan, "k": 0, "classes": []}
+    fit = slope_within_source(tuned["difference"].astype(float), np.log10(tuned["train_classes"].astype(float)),
+                              tuned["source"], confidence=confidence)
+    classes = sorted(int(c) for c in tuned.loc[tuned["source"] == fit.source, "train_classes"])
+    return {"source": fit.source, "slope": fit.slope, "low": fit.low, "high": fit.high, "k": len(classes),
+            "classes": classes}
 
 
-class Pooled(NamedTuple):
-    """pooled_table's result: POOLED_COLUMNS per loss, the pooled intervals' simulated coverage (a `loss` column
-    beside pooled_interval_coverage's) and each row's share of its loss's random-effects weight (NaN where left out)."""
-
-    table: pd.DataFrame
-    coverage: pd.DataFrame
-    weights: pd.Series
-
-
-def pooled_table(rows: pd.DataFrame, confidence: float) -> Pooled:
-    """One row per searched loss (ArcFace first, then in the order the cells searched them), with its coverage and
-    weights."""
-    losses = list(dict.fromkeys(["arcface", *rows["loss"]]))
-    table, coverages, weights = [], [], pd.Series(np.nan, index=rows.index)
-    for loss in losses:
-        if not (rows["loss"] == loss).any():
+def pooled_coverage(rows: pd.DataFrame, benchmarks: int = 4000) -> pd.DataFrame:
+    """The pooled intervals' coverage in simulated benchmarks with these cells' design (sources, standard errors on
+    their df) and a source effect from none to 4× the configuration spread, per method, on the relative scale read
+    by the verdict; `read` marks pool_across_sources' own intervals."""
+    tables = []
+    for method, group in rows[poolable(rows) & ~rows["near_floor"].astype(bool)].groupby("method", sort=False):
+        if len(group) < 3:
             continue
-        facts, coverage, shares = pooled_loss(rows[rows["loss"] == loss], confidence)
-        table.append(facts)
-        weights.loc[shares.index] = shares
-        if coverage is not None:
-            coverages.append(coverage.assign(loss=loss))
-    coverage = pd.concat(coverages, ignore_index=True) if coverages else pd.DataFrame(columns=["loss"])
-    return Pooled(pd.DataFrame(table).reindex(columns=POOLED_COLUMNS), coverage, weights)
+        pooled = pool_across_sources(group["relative"], group["relative_se"], group["source"])
+        spread = pooled.configuration_variance
+        sd = math.sqrt(spread) if math.isfinite(spread) and spread > 0 else float(group["relative_se"].median())
+        tables.append(source_pooling_coverage(group["relative_se"], group["df"], group["source"], sd,
+                                              benchmarks=benchmarks, seed=0).assign(method=method,
+                                                                                    configuration_sd=sd))
+    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=["method", "read", "coverage"])
 
 
-def value_at_seconds(curve: pd.DataFrame, budget: float, column: str) -> float:
-    """A tuning curve's `column` at `budget` device-seconds, linear between trials (NaN beyond the curve, or where
-    the column is missing at either neighbour)."""
-    seconds = curve["seconds"].to_numpy(dtype=float)
-    values = curve[column].to_numpy(dtype=float)
-    if not len(seconds) or budget > seconds[-1] + 1e-9 or budget < seconds[0] - 1e-9:
+def value_at(curve: pd.DataFrame, budget: float, x: str, column: str) -> float:
+    """A curve's `column` at `budget` on its `x` axis, linear between points (NaN outside, or where missing)."""
+    xs, values = curve[x].to_numpy(dtype=float), curve[column].to_numpy(dtype=float)
+    if not len(xs) or budget > xs[-1] + 1e-9 or budget < xs[0] - 1e-9:
         return math.nan
-    after = int(np.searchsorted(seconds, budget - 1e-9))
-    if after == 0 or abs(seconds[after] - budget) <= 1e-9:
+    after = int(np.searchsorted(xs, budget - 1e-9))
+    if after == 0 or abs(xs[after] - budget) <= 1e-9:
         return float(values[after])
-    before = after - 1
-    share = (budget - seconds[before]) / (seconds[after] - seconds[before])
-    return float(values[before] + share * (values[after] - values[before]))
+    share = (budget - xs[after - 1]) / (xs[after] - xs[after - 1])
+    return float(values[after - 1] + share * (values[after] - values[after - 1]))
 
 
-def tuner_table(rows: pd.DataFrame, curves: dict[str, pd.DataFrame], loss: str = "arcface") -> pd.DataFrame:
-    """Per configuration searched with several tuners: each tuner's selected-test curve at the largest budget of
-    device-seconds (per search, i.e. per repeat) that every one of them reached, and its break-even."""
-    searched = rows[rows["loss"] == loss]
+TUNER_COLUMNS = ["configuration", "cell", "tuner", "sampler", "repeats", "pruner", "trials", "pruned_trials",
+                 "iterations_per_trial", "budget", "trials_at_budget", "test_at_budget", "low_at_budget",
+                 "high_at_budget", "iterations_budget", "trials_at_iterations", "test_at_iterations",
+                 "low_at_iterations", "high_at_iterations", "seconds_per_trial", "reference_test_mean"]
+
+
+def tuner_table(rows: pd.DataFrame, curves: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    """Per configuration searched with several tuners: each tuner's selected-test curve at the largest number of
+    trials every one reached, and at the largest number of training iterations every one reached (a pruned trial
+    costs the iterations it ran). Device-seconds stay in the table as measured, never as the budget."""
+    searched = rows[rows["method"] == "arcface_tuned"]
     table = []
     for configuration, group in searched.groupby("configuration", sort=False):
         if group["tuner"].nunique() < 2:
             continue
-        ends = [curves[cell]["seconds"].max() for cell in group["cell"] if cell in curves and len(curves[cell])]
-        budget = float(min(ends)) if ends else math.nan
+        shown = {cell: curves[cell].assign(iterations=curves[cell]["n"] * per_trial)
+                 for cell, per_trial in zip(group["cell"], group["search_iterations"] / group["search_trials"])
+                 if cell in curves and len(curves[cell])}
+        budget = min(curve["n"].max() for curve in shown.values()) if shown else math.nan
+        iterations = min(curve["iterations"].max() for curve in shown.values()) if shown else math.nan
         for row in group.itertuples():
-            curve = curves.get(row.cell, pd.DataFrame(columns=["n", "expected_test", "low", "high", "seconds"]))
-            table.append({
-                "configuration": configuration, "cell": row.cell, "tuner": row.tuner, "sampler": row.sampler,
-                "repeats": row.repeats, "pruner": row.pruner, "trials": row.search_trials,
-                "pruned_trials": row.pruned_trials, "seconds_per_trial": row.seconds_per_trial,
-                "budget_seconds": budget, "trials_in_budget": budget / row.seconds_per_trial,
-                **{f"{name}_at_budget": value_at_seconds(curve, budget, column)
-                   for name, column in (("expected_test", "expected_test"), ("low", "low"), ("high", "high"))},
-                "reference_test_mean": row.reference_test_mean, "break_even_reached": row.break_even_reached,
-                "break_even_trials": row.break_even_trials, "break_even_low": row.break_even_low,
-                "break_even_high": row.break_even_high, "max_trials": row.max_trials,
-                "valid_trials": row.valid_trials, "break_even_seconds": row.break_even_seconds,
-                "difference": row.difference, "low": row.low, "high": row.high, "outcome": row.outcome})
+            curve = shown.get(row.cell)
+            per_trial = row.search_iterations / row.search_trials if row.search_trials else math.nan
+            at = {} if curve is None else {
+                **{f"{name}_at_budget": value_at(curve, budget, "n", column)
+                   for name, column in (("test", "expected_test"), ("low", "low"), ("high", "high"))},
+                **{f"{name}_at_iterations": value_at(curve, iterations, "iterations", column)
+                   for name, column in (("test", "expected_test"), ("low", "low"), ("high", "high"))}}
+            table.append({"configuration": configuration, "cell": row.cell, "tuner": row.tuner,
+                          "sampler": row.sampler, "repeats": row.repeats, "pruner": row.pruner,
+                          "trials": row.search_trials, "pruned_trials": row.pruned_trials,
+                          "iterations_per_trial": per_trial, "budget": budget, "trials_at_budget": budget,
+                          "iterations_budget": iterations, "trials_at_iterations": iterations / per_trial,
+                          "seconds_per_trial": row.seconds_per_trial,
+                          "reference_test_mean": row.reference_test_mean, **at})
     return pd.DataFrame(table, columns=TUNER_COLUMNS)
+
+
+def longer_table(rows: pd.DataFrame, convergence: dict[str, dict[str, float]], confidence: float) -> pd.DataFrame:
+    """Per long-regime cell and method: method − Fixed AdaCos at the long and the short training length, the change
+    (long − short) with its interval (the two cells' SEs combined, t on the smaller df), and each method's
+    convergence iterations in both."""
+    table = []
+    long_cells = rows[rows["longer_of"].notna()].drop_duplicates(["cell", "method"])
+    for row in long_cells.itertuples():
+        short = rows[(rows["configuration"] == row.longer_of) & rows["primary"].astype(bool)
+                     & (rows["method"] == row.method)]
+        if short.empty:
+            continue
+        short = short.iloc[0]
+        change = row.difference - short["difference"]
+        se = math.hypot(row.standard_error, short["standard_error"])
+        df = min(row.df, short["df"])
+        half = stats.t.ppf(0.5 + confidence / 2, df) * se if df > 0 and math.isfinite(se) else math.nan
+        long_iterations, short_iterations = convergence.get(row.cell, {}), convergence.get(short["cell"], {})
+        table.append({"configuration": row.longer_of, "long_cell": row.cell, "short_cell": short["cell"],
+                      "method": row.method, "short_iterations": short["iterations"], "long_iterations": row.iterations,
+                      "short_difference": short["difference"], "long_difference": row.difference,
+                      "change": change, "change_low": change - half, "change_high": change + half,
+                      "short_converged_at": short_iterations.get(row.method, math.nan),
+                      "long_converged_at": long_iterations.get(row.method, math.nan),
+                      "reference_short_converged_at": short_iterations.get("fixed_adacos", math.nan),
+                      "reference_long_converged_at": long_iterations.get("fixed_adacos", math.nan)})
+    return pd.DataFrame(table)
 
 
 def benchmark_seconds(rows: pd.DataFrame) -> dict:

@@ -199,3 +199,40 @@ def _check_cells(cells: list[Cell], path: Path) -> None:
     if len(objectives) > 1:
         raise ValueError(f"{path}: the cells' train.objective differ ({', '.join(sorted(objectives))}), and the "
                          "benchmark pools one metric's differences; set train.objective once under set:")
+
+
+def add_configuration(path: str | Path, name: str, assignments: list[str]) -> dict:
+    """Append a user's configuration to the declaration at `path` (its comments kept): `assignments` are `--set`
+    `section.key=value` strings, data.dataset among them; its training class count comes from the data (the first
+    class split's training classes). Returns the entry written. The cell is its data's own source, so the pool over
+    sources grows with every contributed data set."""
+    from ruamel.yaml import YAML
+
+    path = Path(path)
+    plan = load_plan(path)
+    name = _name(name, "--add")
+    if name in {cell.configuration for cell in plan.cells}:
+        raise ValueError(f"--add {name}: {path} already declares a configuration of that name; choose another")
+    values = dict(assignment.split("=", 1) for assignment in assignments if "=" in assignment)
+    if "data.dataset" not in values:
+        raise ValueError("--add needs the data: give --set data.dataset=<spec>, e.g. folder:/path/to/images")
+    declared = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    params = build_preset(declared.get("preset", "default"),
+                          [*_assignments(declared.get("set"), "set"), *assignments])
+    source = planned_source(params.data)
+    if source is None:
+        raise ValueError(f"--add {name}: {params.data.dataset} is only known once prepare downloads it; add an "
+                         "offline source (folder:, idx:, a generated one)")
+    train = planned_splits(source[1], params.data, params.data.split_seeds()[0])["train"]
+    entry = {"name": name, "dataset": params.data.dataset, "train_classes": int(train.num_classes),
+             "set": {key: yaml.safe_load(value) for key, value in values.items() if key != "data.dataset"}}
+    round_trip = YAML()
+    round_trip.preserve_quotes = True
+    round_trip.width = 4096
+    document = round_trip.load(path.read_text(encoding="utf-8"))
+    document.setdefault("configurations", []).append(entry)
+    with path.open("w", encoding="utf-8") as handle:
+        round_trip.dump(document, handle)
+    load_plan(path)  # the declaration still builds, with the new cell validated
+    return entry
+
