@@ -22,7 +22,8 @@ real design (`--plan`: each primary cell's source, and per method its standard e
 its df, from the cell's reports/tables): pool_across_sources' CI of the mean over sources and its prediction interval
 for a new configuration from a new source, beside DerSimonian–Laird, Hartung–Knapp and equal weights over
 configurations, for every method against Fixed AdaCos, absolute and relative to Fixed AdaCos's score
-(`--pooled-out`, reports/benchmark/tables/pooled_coverage.csv). `--only three-level` compares a three-level
+(`--pooled-out`, benchmarks/results/pooled_coverage.csv; the aggregate writes the relative scale it reads to
+reports/benchmark/tables/pooled_coverage.csv itself). `--only three-level` compares a three-level
 random-effects model (REML, hand-written) with pool_across_sources on the headline method's design
 (benchmarks/results/three_level_coverage.csv; slower: an optimiser per benchmark).
 """
@@ -37,7 +38,8 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
-from study.analysis import pool_across_sources, source_membership, standard_error_floor
+from study.analysis import pool_across_sources, source_membership
+from study.benchmark.report import read_cells
 from study.analysis.coverage import (CALIBRATED_SPREAD, SOURCE_RATIOS, coverage_table, decision_rates,
                                      source_pooling_coverage, verdict_interval_coverage)
 from study.config import AnalysisConfig
@@ -56,7 +58,7 @@ def main() -> None:
     parser.add_argument("--only", choices=("coverage", "verdict", "decisions", "pooled", "three-level"),
                         help="run only one of the simulations")
     parser.add_argument("--plan", default="benchmarks/cells/plan.json", help="the benchmark whose design is simulated")
-    parser.add_argument("--pooled-out", default="reports/benchmark/tables/pooled_coverage.csv")
+    parser.add_argument("--pooled-out", default="benchmarks/results/pooled_coverage.csv")
     parser.add_argument("--benchmarks", type=int, default=4000, help="simulated benchmarks per pooled world")
     args = parser.parse_args()
     if args.only == "three-level":
@@ -117,35 +119,14 @@ def measure_decisions(args) -> None:
 
 
 def benchmark_design(plan_path: str | Path) -> pd.DataFrame:
-    """One row per method and primary cell of the benchmark (long-regime cells left out): its configuration, source and C, the method − Fixed
-    AdaCos difference on the cell's objective with its standard error floored at the seed noise and that SE's df
-    (standard_error_floor over the cell's per-split, per-seed pairs), and Fixed AdaCos's mean score (for the relative
-    scale). The methods are those the cell's reports/tables/differences.csv compares on its objective."""
+    """One row per method and primary cell of the benchmark (long-regime cells left out), as the aggregate reads
+    them: its source, the method − Fixed AdaCos difference with its standard error floored at the seed noise and
+    that SE's df, and relative to Fixed AdaCos's score."""
     plan_path = Path(plan_path)
-    plan = json.loads(plan_path.read_text(encoding="utf-8"))
-    rows = []
-    for cell in plan["cells"]:
-        tables = plan_path.parent / cell["name"] / "reports" / "tables"
-        if not cell.get("primary", True) or cell.get("longer_of") or not (tables / "differences.csv").exists():
-            continue  # one cell per configuration; a longer training of one is compared with it, never pooled
-        metric = f"test_{cell['objective']}"
-        differences = pd.read_csv(tables / "differences.csv")
-        scores = pd.read_csv(tables / "run_scores.csv")
-        scores = scores[scores[metric].notna()].assign(split=scores.get("split", 0))
-        paired = scores.pivot_table(index=["split", "seed"], columns="method", values=metric)
-        reference = float(scores.loc[scores["method"] == REFERENCE, metric].mean())
-        for method in dict.fromkeys(differences.loc[differences["metric"] == metric, "method"]):
-            if method not in paired or REFERENCE not in paired:
-                continue
-            pairs = (paired[method] - paired[REFERENCE]).dropna().rename("difference").reset_index()
-            floored = standard_error_floor(pairs)
-            if not (math.isfinite(floored.estimate) and floored.standard_error > 0):
-                continue
-            rows.append({"method": method, "cell": cell["name"], "configuration": cell["configuration"],
-                         "source": cell["source"], "train_classes": cell["train_classes"],
-                         "difference": floored.estimate, "standard_error": floored.standard_error,
-                         "df": floored.df, "se_from": floored.se_from, "reference": reference})
-    return pd.DataFrame(rows)
+    rows = read_cells(json.loads(plan_path.read_text(encoding="utf-8")), plan_path.parent)
+    primary = rows["primary"].astype(bool) & rows["longer_of"].isna()
+    rows = rows[primary & np.isfinite(rows["difference"]) & (rows["standard_error"] > 0)]
+    return rows.assign(reference=rows["reference_test_mean"])
 
 
 def configuration_sd(design: pd.DataFrame, column: str, se_column: str) -> tuple[float, str]:

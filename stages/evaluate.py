@@ -1,6 +1,7 @@
 """DVC stage `evaluate`: every final run evaluated once on the test split with every metric."""
 
 import math
+import sys
 
 import pandas as pd
 
@@ -44,5 +45,9 @@ def evaluate_split(params, split: int) -> tuple[list[dict], list[pd.DataFrame]]:
         histories.append(read_csv(runs_dir(method, split) / "history.csv", stage))
     return rows, histories
 
+
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (ValueError, FileNotFoundError) as error:  # a corrupt or missing checkpoint: one line naming the fix
+        sys.exit(f"error: {error}")

@@ -1,19 +1,21 @@
-"""DVC stage `validate`, first of all: params.yaml checked whole, before any stage deletes an output to rerun."""
+"""DVC stage `validate`, first of all: params.yaml checked whole, before any stage deletes an output to rerun; says
+what the study will cost."""
 
 import sys
 
 from study.config import ConfigError
 from study.results import write_bytes
-from study.validation import VALIDATED, VALIDATED_TEXT, link_source, validate_params
+from study.validation import VALIDATED, VALIDATED_TEXT, link_source, validate_study
 
 
 def main() -> None:
     try:
-        params = validate_params()
+        params, cost = validate_study()
     except ConfigError as error:
         problems = "".join(f"  {line}\n" for line in str(error).splitlines())
         sys.exit(f"params.yaml has problems:\n{problems}No other stage ran and no output was deleted; fix the above "
                  "and run `dvc repro` again.")
+    print(f"params.yaml passed; the study makes {cost}", flush=True)
     link_source(params.data)
     write_bytes(VALIDATED_TEXT.encode(), VALIDATED)
 

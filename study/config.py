@@ -19,6 +19,8 @@ from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, PydanticCustomError
 from typing_extensions import Self
 
+from study.database_url import storage_location
+
 
 class ConfigError(ValueError):
     """A params value that is unknown, of the wrong type or out of range."""
@@ -161,56 +163,6 @@ class TrainConfig(ParamsModel):
     objective: Literal["accuracy", "knn_accuracy", "precision_at_1", "r_precision", "map_at_r"] = "map_at_r"
 
 
-_URL = re.compile(r"[A-Za-z]\w*(\+\w+)?://.*", re.DOTALL)  # dialect[+driver]://...
-_ENVIRONMENT_VARIABLE = re.compile(r"[A-Za-z_]\w*")
-
-
-def _storage_location(location: str) -> str:
-    """search.storage's form: `env:VARNAME`, or a database URL of a known dialect without a password.
-
-    The URL is never quoted in an error: it may hold a password.
-    """
-    if location.startswith("env:"):
-        if not _ENVIRONMENT_VARIABLE.fullmatch(location[4:]):
-            raise ValueError("env: must be followed by an environment variable's name (letters, digits and _), e.g. "
-                             "env:STUDY_STORAGE")
-        return location
-    if not _URL.fullmatch(location):
-        raise ValueError("neither a database URL (dialect[+driver]://..., e.g. postgresql://user@host/study or "
-                         "sqlite:///results/study.db) nor env:VARNAME (the URL read from that environment variable "
-                         "when the stage runs); give one of those, or null for a journal file in results/")
-    import sqlalchemy  # deferred: only a database URL needs it
-
-    try:
-        url = sqlalchemy.engine.make_url(location)
-    except sqlalchemy.exc.ArgumentError:
-        raise ValueError("not a database URL that SQLAlchemy can read; write it as dialect[+driver]://user@host"
-                         "/database, e.g. postgresql://user@host/study") from None
-    from study.storage import secrets_in_url  # every dialect's secrets, in the user-info or the query
-
-    secrets = secrets_in_url(location)
-    if secrets:  # params.yaml lands in git and dvc.lock
-        raise ValueError(f"the URL carries a password or other secret ({', '.join(secrets)}), and params.yaml is stored "
-                         "in git, dvc.lock and the experiment history; remove it from the URL and supply it through "
-                         "PGPASSWORD or ~/.pgpass, or set search.storage: env:VARNAME with the whole URL in that "
-                         "environment variable")
-    try:
-        url.get_dialect()
-    except sqlalchemy.exc.NoSuchModuleError:
-        raise ValueError(f"SQLAlchemy knows no database {url.drivername!r}; use one of "
-                         f"{', '.join(sqlalchemy.dialects.__all__)}, e.g. postgresql://user@host/study or "
-                         "sqlite:///results/study.db") from None
-    if url.get_backend_name() == "sqlite":
-        if url.database in (None, "", ":memory:"):
-            raise ValueError("an in-memory SQLite database is gone when the stage ends; give a file, e.g. "
-                             "sqlite:///results/study.db")
-        folder = Path(url.database).expanduser().parent
-        if not folder.is_dir():
-            raise ValueError(f"the SQLite file's folder {folder} does not exist; create it (mkdir -p {folder}) or "
-                             "put the file in an existing folder")
-    return location
-
-
 TUNABLE_LOSSES = ("arcface", "cosface", "normface", "sphereface")
 MAX_GRID_POINTS = 1000
 # CosFace's target logit is s·(cos θ − m), and a cosine is at most 1.
@@ -235,7 +187,7 @@ class SearchConfig(ParamsModel):
     repeats: Int = Field(1, ge=1)
     pruner: Literal["none", "median", "hyperband"] = "none"
     seed: Seed = 0
-    storage: Optional[Annotated[Text, AfterValidator(_storage_location)]] = None
+    storage: Optional[Annotated[Text, AfterValidator(storage_location)]] = None
     # How often workers sharing a database say they are alive; one silent for 3 beats is dead, its trial retried.
     heartbeat_seconds: Int = Field(30, ge=1)
     s_range: Annotated[tuple[Float, ...], _check(lambda r: len(r) == 2 and 0 < r[0] < r[1],

@@ -66,13 +66,21 @@ def is_tuned(method: str) -> bool:
 
 
 def _replace_atomically(path: Path, write) -> None:
-    # A crash mid-write must never leave a half-written file under the final name.
+    """`write(tmp)` to a temporary file beside `path`, synced and renamed to `path`: a crash mid-write never leaves a
+    half-written file under the final name, and a failure (a full disk) leaves no temporary file either, and raises
+    an OSError naming `path`, so that the message names the disk that failed (study/storage.py's fault_message)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    write(tmp)
-    with open(tmp, "rb+") as handle:
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException as error:
+        tmp.unlink(missing_ok=True)
+        if isinstance(error, OSError) and error.filename in (None, str(tmp)):
+            raise OSError(error.errno, error.strerror or str(error), str(path)) from None
+        raise
 
 
 def write_bytes(data: bytes, path: str | Path) -> None:

@@ -3,12 +3,14 @@
 Both the searches and the final runs keep their trials here, outside DVC's outputs: DVC deletes a
 stage's outputs before it runs, and workers write to the storage while and after a stage runs.
 Credentials never come from params.yaml (which lands in git, dvc.lock and the experiment history):
-a database URL there carries no password or other secret, in its user-info or its query — PGPASSWORD
+a database URL there carries no password or other secret (study/database_url.py refuses one) — PGPASSWORD
 or ~/.pgpass supply it — or params names an environment variable that holds the whole URL
 (`search.storage: env:STUDY_STORAGE`); a driver's error is shown with every secret of the URL masked.
 
 A storage that fails (read-only, full, a database gone) ends the stage with one message naming the
-path or URL and the fix (`storage_faults`); a journal append that fails is cut back, never left torn.
+path or URL and the fix (`storage_faults`); a journal append that fails is cut back, never left torn, and a
+file written whole (study/results.py's `write_bytes`) leaves no partial file. The validate stage reads the
+journal's lines as the storage will (`journal_problem`): a corrupt line stops it before DVC deletes an output.
 The retry of a dead worker's trial lives here too: Optuna's callback, used for the journal and the database.
 """
 
@@ -18,7 +20,6 @@ import contextlib
 import errno
 import json
 import os
-import re
 import time
 import warnings
 from pathlib import Path
@@ -30,6 +31,8 @@ from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.storages.journal._file import get_lock_file
 
 from study.config import SearchConfig
+from study.database_url import masked, missing_driver, shown
+from study.results import JOURNAL, write_bytes
 
 # Optuna forcibly releases a journal lock older than this: the lock is held only while a few lines are
 # appended, so a lock this old belongs to a killed process.
@@ -38,81 +41,11 @@ LOCK_GRACE_SECONDS = 10
 GRACE_FACTOR = 3
 # A trial whose worker died this often is not queued again (its parameters may be what kills the workers).
 MAX_RETRIES = 3
-# Query keys (lower case, letters and digits only) that hold a secret in some dialect's URL: PostgreSQL's
-# password and sslpassword, MySQL's passwd, Oracle's, MSSQL's PWD (inside odbc_connect), tokens and keys.
-_SECRET_KEY_PARTS = ("password", "passwd", "passphrase", "pwd", "secret", "token", "apikey", "accesskey",
-                     "privatekey", "credential")
-_SECRET_KEYS = ("pass", "pw")
-_INNER_PAIR = re.compile(r"([^;=&]+)=([^;&]*)")  # key=value pairs inside a value, e.g. ODBC's "UID=a;PWD=b"
-MASK = "***"
 _FAULT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 class StorageFault(RuntimeError):
     """The storage cannot be written or reached; the message names the path or URL and the fix."""
-
-
-# --- secrets -------------------------------------------------------------------------------------------------------
-
-
-def _is_secret_key(key: str) -> bool:
-    name = re.sub(r"[^a-z0-9]", "", key.lower())
-    return name in _SECRET_KEYS or any(part in name for part in _SECRET_KEY_PARTS)
-
-
-def _query_values(value) -> tuple[str, ...]:
-    return tuple(value) if isinstance(value, (tuple, list)) else (value,)
-
-
-def _url_secrets(url) -> list[tuple[str, str]]:
-    """(where, value) of every secret of a parsed URL: its user-info's password, and query values that hold one."""
-    found = [("its password", url.password)] if url.password else []
-    for key, values in url.query.items():
-        for value in _query_values(values):
-            if _is_secret_key(key) and value:
-                found.append((f"its query's {key}", value))
-            found += [(f"its query's {key} ({inner.strip()})", secret) for inner, secret in _INNER_PAIR.findall(value)
-                      if _is_secret_key(inner) and secret]
-    return found
-
-
-def secrets_in_url(location: str) -> list[str]:
-    """Where a database URL carries a secret (e.g. "its password", "its query's sslpassword"), never the secret."""
-    import sqlalchemy
-
-    try:
-        return [where for where, _ in _url_secrets(sqlalchemy.engine.make_url(location))]
-    except sqlalchemy.exc.ArgumentError:
-        return []
-
-
-def masked(text: str, url: str | None) -> str:
-    """`text` with every secret of `url` (plain or URL-quoted) replaced by ***, e.g. a driver's error message."""
-    import urllib.parse
-
-    import sqlalchemy
-
-    if not url:
-        return text
-    try:
-        secrets = [value for _, value in _url_secrets(sqlalchemy.engine.make_url(url))]
-    except sqlalchemy.exc.ArgumentError:
-        return text.replace(url, "<the database URL>")
-    for secret in sorted(secrets, key=len, reverse=True):
-        for form in {secret, urllib.parse.quote(secret, safe=""), urllib.parse.quote_plus(secret)}:
-            text = text.replace(form, MASK)
-    return text
-
-
-def shown(url: str) -> str:
-    """A database URL as logs and messages may show it: its password and every secret of its query masked."""
-    import sqlalchemy
-
-    try:
-        parsed = sqlalchemy.engine.make_url(url)
-    except sqlalchemy.exc.ArgumentError:
-        return "<not a database URL>"
-    return masked(parsed.render_as_string(hide_password=True), url)
 
 
 def storage_url(search: SearchConfig) -> str | None:
@@ -194,7 +127,7 @@ def save_history(study: optuna.Study, trial: optuna.Trial, history: list[dict]) 
         study._storage.set_trial_system_attr(trial._trial_id, HISTORY, history)
         return
     folder.mkdir(parents=True, exist_ok=True)
-    _write_whole(folder / f"trial{trial.number}.json", json.dumps(history).encode())
+    write_bytes(json.dumps(history).encode(), folder / f"trial{trial.number}.json")
 
 
 def load_history(study: optuna.Study, trial) -> list[dict]:
@@ -256,14 +189,31 @@ def repair_journal(path: Path) -> None:
     if not path.is_file() or path.stat().st_size == 0:
         return
     cut_torn_tail(path)
-    for number, line in enumerate(path.read_bytes().splitlines(), start=1):
+    problem = journal_problem(path)
+    if problem:
+        raise RuntimeError(problem)
+
+
+def journal_problem(path: Path) -> str:
+    """What stops the journal at `path` from being read, with the fix ('' when nothing does), read as
+    `journal_storage` reads it but changing nothing: a torn last line (no line break) is cut off then, and every
+    whole line must be a journal record (a JSON object with an op_code)."""
+    try:
+        data = path.read_bytes() if path.is_file() else b""
+    except OSError as error:
+        return fault_message(error, path)
+    whole = data[:data.rfind(b"\n") + 1]  # the bytes after the last line break are a torn write, moved aside
+    for number, line in enumerate(whole.splitlines(), start=1):
         try:
-            json.loads(line)
+            record = json.loads(line)
         except ValueError:
-            raise RuntimeError(f"{path} line {number} is corrupt (not a journal record); the trials before it are "
-                               f"intact. Restore the file from a backup, or cut it after line {number - 1} "
-                               f"(head -n {number - 1} {path.name} > fixed && mv fixed {path.name}) to keep "
-                               "those trials, or delete it to start the searches afresh") from None
+            record = None
+        if not isinstance(record, dict) or "op_code" not in record:
+            return (f"{path} line {number} is corrupt (not a journal record); the trials before it are intact. "
+                    f"Restore the file from a backup, or cut it after line {number - 1} (head -n {number - 1} "
+                    f"{path} > fixed && mv fixed {path}) to keep those trials, or delete it to start the searches "
+                    "afresh")
+    return ""
 
 
 def cut_torn_tail(path: Path) -> int:
@@ -279,7 +229,7 @@ def cut_torn_tail(path: Path) -> int:
         handle.seek(keep)
         torn = handle.read()
     side = path.with_name(f"{path.name}.torn-{int(time.time())}")
-    _write_whole(side, torn)
+    write_bytes(torn, side)
     with open(path, "r+b") as handle:
         handle.truncate(keep)
         os.fsync(handle.fileno())
@@ -301,20 +251,6 @@ def _end_of_last_line(handle, size: int, block: int = 1 << 16) -> int:
     return 0
 
 
-def _write_whole(path: Path, data: bytes) -> None:
-    """Write `data` at `path` whole or not at all: a temporary file renamed once written and synced."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(temporary, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except OSError:
-        temporary.unlink(missing_ok=True)
-        raise
-
-
 def database_storage(url: str, heartbeat_seconds: int) -> RDBStorage:
     """Optuna's database storage with worker heartbeats: a dead worker's trial is failed and retried."""
     import sqlalchemy
@@ -325,10 +261,8 @@ def database_storage(url: str, heartbeat_seconds: int) -> RDBStorage:
             return RDBStorage(url, heartbeat_interval=heartbeat_seconds, grace_period=GRACE_FACTOR * heartbeat_seconds,
                               heartbeat_stale_trial_callback=retry_callback(),
                               engine_kwargs=_engine_options(url))
-    except ImportError as error:
-        raise RuntimeError(f"search.storage {shown(url)} needs a database driver that is not installed "
-                           f"({masked(str(error), url)}); for PostgreSQL install it with: "
-                           "pip install -c constraints.txt -e \".[postgres]\"") from None
+    except ImportError as error:  # the driver of the URL's own dialect, which may come from the environment
+        raise RuntimeError(missing_driver(url, error)) from None
     except sqlalchemy.exc.NoSuchModuleError:
         raise ValueError(f"search.storage {shown(url)}: SQLAlchemy knows no such database; use postgresql://, "
                          "mysql:// or sqlite:///") from None
@@ -348,17 +282,17 @@ def _engine_options(url: str) -> dict:
 
 
 def check_storage(search: SearchConfig, journal: str | Path | None = None) -> None:
-    """Fail now, with the fix named, when the database params name cannot be opened, or the journal's folder (the
-    checkpoints' too) cannot be written: the validate stage asks before DVC deletes an output of a stage that
-    writes there."""
+    """Fail now, with the fix named, when the database params name cannot be opened, the journal's folder (the
+    checkpoints' too) cannot be written, or the journal holds a corrupt line: the validate stage asks before DVC
+    deletes an output of a stage that writes there."""
     url = storage_url(search)
     if url is not None:
         database_storage(url, search.heartbeat_seconds)
-    if journal is None:
-        from study.results import JOURNAL  # deferred: results is the stages' meeting place, not the storage's
-
-        journal = JOURNAL
+    journal = JOURNAL if journal is None else journal
     check_writable(Path(journal).parent)  # the journal's folder, which holds the runs' checkpoints either way
+    problem = journal_problem(Path(journal)) if url is None else ""
+    if problem:  # found now, not by the search once DVC has deleted its outputs
+        raise StorageFault(problem)
 
 
 def check_writable(folder: Path) -> None:
@@ -378,8 +312,8 @@ def check_writable(folder: Path) -> None:
 
 def fault_message(error: OSError, fallback: str | Path) -> str:
     """One line for a failed write: the path (else the folder of `fallback`), what is wrong and the fix."""
-    path = Path(error.filename) if error.filename else Path(fallback).parent
-    folder = path if path.is_dir() else path.parent
+    path = _within_checkout(Path(error.filename) if error.filename else Path(fallback).parent)
+    folder = next((parent for parent in (path, *path.parents) if parent.is_dir()), Path("."))  # df needs one there
     if error.errno in (errno.ENOSPC, errno.EDQUOT):
         return (f"no space left on the disk of {path}: free space there (df -h {folder}), then run the stage again; "
                 "every finished trial is kept")
@@ -389,6 +323,14 @@ def fault_message(error: OSError, fallback: str | Path) -> str:
     if error.errno in (errno.EACCES, errno.EPERM):
         return f"no permission to write {path}: make it writable (chmod -R u+w {folder}) or run as its owner"
     return f"cannot write {path}: {error.strerror or error}; fix that, then run the stage again"
+
+
+def _within_checkout(path: Path) -> Path:
+    """`path` relative to the working directory (the study's checkout) when it lies inside it, as the docs name it."""
+    try:
+        return path.relative_to(Path.cwd()) if path.is_absolute() else path
+    except ValueError:
+        return path
 
 
 def is_storage_fault(error: BaseException) -> bool:

@@ -6,6 +6,7 @@ evaluation row and returns True to stop the run (pruning).
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import pickle
@@ -24,6 +25,7 @@ from study.config import ModelConfig, TrainConfig
 from study.data import ImageSet, batches
 from study.losses import build_loss
 from study.models import build_model
+from study.results import write_bytes
 
 RETRIEVAL_METRICS = ("precision_at_1", "r_precision", "map_at_r")
 STAT_KEYS = ("s", "theta_med_deg", "cos_target_mean", "cos_nontarget_mean")
@@ -243,13 +245,15 @@ def save_checkpoint(result: RunResult, path: str | Path, **metadata) -> None:
 
     Only tensors and plain data (JSON's types) are stored, so `load_checkpoint` can read it with
     `weights_only=True`, which runs no code from the file.
+
+    The bytes are made in memory and written whole (study/results.py's `write_bytes`): a full disk raises an
+    OSError naming `path`, which the stage says in one line, and leaves no temporary file (torch writing to a
+    file itself fails with a RuntimeError of its own, and leaves one).
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
     plain = json.loads(json.dumps(metadata))  # a TypeError for any value that is not plain data
-    torch.save({"model": result.model.state_dict(), "loss": result.loss.state_dict(), "metadata": plain}, tmp)
-    tmp.replace(path)
+    buffer = io.BytesIO()
+    torch.save({"model": result.model.state_dict(), "loss": result.loss.state_dict(), "metadata": plain}, buffer)
+    write_bytes(buffer.getvalue(), path)
 
 
 def load_checkpoint(path: str | Path, model: nn.Module, loss: nn.Module) -> dict:

@@ -1,13 +1,21 @@
 """Checks that run before any stage deletes an output: params.yaml whole, with the facts that cross its sections or
 depend on this machine (the `validate` stage, first in dvc.yaml), and the data once read and split (`prepare`).
 
-Every problem is one line naming the key or file, what is wrong and the fix; all are reported at once.
+Every problem is one line naming the key or file, what is wrong and the fix; all are reported at once. Everything
+that can be known before training is checked here: the data's folds (the test split's verification pairs), a folder
+source's image files, the trial journal's lines, a secret in a URL (with how to purge it from .git), and what the
+study will cost, refused beyond a documented bound unless STUDY_ALLOW_LARGE=1.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
+import sys
+import time
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -15,13 +23,16 @@ import torch
 from PIL import Image
 
 from study.config import ConfigError, DataConfig, StudyParams, TrainConfig, load_params
-from study.data import (DEFAULT_CACHE_DIR, ImageSet, check_torchvision_name, idx_labels, keep_classes, load_dataset,
+from study.data import (DEFAULT_CACHE_DIR, ImageSet, idx_labels, keep_classes, load_dataset,
                         mnist5k_labels, rgb_image, split_dataset)
 from study.composed import composed_labels, parse_composed_spec
+from study.database_url import SECRET_REFUSED, purge_advice
 from study.glyphs import GlyphSpec, check_glyph_classes, max_glyph_classes, parse_glyph_spec
+from study.metrics import verification_metrics
 from study.models import check_model
+from study.torchvision_source import check_torchvision_name
 from study.storage import check_storage
-from study.training import resolve_device
+from study.training import planned_iterations, resolve_device
 from study.workers import available_cores
 
 # The validate stage's output, which every other stage depends on. Always the same bytes: a params change that
@@ -39,15 +50,30 @@ MIN_ADACOS_CLASSES = 3  # AdaCos's s_f = √2·ln(C − 1) needs C ≥ 3
 
 def validate_params(path: str = "params.yaml") -> StudyParams:
     """params.yaml read and checked whole; a ConfigError lists every problem, each with its key and the fix."""
-    params = load_params(path)  # unknown sections and keys, types, ranges, and checks within a section
-    problems = params_problems(params)
+    return validate_study(path)[0]
+
+
+def validate_study(path: str = "params.yaml") -> tuple[StudyParams, Cost]:
+    """params.yaml read and checked whole, and what the study will cost; a ConfigError lists every problem, each
+    with its key and the fix."""
+    try:
+        params = load_params(path)  # unknown sections and keys, types, ranges, and checks within a section
+    except ConfigError as error:  # a secret in a URL: say too how to get it out of .git, where DVC may have put it
+        raise ConfigError("\n".join(f"{line}; {purge_advice()}" if SECRET_REFUSED in line else line
+                                     for line in str(error).splitlines())) from None
+    problems, cost = study_problems(params)
     if problems:
         raise ConfigError("\n".join(problems))
-    return params
+    return params, cost
 
 
 def params_problems(params: StudyParams) -> list[str]:
     """The problems of valid-looking params that only show across sections or on this machine, one line each."""
+    return study_problems(params)[0]
+
+
+def study_problems(params: StudyParams) -> tuple[list[str], Cost]:
+    """params_problems, and the study's cost (its sizes beyond the bound are among the problems)."""
     model, problems = params.model, []
     problems += _problem("model.name", check_model, model.name) or _problem(
         "model.pretrained", check_model, model.name, model.pretrained)
@@ -56,7 +82,9 @@ def params_problems(params: StudyParams) -> list[str]:
                  for problem in _problem("search.storage", check_storage, params.search)]
     problems += _problem("report.palette", check_palette, params.report.palette)
     problems += cores_problems(params.train, available_cores())
-    return problems + data_problems(params)
+    found, train_sizes = _data_problems(params)
+    cost = study_cost(params, train_sizes)
+    return problems + found + cost_problems(params, cost), cost
 
 
 def _problem(key: str, check, *args) -> list[str]:
@@ -108,32 +136,98 @@ def cores_problems(train: TrainConfig, cores: int) -> list[str]:
     return problems
 
 
+# The largest study validate lets through unasked (docs/configuration.md): beyond either bound a slip such as
+# n_trials: 1000000000 would train for years before anyone noticed. STUDY_ALLOW_LARGE=1 in the environment runs it.
+MAX_TRAININGS = 100_000
+MAX_ITERATIONS = 10**9
+ALLOW_LARGE = "STUDY_ALLOW_LARGE"
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a study trains: on each class split its search trials (every loss and repeat) and its final runs (every
+    method and tuned loss at every seed), and the optimiser steps of them all; a lower bound where not `exact` (the
+    source's size is known only once prepare reads it: an epoch takes at least one step)."""
+
+    splits: int
+    trials: int
+    finals: int
+    iterations: int
+    exact: bool = True
+
+    @property
+    def trainings(self) -> int:
+        return self.splits * (self.trials + self.finals)
+
+    def __str__(self) -> str:
+        return (f"{self.trainings:,} trainings ({self.splits:,} class split(s) × ({self.trials:,} search trials + "
+                f"{self.finals:,} final runs)), {'' if self.exact else 'at least '}{self.iterations:,} iterations "
+                "in all")
+
+
+def study_cost(params: StudyParams, train_sizes: list[int] | None) -> Cost:
+    """The study's Cost, from each class split's training size (None: unknown before prepare)."""
+    search, runs, train = params.search, params.runs, params.train
+    splits = len(params.data.split_seeds())
+    trials = len(search.losses) * search.repeats * search.n_trials
+    finals = len(runs.seeds) * (len(runs.methods) + len(search.losses))
+    if train_sizes and len(train_sizes) == splits:
+        return Cost(splits, trials, finals, sum((trials + finals) * planned_iterations(size, train)
+                                                for size in train_sizes))
+    per_run = min(train.epochs, train.max_iterations or train.epochs)
+    return Cost(splits, trials, finals, splits * (trials + finals) * per_run, exact=False)
+
+
+def cost_problems(params: StudyParams, cost: Cost) -> list[str]:
+    """A study beyond MAX_TRAININGS or MAX_ITERATIONS, unless ALLOW_LARGE is set: one line naming its largest size."""
+    if cost.trainings <= MAX_TRAININGS and cost.iterations <= MAX_ITERATIONS:
+        return []
+    if os.environ.get(ALLOW_LARGE, "") not in ("", "0"):
+        return []
+    if cost.trainings > MAX_TRAININGS:
+        search = "search.n_trials" if params.search.n_trials >= params.search.repeats else "search.repeats"
+        sizes = {"data.seeds": cost.splits, "runs.seeds": cost.finals, search: cost.trials}
+        key = max(sizes, key=sizes.get)
+    else:
+        key = "train.epochs" if params.train.max_iterations is None else "train.max_iterations"
+    return [f"{key}: the study would make {cost}, beyond validate's bound of {MAX_TRAININGS:,} trainings or "
+            f"{MAX_ITERATIONS:,} iterations (docs/configuration.md); lower {key}, or if you mean it run it with "
+            f"{ALLOW_LARGE}=1 in the environment (e.g. {ALLOW_LARGE}=1 dvc repro)"]
+
+
 class DataProblem(ValueError):
     """A problem of the data section, already worded as a line naming its key."""
 
 
 def data_problems(params: StudyParams) -> list[str]:
     """What the data cannot support, on every class split prepare will make: one line per problem, each once."""
+    return _data_problems(params)[0]
+
+
+def _data_problems(params: StudyParams) -> tuple[list[str], list[int] | None]:
+    """data_problems, and the size of each class split's training split (None where the source's size is known only
+    once prepare reads it)."""
     try:
         planned = planned_source(params.data)
     except DataProblem as problem:
-        return [str(problem)]
+        return [str(problem)], None
     memory = training_memory(params.train.device)  # once, however many class splits
     if planned is None:
-        return memory_problems(params, None, memory)
+        return memory_problems(params, None, memory), None
     source, image_set = planned
-    problems = []
+    problems, train_sizes = image_file_problems(image_set, source), []
     for split in params.data.split_seeds():
         try:
             splits = planned_splits(image_set, params.data, split)
         except DataProblem as problem:
             found = [str(problem)]
         else:
+            train_sizes.append(len(splits["train"]))
             found = (training_split_problems(splits["train"], params, source)
                      + evaluation_split_problems(splits, params.data, source)
                      + memory_problems(params, splits, memory))
         problems += [problem for problem in found if problem not in problems]
-    return problems
+    return problems, train_sizes
 
 
 def planned_source(data: DataConfig) -> tuple[str, ImageSet] | None:
@@ -226,8 +320,13 @@ def training_split_problems(train: ImageSet, params: StudyParams, source: str) -
     return problems
 
 
+# The folds of verification_accuracy, which every final run's test evaluation scores (study/training.py).
+VERIFICATION_FOLDS = inspect.signature(verification_metrics).parameters["folds"].default
+
+
 def evaluation_split_problems(splits: dict[str, ImageSet], data: DataConfig, source: str) -> list[str]:
-    """Val and test splits that retrieval and verification cannot score: no class with two images to compare."""
+    """Val and test splits that retrieval and verification cannot score: no class with two images to compare, or
+    (test) fewer verification pairs than verification_accuracy's folds."""
     problems = []
     for name in ("val", "test"):
         split = splits[name]
@@ -238,7 +337,25 @@ def evaluation_split_problems(splits: dict[str, ImageSet], data: DataConfig, sou
             problems.append(f"{key}: {_described(source, data)} leaves each of the {split.num_classes} {name} classes "
                             f"a single image, and retrieval and verification, which score {name}, compare images of "
                             f"one class; {fix}")
+        elif name == "test" and len(split) and verification_pairs(split.labels) < VERIFICATION_FOLDS:
+            key, fix = (("data.dataset", "give the test classes more images, or use more classes")
+                        if data.protocol == "open" else
+                        ("data.fractions", "give test a larger share of each class's images, or use more images"))
+            problems.append(f"{key}: {_described(source, data)} leaves {len(split)} test images of "
+                            f"{split.num_classes} class(es), which make {verification_pairs(split.labels)} "
+                            "verification pairs (as many of different classes as of one), and every final run's test "
+                            f"verification_accuracy splits them into {VERIFICATION_FOLDS} folds, so needs at least "
+                            f"{VERIFICATION_FOLDS}; {fix}")
     return problems
+
+
+def verification_pairs(labels: np.ndarray) -> int:
+    """The pairs verification_accuracy scores on images with these labels: as many impostor pairs (two classes) as
+    genuine ones (one class), up to the smaller family (study/metrics.py)."""
+    counts = np.bincount(labels).astype(np.int64)
+    genuine = int((counts * (counts - 1) // 2).sum())
+    impostor = int((len(labels) ** 2 - (counts ** 2).sum()) // 2)
+    return 2 * min(genuine, impostor)
 
 
 def training_memory(device_name: str) -> tuple[int, str] | None:
@@ -306,6 +423,64 @@ def _size(count: float) -> str:
     units = ("bytes", "KB", "MB", "GB", "TB")
     power = min(int(math.log10(max(count, 1)) // 3), len(units) - 1)
     return f"{count / 1000 ** power:,.1f} {units[power]}"
+
+
+# While a large folder's image files are checked, a line every this many seconds says how far it got.
+PROGRESS_SECONDS = 5.0
+# Bad image files named one line each, up to this many; one more line counts the rest.
+MAX_NAMED_FILES = 20
+
+
+def image_file_problems(image_set: ImageSet, source: str) -> list[str]:
+    """The image files of a folder source that cannot be read, one line each: every header decoded, cheaply enough
+    to run on every validate (see `image_file_problem`); prepare decodes every pixel later."""
+    paths, bad = image_set.paths or [], []
+    start = said = time.monotonic()
+    for done, path in enumerate(paths, start=1):
+        problem = image_file_problem(path)
+        if problem:
+            bad.append(problem)
+        if time.monotonic() - said >= PROGRESS_SECONDS:
+            said = time.monotonic()
+            print(f"validate: checked {done:,} of the {len(paths):,} image files of {source}", file=sys.stderr,
+                  flush=True)
+    if said > start:
+        print(f"validate: checked the {len(paths):,} image files of {source} in {time.monotonic() - start:.0f} s",
+              file=sys.stderr, flush=True)
+    lines = [f"data.dataset: {problem}; replace or delete it, then run `dvc repro` again"
+             for problem in bad[:MAX_NAMED_FILES]]
+    if len(bad) > MAX_NAMED_FILES:
+        lines.append(f"data.dataset: {len(bad) - MAX_NAMED_FILES} more image files of {source} cannot be read; "
+                     "`python -m stages.prepare` names each")
+    return lines
+
+
+def image_file_problem(path: str) -> str:
+    """Why the image file at `path` cannot be read ('' when it can), found from its header and its data's end: PIL's
+    verify() reads a PNG whole (every chunk's checksum); a JPEG that ends in its end marker is whole (the marker
+    cannot occur inside the image data); any other file, or a JPEG without it, is decoded (a JPEG at 1/8 scale,
+    which still reads every byte)."""
+    try:
+        with warnings.catch_warnings():  # PIL warns before it fails on a truncated TIFF
+            warnings.simplefilter("ignore")
+            with Image.open(path) as image:
+                kind = image.format
+                image.verify()
+            if kind == "PNG" or (kind == "JPEG" and _ends_in_jpeg_end_marker(path)):
+                return ""
+            with Image.open(path) as image:
+                image.draft("RGB", (1, 1))
+                image.load()
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
+        reason = str(error).replace(f" '{path}'", "") or type(error).__name__  # PIL's message may name the file
+        return f"{path} cannot be read as an image ({reason})"
+    return ""
+
+
+def _ends_in_jpeg_end_marker(path: str) -> bool:
+    with open(path, "rb") as handle:
+        handle.seek(max(0, os.path.getsize(path) - 64))
+        return handle.read().rstrip(b"\0\r\n ").endswith(b"\xff\xd9")
 
 
 def check_images(image_set: ImageSet, source: str) -> None:

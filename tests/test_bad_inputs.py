@@ -77,6 +77,13 @@ def png_bytes() -> bytes:
     return buffer.getvalue()
 
 
+def jpeg_bytes() -> bytes:
+    """A JPEG whose image data is long enough to cut inside it (where PIL's verify() reads nothing)."""
+    buffer = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)).save(buffer, format="JPEG")
+    return buffer.getvalue()
+
+
 # --- how a case is run: each returns the message the bad input gave ---------------------------------------------
 
 
@@ -115,6 +122,25 @@ def folder_dataset(**folder_options) -> Callable[[Path, pytest.MonkeyPatch], dic
         image_folder(folder / "images", **folder_options)
         return {"data.dataset": f"folder:{folder / 'images'}", "data.image_size": 8, "train.batch_size": 4}
     return setup
+
+
+def journal_with(lines: list[bytes]) -> Callable[[Path, pytest.MonkeyPatch], dict]:
+    """The case's folder as the study's checkout (the validate stage's working directory), its trial journal holding
+    `lines`."""
+    def setup(folder: Path, monkeypatch) -> dict:
+        monkeypatch.chdir(folder)
+        (folder / "results" / "trials").mkdir(parents=True)
+        (folder / "results" / "trials" / "journal.log").write_bytes(b"".join(lines))
+        return {}
+    return setup
+
+
+RECORD = b'{"op_code": 0, "worker_id": "w", "study_name": "s", "directions": [2]}\n'
+
+
+def allow_large(folder: Path, monkeypatch) -> dict:
+    monkeypatch.setenv("STUDY_ALLOW_LARGE", "1")
+    return {}
 
 
 def no_cuda(folder: Path, monkeypatch) -> dict:
@@ -285,6 +311,38 @@ CASES = [
     Case("folder without image_size", validated(setup=lambda folder, mp: {
         **folder_dataset()(folder, mp), "data.image_size": None}),
          ("data.image_size", "set data.image_size")),
+    # --- found at validate, before DVC deletes an output, not once training has started (issue 28) ----------------
+    Case("too few test images for verification's folds", validated(setup=folder_dataset(classes=4, per_class=10)),
+         ("data.fractions: folder:", "leaves 8 test images of 4 class(es), which make 8 verification pairs",
+          "10 folds", "give test a larger share")),
+    Case("too few test images for verification's folds, open protocol", validated(
+        {"data.dataset": "glyphs:8:2", "data.protocol": "open", "train.objective": "map_at_r", "train.batch_size": 4}),
+         ("data.dataset: glyphs:8:2 (open protocol) leaves 4 test images of 2 class(es)", "4 verification pairs",
+          "more images")),
+    Case("validate: corrupt image", validated(setup=folder_dataset(bad={"class0/broken.png": CORRUPT})),
+         ("data.dataset: ", "class0/broken.png cannot be read as an image", "replace or delete it")),
+    Case("validate: truncated PNG", validated(setup=folder_dataset(bad={"class1/cut.png": png_bytes()[:60]})),
+         ("data.dataset: ", "class1/cut.png cannot be read as an image", "replace or delete it")),
+    Case("validate: JPEG cut inside its image data", validated(setup=folder_dataset(
+        bad={"class2/cut.jpg": jpeg_bytes()[:-300]})), ("class2/cut.jpg cannot be read as an image", "truncated")),
+    Case("validate: empty image file", validated(setup=folder_dataset(bad={"class2/empty.jpg": b""})),
+         ("class2/empty.jpg cannot be read as an image", "replace or delete it")),
+    Case("a corrupt line inside the trial journal", validated(setup=journal_with([RECORD, b"{garbage\n", RECORD])),
+         ("search.storage: ", "journal.log line 2 is corrupt (not a journal record)", "head -n 1",
+          "delete it to start the searches afresh")),
+    Case("a journal line that is JSON but no record", validated(setup=journal_with([RECORD, b"[1, 2]\n"])),
+         ("journal.log line 2 is corrupt",)),
+    Case("a billion search trials", validated({"search.n_trials": 10**9}),
+         ("search.n_trials: the study would make 4,000,000,020 trainings", "bound of 100,000 trainings",
+          "docs/configuration.md", "STUDY_ALLOW_LARGE=1")),
+    Case("a billion epochs", validated({"train.epochs": 10**9}),
+         ("train.epochs: the study would make 28 trainings", "392,000,000,000 iterations in all",
+          "1,000,000,000 iterations", "lower train.epochs", "STUDY_ALLOW_LARGE=1")),
+    Case("ten thousand final seeds", validated({"runs.seeds": list(range(10_000))}),
+         ("runs.seeds: the study would make 200,008 trainings", "lower runs.seeds", "STUDY_ALLOW_LARGE=1")),
+    Case("a billion epochs of a source known only at prepare", validated(
+        {"data.dataset": "torchvision:CIFAR10", "train.epochs": 10**9}),
+         ("train.epochs: ", "at least 28,000,000,000 iterations",)),
     # --- the data at prepare: every image decoded, the split checked ----------------------------------------------
     Case("corrupt image", through_stage(stages.prepare, {}, folder_dataset(bad={"class0/broken.png": CORRUPT})),
          ("1 image file(s)", "class0/broken.png", "replace or delete each")),
@@ -383,6 +441,10 @@ CASES = [
     Case("lr 1.0e6 accepted", validated(raw={"lr": "1.0e6", "weight_decay": "5e-4"}),
          ("accepted: lr=1000000.0 weight_decay=0.0005",)),
     Case("lr 1e-4 accepted", validated(raw={"lr": "1e-4"}), ("accepted: lr=0.0001",)),
+    Case("ten thousand final seeds with STUDY_ALLOW_LARGE=1 accepted", validated(
+        {"runs.seeds": list(range(10_000))}, setup=allow_large), ("accepted",)),
+    Case("a torn last journal line accepted (the storage moves it aside)", validated(
+        setup=journal_with([RECORD, b'{"op_code": 5, "wor'])), ("accepted",)),
 ]
 
 

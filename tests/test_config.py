@@ -253,3 +253,23 @@ def test_split_seeds_are_blamed_on_their_own_key(values, message):
     with pytest.raises(ConfigError) as error:
         StudyParams.from_dict(values)
     assert message in str(error.value)
+
+
+@pytest.mark.parametrize("text", ["", "# the study's params, to come\n"], ids=["empty", "comments only"])
+def test_an_empty_params_yaml_is_named_in_one_line_by_validate_and_the_study_commands(tmp_path, monkeypatch, capsys,
+                                                                                     text):
+    """`dvc repro` itself stops first, on DVC's own parse error (it reads params.yaml to expand dvc.yaml; see
+    docs/configuration.md): what the project can say, it says in one line with the fix."""
+    import stages.validate
+    from study import cli
+
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stopped:
+        stages.validate.main()
+    assert "  params.yaml is empty; write the study's params there (`study preset default`" in stopped.value.code
+    assert cli.main(["worker", "--params", str(path)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"study: error: {path} is empty; write the study's params there (`study preset default` writes the default "
+        "study)"]

@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from study import data
+from study import data, torchvision_source
 from study.data import ImageSet, batches, load_dataset, load_splits, save_splits, split_dataset
 
 
@@ -169,15 +169,15 @@ def test_torchvision_offline_explains_how_to_proceed(tmp_path, monkeypatch):
                                   "wrap_dataset_for_transforms_v2", "__file__"])
 def test_torchvision_names_are_told_without_importing_it_as_torchvision_itself_tells_them(name):
     try:
-        data.torchvision_dataset(name)
+        torchvision_source.torchvision_dataset(name)
         known = True
     except ValueError:
         known = False
     if known and name != "VisionDataset":  # the base class is exported, and prepare's load would refuse to build it
-        data.check_torchvision_name(name)
+        torchvision_source.check_torchvision_name(name)
     elif not known:
         with pytest.raises(ValueError, match=f"torchvision has no dataset '{name}'"):
-            data.check_torchvision_name(name)
+            torchvision_source.check_torchvision_name(name)
 
 
 def test_torchvision_arrays_become_uint8_nchw_with_class_names(tmp_path, monkeypatch):

@@ -47,13 +47,13 @@ def read_only(folder: Path):
 
 
 @contextlib.contextmanager
-def full_disk(folder: Path, free_bytes: int = 4096, before_filling=None):
-    """`folder` on a small tmpfs filled up to `free_bytes` (after `before_filling()`); yields a function that frees
-    it."""
+def full_disk(folder: Path, free_bytes: int = 4096, before_filling=None, size: str = "256k"):
+    """`folder` on a small tmpfs (of `size`) filled up to `free_bytes` (after `before_filling()`); yields a function
+    that frees it."""
     if not AS_ROOT or shutil.which("mount") is None:
         pytest.skip("mounting a small tmpfs needs root")
     folder.mkdir(parents=True, exist_ok=True)
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(folder)]).returncode != 0:
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)]).returncode != 0:
         pytest.skip("cannot mount a tmpfs here")
     filler = folder / "filler"
     try:
@@ -213,3 +213,86 @@ def test_a_database_lost_mid_search_ends_it_with_one_message_naming_the_url(tmp_
     assert process.returncode != 0 and "Traceback" not in output and "exceeding max length" not in output, output
     last = output.strip().splitlines()[-1]
     assert "lost the study database postgresql+psycopg://study@/studies" in last and "run the stage again" in last
+
+
+# --- a full disk anywhere: one line naming the path that failed, and no partial file (issue 28) ------------------
+
+
+@pytest.mark.parametrize("write", ["bytes", "csv", "checkpoint"])
+def test_a_write_that_fails_leaves_no_temporary_file_and_names_its_path(tmp_path, monkeypatch, write):
+    import torch
+
+    from study.models import build_model
+    from study.results import write_bytes, write_csv
+    from study.storage import fault_message
+    from study.training import RunResult, save_checkpoint
+
+    target = tmp_path / "out" / {"bytes": "data.bin", "csv": "table.csv", "checkpoint": "seed0.pt"}[write]
+
+    def full(descriptor):  # the disk fills as the file is synced (as on NFS, or past a quota)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError) as error:
+        if write == "bytes":
+            write_bytes(b"x" * 1000, target)
+        elif write == "csv":
+            write_csv(pd.DataFrame({"a": [1, 2]}), target)
+        else:
+            model = build_model("mlp", 8, (1, 8, 8))
+            save_checkpoint(RunResult("completed", "", model=model, loss=torch.nn.Linear(2, 2)), target, loss="x")
+    assert error.value.errno == errno.ENOSPC and error.value.filename == str(target)
+    assert list(target.parent.iterdir()) == []  # no .tmp left behind, and nothing under the final name
+    assert fault_message(error.value, "results/trials/journal.log").startswith(
+        f"no space left on the disk of {target}: free space there (df -h {target.parent})")
+
+
+@pytest.mark.slow
+def test_a_full_disk_while_a_checkpoint_is_saved_ends_with_one_line_naming_it_and_no_partial_file(tmp_path):
+    root = study_folder(tmp_path, train={"parallel": 1})
+    store = root / TRIALS_DIR / "checkpoints"  # a disk of its own, full: the journal's has room
+    with full_disk(store, free_bytes=0, size="16m") as free_it:  # room for the checkpoints, once freed
+        code, output = run(root, "stages.runs", "--method", "softmax")
+        assert code != 0 and "Traceback" not in output and "RuntimeError" not in output, output
+        last = output.strip().splitlines()[-1]
+        assert f"no space left on the disk of {store.relative_to(root)}/runs-softmax-" in last, output
+        assert ".pt: free space there (df -h" in last and "run the stage again" in last, output
+        assert [path.name for path in store.rglob("*") if path.is_file()] == ["filler"]
+        free_it()
+        code, output = run(root, "stages.runs", "--method", "softmax")
+        assert code == 0, output
+    assert not [path for path in (root / "results").rglob("*.tmp")]
+
+
+@pytest.mark.slow
+def test_a_full_disk_under_the_stage_outputs_names_that_disk_not_the_trials_one(tmp_path):
+    root = study_folder(tmp_path, train={"parallel": 1}, n_trials=2)
+    outputs = root / "results" / "search"  # full; results/trials, on another file system, has room
+    with full_disk(outputs, free_bytes=0):
+        code, output = run(root, "stages.search", "--loss", "arcface")
+        assert code != 0 and "Traceback" not in output, output
+        last = output.strip().splitlines()[-1]
+        assert "no space left on the disk of results/search/arcface/split0/trials.csv" in last, output
+        assert "df -h results/search/arcface/split0" in last and "results/trials" not in last, output
+        assert [path.name for path in outputs.rglob("*") if path.is_file()] == ["filler"]
+
+
+@pytest.mark.parametrize("url, module, package", [
+    ("mysql://ann@127.0.0.1:1/study", "MySQLdb", "pip install mysqlclient"),
+    ("mysql+pymysql://ann@127.0.0.1:1/study", "pymysql", "pip install pymysql"),
+    ("postgresql://ann@127.0.0.1:1/study", "psycopg", "pip install -c constraints.txt -e \".[postgres]\""),
+], ids=["mysql", "mysql+pymysql", "postgresql"])
+def test_a_missing_database_driver_is_named_for_the_urls_own_dialect(monkeypatch, url, module, package):
+    import importlib.util
+
+    from study.config import StudyParams
+    from study.storage import check_storage
+
+    if importlib.util.find_spec(module) is not None:
+        pytest.skip(f"{module} is installed here")
+    monkeypatch.setenv("STUDY_TEST_STORAGE", url)  # from the environment, where params' own check never sees it
+    with pytest.raises(RuntimeError) as error:
+        check_storage(StudyParams.from_dict({"search": {"storage": "env:STUDY_TEST_STORAGE"}}).search)
+    message = str(error.value)
+    assert f"driver {module}, which is not installed" in message and package in message, message
+    assert ("postgres" in message) == url.startswith("postgresql"), message

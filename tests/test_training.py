@@ -28,7 +28,7 @@ def digits():
 
 LOSS_SETTINGS = [("softmax", {}), ("normface", {"s": 16.0}), ("cosface", {"s": 30.0, "m": 0.2}),
                  ("arcface", {"s": 30.0, "m": 0.3}), ("sphereface", {"s": 30.0, "m": 1.5}), ("fixed_adacos", {}),
-                 ("dynamic_adacos", {})]
+                 ("dynamic_adacos", {}), ("p2sgrad", {})]
 
 
 @pytest.mark.slow

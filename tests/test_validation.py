@@ -53,7 +53,8 @@ def test_a_params_change_that_passes_validation_reruns_only_the_stages_that_read
 
 @pytest.mark.slow
 def test_images_added_to_a_folder_dataset_make_prepare_out_of_date(tmp_path):
-    images = image_folder(tmp_path / "images", classes=3, per_class=8)  # two images of each class for val and test
+    # three images of each class for val and test: test's 9 images make 18 verification pairs, for its 10 folds
+    images = image_folder(tmp_path / "images", classes=3, per_class=12)
     root = checkout(tmp_path / "study", {"data.dataset": f"folder:{images}", "data.image_size": 8,
                                          "train.batch_size": 4})
     assert repro(root, "prepare") == {"validate", "prepare"}
@@ -66,7 +67,7 @@ def test_images_added_to_a_folder_dataset_make_prepare_out_of_date(tmp_path):
     assert {"changed deps": {"data/source": "modified"}} in changed["prepare"]
     assert repro(root, "prepare") == {"prepare"}
     manifest = json.loads(next((root / "data" / "prepared").rglob("manifest.json")).read_text())  # any class split
-    assert sum(split["num_samples"] for split in manifest["splits"].values()) == 25
+    assert sum(split["num_samples"] for split in manifest["splits"].values()) == 37
 
 
 def test_the_source_link_follows_the_dataset_and_never_touches_the_folder(tmp_path):

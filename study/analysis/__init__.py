@@ -66,6 +66,7 @@ from study.analysis.pooling import (
     equal_weight_slope,
     hartung_knapp,
     i2_note,
+    paired_differences,
     pool_across_sources,
     shrink_towards_pool,
     random_effects,
@@ -112,7 +113,7 @@ __all__ = [
     # pooling
     "EQUAL_WEIGHT_METHOD", "HARTUNG_KNAPP_METHOD", "MIN_I2_DF", "RANDOM_EFFECTS_METHOD", "SOURCES_METHOD",
     "FlooredStandardError", "PooledAcrossSources", "WithinSourceSlope", "dersimonian_laird_tau2", "equal_weight_mean",
-    "equal_weight_slope", "hartung_knapp", "i2_note", "pool_across_sources", "random_effects", "random_effects_slope",
+    "equal_weight_slope", "hartung_knapp", "i2_note", "paired_differences", "pool_across_sources", "random_effects", "random_effects_slope",
     "shrink_towards_pool", "slope_within_source", "source_membership", "standard_error_floor", "standard_error_from_interval",
     # study
     "StudyAnalysis", "analyse_study",

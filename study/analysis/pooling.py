@@ -410,6 +410,19 @@ def pool_across_sources(estimates, standard_errors, sources, confidence: float =
 # --- a cell's standard error that knows its seed noise ---------------------------------------------------------------
 
 
+def paired_differences(run_scores: pd.DataFrame, method: str, metric: str,
+                       reference: str = "fixed_adacos") -> pd.DataFrame:
+    """method − reference on `metric` per class split and seed (runs of one split and seed pair: same
+    initialisation and data order): what standard_error_floor takes."""
+    scores = run_scores[run_scores[metric].notna()] if metric in run_scores else run_scores.iloc[:0]
+    split = scores["split"] if "split" in scores else 0
+    table = scores.assign(split=split).pivot_table(index=["split", "seed"], columns="method", values=metric)
+    if method not in table or reference not in table:
+        return pd.DataFrame(columns=["split", "seed", "difference"])
+    return (table[method] - table[reference]).dropna().rename("difference").reset_index()
+
+
+
 @dataclass(frozen=True)
 class FlooredStandardError(_Fields):
     """standard_error_floor's result (fields also readable as result["standard_error"])."""

@@ -13,7 +13,7 @@ import optuna
 import pandas as pd
 
 from study.analysis import (REFERENCE_METHOD, TEST_PREFIX, count_or_none, expected_selected_after_n_trials,
-                            standard_error_floor)
+                            paired_differences, standard_error_floor)
 from study.analysis.verdict import difference_row, recommendation_rule
 from study.data import is_synthetic_source
 from study.losses import fixed_adacos_scale
@@ -42,17 +42,6 @@ def comparison_outcome(differences: pd.DataFrame, method: str, metric: str) -> t
     comparison = difference_row(differences, method, metric)
     _, reason = recommendation_rule(method, comparison, [])
     return reason, comparison
-
-
-def paired_differences(run_scores: pd.DataFrame, method: str, metric: str) -> pd.DataFrame:
-    """method − Fixed AdaCos on `metric` per class split and seed (runs of one split and seed pair: same
-    initialisation and data order)."""
-    scores = run_scores[run_scores[metric].notna()] if metric in run_scores else run_scores.iloc[:0]
-    split = scores["split"] if "split" in scores else 0
-    table = scores.assign(split=split).pivot_table(index=["split", "seed"], columns="method", values=metric)
-    if method not in table or REFERENCE_METHOD not in table:
-        return pd.DataFrame(columns=["split", "seed", "difference"])
-    return (table[method] - table[REFERENCE_METHOD]).dropna().rename("difference").reset_index()
 
 
 def seed_luck(landscape: pd.DataFrame, run_scores: pd.DataFrame, loss: str, metric: str) -> pd.Series:

@@ -15,7 +15,7 @@ import yaml
 from study.config import StudyParams
 from study.data import source_of
 from study.training import planned_iterations as iterations
-from study.validation import DataProblem, planned_source, planned_splits
+from study.validation import DataProblem, planned_source, planned_splits, study_cost
 from study.presets import PRESET_DIR, build_preset
 from study.sweep import class_count_params
 
@@ -71,9 +71,7 @@ class BenchmarkPlan:
 
 def planned_runs(params: StudyParams) -> int:
     """The trainings one study makes: every search trial and every final run, on every class split."""
-    trials = len(params.search.losses) * params.search.repeats * params.search.n_trials
-    finals = len(params.runs.seeds) * (len(params.runs.methods) + len(params.search.losses))
-    return len(params.data.split_seeds()) * (trials + finals)
+    return study_cost(params, None).trainings
 
 
 def planned_iterations(params: StudyParams) -> int | None:

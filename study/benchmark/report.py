@@ -15,6 +15,7 @@ import study.report.formats as fmt
 from study.analysis import SOURCES_METHOD
 from study.benchmark.cells import NEAR_FLOOR_SCORE, cell_rows, convergence_iterations, tuning_curve
 from study.benchmark.figures import figure_forest, figure_methods, figure_tuners
+from study.benchmark.pipelines import cell_finished
 from study.benchmark.meta import (RELATIVE_MARGIN, benchmark_seconds, best_untuned, longer_table, pooled_coverage,
                                   pooled_table, trend_in_classes, tuner_table)
 from study.losses import fixed_adacos_scale
@@ -141,12 +142,14 @@ def longer_sentences(longer: pd.DataFrame) -> list[str]:
 
 
 def scope_sentence(plan: dict, rows: pd.DataFrame) -> str:
-    """How far this carries, computed from the plan."""
-    cells = [cell for cell in plan["cells"] if cell["primary"]]
+    """How far this carries, computed from the plan's finished primary cells."""
+    finished = set(rows["cell"])
+    cells = [cell for cell in plan["cells"] if cell["primary"] and cell["name"] in finished]
     sources = list(dict.fromkeys(cell["source"] for cell in cells))
     real = sorted({row.source for row in rows.itertuples() if row.real})
     floor = sorted(set(rows.loc[rows["near_floor"].astype(bool) & rows["primary"].astype(bool), "configuration"]))
     iterations = [cell.get("iterations") for cell in cells if cell.get("iterations")]
+    pending = [cell["name"] for cell in plan["cells"] if cell["name"] not in finished]
     return (f"How far this carries: {len(cells)} configurations from {len(sources)} independent sources "
             f"({', '.join(sources)}; real images: {', '.join(real) or 'none'}), C = "
             f"{min(c['train_classes'] for c in cells):,}–{max(c['train_classes'] for c in cells):,} training classes, "
@@ -154,7 +157,8 @@ def scope_sentence(plan: dict, rows: pd.DataFrame) -> str:
             f"run. Configurations of one source are not independent evidence: the intervals are over sources. Cells "
             f"where Fixed AdaCos scores below {NEAR_FLOOR_SCORE} (near the floor: "
             f"{', '.join(floor) or 'none'}) are flagged and left out of the headline; the pool with them is in the "
-            "table. Other architectures, pretrained backbones, larger images and C beyond these are outside it.")
+            "table. Other architectures, pretrained backbones, larger images and C beyond these are outside it."
+            + (f" Declared but not finished, so not in these numbers: {', '.join(pending)}." if pending else ""))
 
 
 # --- tables ----------------------------------------------------------------------------------------------
@@ -227,8 +231,8 @@ def tuners_shown(tuners: pd.DataFrame, labels: dict[str, str]) -> pd.DataFrame:
 
 
 def read_cells(plan: dict, cells_dir: Path) -> pd.DataFrame:
-    """Every finished cell's rows, one per method against Fixed AdaCos."""
-    return pd.DataFrame([row for cell in plan["cells"] if (cells_dir / cell["name"] / REPORT_DIR).is_dir()
+    """Every finished cell's rows (its committed report is its current study's), one per method against Fixed AdaCos."""
+    return pd.DataFrame([row for cell in plan["cells"] if cell_finished(cells_dir / cell["name"])
                          for row in cell_rows(cell, cells_dir / cell["name"])])
 
 
