@@ -7,14 +7,15 @@ train.parallel seeds train at a time.
 """
 
 import argparse
+import contextlib
 from pathlib import Path
 
 from study.config import load_params
 from study.data import load_splits
 from study.results import JOURNAL, prepared_dir, read_json, runs_dir, search_dir, tuned_method, write_csv
-from study.runs import collect_runs, open_runs, packed_service, serve_runs
+from study.runs import collect_runs, done_seeds, open_runs, packed_service, serve_runs
 from study.storage import open_storage, storage_url
-from study.workers import ends_cleanly, packed
+from study.workers import Interrupted, ends_as_interrupted, ends_cleanly, packed
 
 
 def main() -> None:
@@ -23,11 +24,13 @@ def main() -> None:
     which.add_argument("--method", help="a baseline of runs.methods")
     which.add_argument("--tuned", metavar="LOSS", help="a searched loss, run at its best trial's values")
     args = parser.parse_args()
-    params = load_params()
-    with ends_cleanly(params.search, JOURNAL):  # a storage fault: one message naming the path or URL and the fix
-        storage = open_storage(params.search, JOURNAL)
-        for split in params.data.split_seeds():
-            run_split(args, params.for_split(split), storage, split)
+    # Ctrl-C, SIGTERM or DVC killed: one line saying what was kept and how to resume, exit status 128 + the signal.
+    with ends_as_interrupted():
+        params = load_params()
+        with ends_cleanly(params.search, JOURNAL):  # a storage fault: one message naming the path or URL and the fix
+            storage = open_storage(params.search, JOURNAL)
+            for split in params.data.split_seeds():
+                run_split(args, params.for_split(split), storage, split)
 
 
 def run_split(args, params, storage, split: int) -> None:
@@ -40,8 +43,14 @@ def run_split(args, params, storage, split: int) -> None:
         loss, hyperparameters = params.runs.hyperparameters(method)
     sets = load_splits(prepared_dir(split))
     study = open_runs(method, loss, hyperparameters, params, storage)
-    with packed(params, Path.cwd(), [packed_service(study)]) as packed_params:
-        serve_runs(study, packed_params, sets, ship_checkpoints=storage_url(params.search) is not None)
+    try:
+        with packed(params, Path.cwd(), [packed_service(study)]) as packed_params:
+            serve_runs(study, packed_params, sets, ship_checkpoints=storage_url(params.search) is not None)
+    except Interrupted as interruption:
+        with contextlib.suppress(Exception):  # a storage that fails now leaves the line without the count
+            done = len(done_seeds(study) & set(params.runs.seeds))
+            interruption.kept = f"{done} of {len(params.runs.seeds)} seeds of {method} (split {split}) trained and kept"
+        raise
     out_dir = runs_dir(method, split)
     runs, history = collect_runs(study, params, out_dir)
     write_csv(runs.assign(split=split), out_dir / "runs.csv")

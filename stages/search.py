@@ -2,25 +2,28 @@
 (study/storage.py), train.parallel trials at a time; writes each split's trial tables."""
 
 import argparse
+import contextlib
 from pathlib import Path
 
 from study.config import load_params
 from study.data import load_splits
 from study.results import JOURNAL, prepared_dir, search_dir, write_csv, write_json
-from study.search import best_trial, history_table, run_searches, trials_table
+from study.search import FINISHED, best_trial, count_trials, history_table, run_searches, trials_table
 from study.storage import open_storage
-from study.workers import ends_cleanly
+from study.workers import Interrupted, ends_as_interrupted, ends_cleanly
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--loss", required=True)
     loss = parser.parse_args().loss
-    params = load_params()
-    with ends_cleanly(params.search, JOURNAL):  # a storage fault: one message naming the path or URL and the fix
-        storage = open_storage(params.search, JOURNAL)
-        for split in params.data.split_seeds():
-            search_split(loss, params.for_split(split), storage, split)
+    # Ctrl-C, SIGTERM or DVC killed: one line saying what was kept and how to resume, exit status 128 + the signal.
+    with ends_as_interrupted():
+        params = load_params()
+        with ends_cleanly(params.search, JOURNAL):  # a storage fault: one message naming the path or URL and the fix
+            storage = open_storage(params.search, JOURNAL)
+            for split in params.data.split_seeds():
+                search_split(loss, params.for_split(split), storage, split)
 
 
 def search_split(loss: str, params, storage, split: int) -> None:
@@ -30,6 +33,11 @@ def search_split(loss: str, params, storage, split: int) -> None:
     studies = []
     try:
         run_searches(loss, params, storage, sets, Path.cwd(), studies)
+    except Interrupted as interruption:
+        with contextlib.suppress(Exception):  # a storage that fails now leaves the line without the count
+            finished = sum(count_trials(study, FINISHED) for study in studies)
+            interruption.kept = f"{finished} finished trials of {loss} (split {split}) kept"
+        raise
     finally:
         # Written even when interrupted, so the finished trials can be inspected; the storage keeps them too.
         write_csv(trials_table(loss, studies, params.train.objective).assign(split=split), out_dir / "trials.csv")

@@ -4,6 +4,7 @@ what the study will cost."""
 import sys
 
 from study.config import ConfigError
+from study.dvc_changes import after_refusal
 from study.results import write_bytes
 from study.validation import VALIDATED, VALIDATED_TEXT, link_source, validate_study
 
@@ -13,8 +14,7 @@ def main() -> None:
         params, cost = validate_study()
     except ConfigError as error:
         problems = "".join(f"  {line}\n" for line in str(error).splitlines())
-        sys.exit(f"params.yaml has problems:\n{problems}No other stage ran and no output was deleted; fix the above "
-                 "and run `dvc repro` again.")
+        sys.exit(f"params.yaml has problems:\n{problems}{after_refusal()}")  # and what DVC changed before
     print(f"params.yaml passed; the study makes {cost}", flush=True)
     link_source(params.data)
     write_bytes(VALIDATED_TEXT.encode(), VALIDATED)

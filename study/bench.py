@@ -166,13 +166,16 @@ def trials_per_hour(params: StudyParams, sets: dict[str, ImageSet], packings: tu
     """
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rates, threads = {}, torch.get_num_threads()  # packed runs set this process's threads: the later figures need all
+    # One class split's study, as the search stage hands it to run_searches: its packed workers serve that split's
+    # params (data.seeds cleared), and a worker refuses a study whose params differ from its own.
+    params = params.for_split(params.data.seed)
     data = params.data
     try:
         with tempfile.TemporaryDirectory() as folder:
             for parallel in packings:
                 root = Path(folder) / f"K{parallel}"  # a study of its own: the same trials, none of them resumed
-                save_splits(sets, root / prepared_dir(data.seed), source=data.dataset, protocol=data.protocol, seed=data.seed,
-                            fractions=data.fractions)
+                save_splits(sets, root / prepared_dir(data.seed), source=data.dataset, protocol=data.protocol,
+                            seed=data.seed, fractions=data.fractions)
                 search = {**params.search.to_dict(), "n_trials": trials_per_run * parallel, "sampler": "random",
                           "storage": None, "pruner": "none", "repeats": 1}
                 packed = params.replace(search=search, train=params.train.replace(parallel=parallel))
@@ -209,9 +212,10 @@ def backbone_speed(input_shape: tuple[int, int, int], batch_size: int, device: t
     return {name: batch_size / seconds for name, seconds in median_seconds(steps, device, repeats).items()}
 
 
-def bench_setup(device: torch.device) -> tuple[StudyParams, dict[str, ImageSet]]:
-    """The default study's data, model and training, on `device`: its trials are the ones timed."""
-    params = StudyParams()
+def bench_setup(device: torch.device, params: StudyParams | None = None) -> tuple[StudyParams, dict[str, ImageSet]]:
+    """A study's data, model and training (by default the default study's), on `device`: its trials are the ones
+    timed, on the class split of data.seed."""
+    params = params or StudyParams()
     params = params.replace(train=params.train.replace(device=str(device)))
     data = params.data
     return params, split_dataset(load_dataset(data.dataset, data.cache_dir), data.protocol, data.fractions, data.seed)

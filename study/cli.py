@@ -265,7 +265,7 @@ def _worker_command(args: argparse.Namespace) -> int:
     from study.runs import serve_queued_runs
     from study.search import serve_searches
     from study.storage import storage_faults
-    from study.workers import serve_study
+    from study.workers import ends_as_interrupted, serve_study
 
     params = load_params(args.params)
     if args.threads is not None:  # several workers on one machine share its cores
@@ -277,7 +277,8 @@ def _worker_command(args: argparse.Namespace) -> int:
     services = ([partial(serve_searches, losses=args.loss)] if args.serve in ("all", "search") else []) + (
         [serve_queued_runs] if args.serve in ("all", "runs") else [])
     root = Path(args.params).resolve().parent
-    with storage_faults(params.search, root / JOURNAL):  # one line naming the path or URL and the fix
+    # Ctrl-C or SIGTERM: its running trial failed as interrupted (queued again), one line, exit status 128 + signal.
+    with ends_as_interrupted(), storage_faults(params.search, root / JOURNAL):  # a fault: one line naming the fix
         serve_study(params, root, services, args.trials)
     return 0
 
@@ -341,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, RuntimeError, OSError) as error:
         print(f"study: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C is an interruption, not a crash: no traceback, the status of SIGINT
+        print("study: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

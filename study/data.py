@@ -24,7 +24,9 @@ import torch
 from PIL import Image
 
 from study.composed import compose, parse_composed_spec
+from study.emoji import load_emoji
 from study.glyphs import load_glyphs
+from study.strokes import load_strokes
 from study.torchvision_source import load_torchvision, torchvision_dataset
 from study.image_set import ImageSet
 from study.results import write_bytes
@@ -284,6 +286,8 @@ DATASETS: dict[str, Callable[[str, Path], ImageSet]] = {
     "torchvision": load_torchvision,
     "folder": _load_folder,
     "glyphs": load_glyphs,
+    "strokes": load_strokes,
+    "emoji": load_emoji,
     "compose": _load_composed,
 }
 
@@ -294,8 +298,9 @@ def load_dataset(spec: str, cache_dir: str | None = None) -> ImageSet:
     if name not in DATASETS:
         raise ValueError(
             f"unknown dataset '{spec}'; known: {', '.join(DATASETS)} "
-            f"(idx, torchvision, folder and glyphs take an argument: 'idx:<folder>', "
-            f"'torchvision:<Name>', 'folder:<path>', 'glyphs:<num_classes>', "
+            f"(idx, torchvision, folder, glyphs, strokes and emoji take an argument: 'idx:<folder>', "
+            f"'torchvision:<Name>', 'folder:<path>', 'glyphs:<num_classes>', 'strokes:<num_classes>', "
+            f"'emoji:<num_classes>', "
             f"'compose:<parts>:<per class>:<base>')"
         )
     return DATASETS[name](argument, Path(cache_dir or DEFAULT_CACHE_DIR))

@@ -28,7 +28,7 @@ from study.data import ImageSet
 from study.results import CHECKPOINT_STORE, RUN_COLUMNS, is_tuned, write_bytes
 from study.storage import create_or_load, load_history, save_history, set_missing_user_attrs, storage_url
 from study.training import save_checkpoint, train
-from study.workers import Budget, digest, run_meaning, serve, study_identity
+from study.workers import Budget, describe_worker, digest, run_meaning, serve, study_identity
 
 KIND = "runs"
 # The study's record of done trials whose checkpoint was lost: {trial number: what was found}.
@@ -70,9 +70,20 @@ def open_runs(method: str, loss: str, hyperparameters: dict, params: StudyParams
     for seed in params.runs.seeds:
         if seed not in present:
             study.enqueue_trial({}, user_attrs={"seed": seed})
-    print(f"{study.study_name}: {len(done & set(params.runs.seeds))} of {len(params.runs.seeds)} seeds done",
-          flush=True)
+    print(f"{runs_label(method, params)}: {len(done & set(params.runs.seeds))} of {len(params.runs.seeds)} seeds done "
+          f"(study {study.study_name})", flush=True)
     return study
+
+
+def runs_label(method: str, params: StudyParams) -> str:
+    """A method's runs as a user knows them in log lines: "fixed_adacos, split 2"."""
+    return f"{method}, split {params.data.seed}"
+
+
+def done_seeds(study: optuna.Study) -> set:
+    """The seeds of the study whose run is done (a lost checkpoint's is not)."""
+    lost = lost_trials(study)
+    return {t.user_attrs.get("seed") for t in study.get_trials(deepcopy=False) if _is_done(t, lost)}
 
 
 def retire_lost_checkpoints(study: optuna.Study, root: str | Path = ".") -> list[int]:
@@ -112,8 +123,11 @@ class SeedQueue(Budget):
         for other in trials:
             if other.number != number and other.user_attrs.get("seed") == seed and (
                     _is_done(other, self.lost) or (other.state == TrialState.RUNNING and other.number < number)):
-                return f"seed {seed} was already trained, or is being trained by {other.user_attrs.get('worker')}"
+                return f"seed {seed} was already trained, or is being trained by {describe_worker(other.user_attrs)}"
         return ""
+
+    def place(self, trial, trials):
+        return trial.user_attrs.get("seed")  # an interrupted seed is queued again, unless a later trial holds it
 
 
 def run_objective(study: optuna.Study, params: StudyParams, sets: dict[str, ImageSet], root: str | Path = ".",
@@ -158,7 +172,7 @@ def serve_runs(study: optuna.Study, params: StudyParams, sets: dict[str, ImageSe
     identity = study_identity(runs_meaning(study.user_attrs["loss"], study.user_attrs["hyperparameters"], params), sets)
     return serve(study, run_objective(study, params, sets, root, ship_checkpoints),
                  SeedQueue(params.runs.seeds if seeds is None else seeds, lost_trials(study)), max_trials=max_trials,
-                 identity=identity)
+                 identity=identity, label=runs_label(study.user_attrs["method"], params))
 
 
 def _find_checkpoint(trial: FrozenTrial, study_name: str, root: Path) -> tuple[bytes | None, str]:
@@ -190,7 +204,8 @@ def _checkpoint(trial: FrozenTrial, study_name: str, root: Path, stage: str) -> 
     if data is not None:
         return data
     raise FileNotFoundError(
-        f"the checkpoint of {study_name} seed {trial.user_attrs['seed']} (trained by {trial.user_attrs.get('worker')}) "
+        f"the checkpoint of {study_name} seed {trial.user_attrs['seed']} (trained by "
+        f"{describe_worker(trial.user_attrs)}) "
         f"{problem}; run the stage again (dvc repro --force {stage}): it marks the seed lost in the storage and trains "
         "it again")
 

@@ -22,10 +22,10 @@ from optuna.trial import TrialState
 
 from study.config import SearchConfig, StudyParams
 from study.data import ImageSet
-from study.storage import create_or_load, first_attempt, load_history, save_history, set_missing_user_attrs
+from study.storage import create_or_load, load_history, save_history, set_missing_user_attrs
 from study.training import evaluate, planned_iterations, resolve_device, train
-from study.workers import (IDENTITY, INTERRUPTED, RUNNING, NotTheSameStudy, TrialCount, differences, digest, listed,
-                           packed, run_meaning, serve, study_identity)
+from study.workers import (IDENTITY, INTERRUPTED, NOT_RUN, RUNNING, NotTheSameStudy, TrialCount, differences, digest,
+                           listed, packed, retried_number, run_meaning, serve, study_identity)
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 KIND = "search"
@@ -70,6 +70,38 @@ def trial_seed(search_seed: int, repeat: int, trial_number: int, final_seeds=())
     return seed
 
 
+SLOT = "slot"
+
+
+def trial_slots(trials: list[optuna.trial.FrozenTrial]) -> dict[int, int | None]:
+    """Each trial's slot, by trial number: its place in the search's sequence of draws, from which it draws its seed
+    and (random search) its point; None for a trial that found its place taken and trained nothing.
+
+    A search run without interruption numbers its trials 0, 1, 2, ... and each trial's slot is its number. A retry
+    (of a trial killed, or stopped by Ctrl-C or SIGTERM) keeps the slot of the trial it retries, and a new trial takes
+    the slot after the highest one held so far: a resumed search draws exactly the uninterrupted one's points at its
+    seeds, whatever numbers Optuna gave its trials. A trial records its slot as it starts; one killed before that is
+    given its slot by the same rule, and one recorded before slots were (a seed and no slot) keeps its number.
+    """
+    slots, highest = {}, -1
+    for trial in sorted(trials, key=lambda t: t.number):
+        retried = retried_number(trial)
+        if SLOT in trial.user_attrs:
+            slot = int(trial.user_attrs[SLOT])
+        elif retried is not None:
+            slot = slots.get(retried)
+        elif trial.user_attrs.get("status") == NOT_RUN:
+            slot = None
+        elif "seed" in trial.user_attrs:
+            slot = trial.number
+        else:
+            slot = highest + 1
+        slots[trial.number] = slot
+        if slot is not None:
+            highest = max(highest, slot)
+    return slots
+
+
 def split_search_seed(params: StudyParams) -> int:
     """The search seed of one class split's search: each split searches its own (s, m) points at its own trial seeds,
     so that searches differ from split to split as a user's would. Split 0 keeps search.seed itself (a one-split
@@ -98,22 +130,24 @@ def grid_size(loss: str, search: SearchConfig) -> int:
 
 
 class TrialSeededRandomSampler(optuna.samplers.RandomSampler):
-    """Random search whose trial n draws its point from a seed of its own, derived from `seed` and n.
+    """Random search whose trial in slot n (see `trial_slots`) draws its point from a seed of its own, derived from
+    `seed` and n.
 
-    Whichever worker runs trial n, and whenever, it draws the same point: trials trained several at a
+    Whichever worker runs slot n, and whenever, it draws the same point: trials trained several at a
     time, by other workers or after a resume are the trials a search run one at a time trains.
     """
 
     def __init__(self, seed: int):
         super().__init__(seed)
         self._seed = seed
-        self._trial_sampler: tuple[int, optuna.samplers.RandomSampler] | None = None
+        self._trial_sampler: tuple[int, int, optuna.samplers.RandomSampler] | None = None
 
     def sample_independent(self, study, trial, param_name, param_distribution):
-        if self._trial_sampler is None or self._trial_sampler[0] != trial.number:
-            seed = _derived_seed(_SAMPLER_SEED_STREAM, self._seed, trial.number)
-            self._trial_sampler = (trial.number, optuna.samplers.RandomSampler(seed=seed))
-        return self._trial_sampler[1].sample_independent(study, trial, param_name, param_distribution)
+        slot = int(trial.user_attrs.get(SLOT, trial.number))
+        if self._trial_sampler is None or self._trial_sampler[:2] != (trial.number, slot):
+            seed = _derived_seed(_SAMPLER_SEED_STREAM, self._seed, slot)
+            self._trial_sampler = (trial.number, slot, optuna.samplers.RandomSampler(seed=seed))
+        return self._trial_sampler[2].sample_independent(study, trial, param_name, param_distribution)
 
 
 TPE_STARTUP_SHARE = 0.25
@@ -179,11 +213,12 @@ def objective_for(loss: str, params: StudyParams, sets: dict[str, ImageSet], rep
     objective_metric = params.train.objective
 
     def objective(trial: optuna.Trial) -> float:
+        # Its slot first: random search draws the point from it (a retry reruns the interrupted draw's parameters).
+        slot = trial_slots(trial.study.get_trials(deepcopy=False))[trial.number]
+        trial.set_user_attr(SLOT, slot)
         hyperparameters = {name: trial.suggest_float(name, low, high, log=log)
                            for name, (low, high, log) in search_space(loss, params.search).items()}
-        # A retried trial reruns the interrupted draw: its parameters, and the seed of the first attempt's number.
-        seed = trial_seed(split_search_seed(params), repeat, first_attempt(trial.study, trial.number),
-                          params.runs.seeds)
+        seed = trial_seed(split_search_seed(params), repeat, slot, params.runs.seeds)
         trial.set_user_attr("seed", seed)
 
         def report_and_maybe_stop(row: dict) -> bool:
@@ -216,11 +251,36 @@ def count_trials(study: optuna.Study, states) -> int:
 
 
 class SearchBudget(TrialCount):
-    """`n_trials` COMPLETE or PRUNED trials; a diverged trial is replaced, until too many have diverged."""
+    """`n_trials` COMPLETE or PRUNED trials; a diverged trial is replaced, until too many have diverged. A trial's
+    place is its slot (`trial_slots`): an interrupted one is retried in its slot, and no slot is trained twice."""
 
     def __init__(self, study: optuna.Study, target: int, max_failed_trials: int):
         super().__init__(target, FINISHED)
         self.study, self.max_failed_trials = study, max_failed_trials
+        self._slots: tuple[list, dict] = ([], {})
+
+    def _slots_of(self, trials) -> dict[int, int | None]:
+        if self._slots[0] is not trials:  # computed once per list of trials read from the storage
+            self._slots = (trials, trial_slots(trials))
+        return self._slots[1]
+
+    def place(self, trial, trials):
+        return self._slots_of(trials).get(trial.number)
+
+    def taken(self, number, trials):
+        reason = super().taken(number, trials)
+        if reason:
+            return reason
+        slots = self._slots_of(trials)
+        for other in trials:
+            if other.number == number or slots.get(other.number) != slots.get(number):
+                continue
+            done = other.state in FINISHED or (other.state == TrialState.FAIL and other.user_attrs.get("status")
+                                               == "diverged")
+            if done or (other.state == TrialState.RUNNING and other.number < number):
+                return (f"its slot {slots[number]} was already trained, or is being trained, by trial {other.number} "
+                        f"({other.user_attrs.get('worker', '?')})")
+        return ""
 
     def may_start(self, trials):
         diverged = sum(t.state == TrialState.FAIL and t.user_attrs.get("status") == "diverged" for t in trials)
@@ -240,10 +300,17 @@ def run_search(study: optuna.Study, loss: str, params: StudyParams, sets: dict[s
     """
     search = params.search
     target = min(search.n_trials, grid_size(loss, search)) if search.sampler == "grid" else search.n_trials
+    label = search_label(loss, params, repeat)
     if not quiet:
-        print(f"{study.study_name}: {count_trials(study, FINISHED)} of {target} trials finished", flush=True)
+        print(f"{label}: {count_trials(study, FINISHED)} of {target} trials finished (study {study.study_name})",
+              flush=True)
     serve(study, objective_for(loss, params, sets, repeat), SearchBudget(study, target, search.max_failed_trials),
-          max_trials=max_trials, identity=study_identity(search_meaning(loss, params), sets))
+          max_trials=max_trials, identity=study_identity(search_meaning(loss, params), sets), label=label)
+
+
+def search_label(loss: str, params: StudyParams, repeat: int = 0) -> str:
+    """A search as a user knows it in log lines: "arcface, split 2" (and its repeat when there are several)."""
+    return f"{loss}, split {params.data.seed}" + (f", repeat {repeat + 1}" if params.search.repeats > 1 else "")
 
 
 def run_searches(loss: str, params: StudyParams, storage, sets: dict[str, ImageSet], root: str | Path,
@@ -262,32 +329,39 @@ def run_searches(loss: str, params: StudyParams, storage, sets: dict[str, ImageS
 
 
 TRIAL_COLUMNS = ["loss", "repeat", "trial", "seed", "state", "s", "m", "value", "test_value", "objective", "seconds",
-                 "device", "iterations", "status", "reason", "worker"]
+                 "device", "iterations", "status", "reason", "worker", "optuna_trial"]
 
 
 def trials_table(loss: str, studies: list[optuna.Study], objective: str) -> pd.DataFrame:
     """One row per trial of every repeat: its (s, m), seed, state, val and test scores, cost and status with reason.
 
-    `value` is the objective on val (what selects), `test_value` the objective on test and `test_<metric>`
-    every test metric (recorded only).
+    `trial` is the trial's slot (`trial_slots`: its number in a search run without interruption, so that a resumed
+    search's table reads as the uninterrupted one's), `optuna_trial` Optuna's number (what `optuna trials` shows);
+    rows go by repeat and slot, an interrupted attempt before its retry. `value` is the objective on val (what
+    selects), `test_value` the objective on test and `test_<metric>` every test metric (recorded only).
     """
     rows = []
     for repeat, study in enumerate(studies):
-        for trial in study.get_trials(deepcopy=False):
+        trials = study.get_trials(deepcopy=False)
+        slots = trial_slots(trials)
+        for trial in trials:
             attrs = trial.user_attrs
             test = attrs.get("test") or {}
             status, reason = trial_status(trial)
             rows.append({
-                "loss": loss, "repeat": repeat, "trial": trial.number, "seed": attrs.get("seed", math.nan),
+                "loss": loss, "repeat": repeat, "trial": slots[trial.number], "seed": attrs.get("seed", math.nan),
                 "state": trial.state.name, "s": trial.params.get("s", math.nan), "m": trial.params.get("m", math.nan),
                 "value": trial.value if trial.state == TrialState.COMPLETE else math.nan,
                 "test_value": test.get(objective, math.nan) if trial.state == TrialState.COMPLETE else math.nan,
                 "objective": objective, "seconds": attrs.get("seconds", math.nan), "device": attrs.get("device", ""),
                 "iterations": attrs.get("iterations", 0), "status": status, "reason": reason,
-                "worker": attrs.get("worker", ""),
+                "worker": attrs.get("worker", ""), "optuna_trial": trial.number,
                 **{f"test_{name}": value for name, value in test.items()},
             })
     frame = pd.DataFrame(rows)
+    if len(frame):
+        frame = frame.astype({"trial": "Int64"}).sort_values(["repeat", "trial", "optuna_trial"], kind="stable",
+                                                             na_position="last", ignore_index=True)
     extra = sorted(column for column in frame.columns if column not in TRIAL_COLUMNS)
     return frame.reindex(columns=TRIAL_COLUMNS + extra)
 
@@ -302,11 +376,16 @@ def trial_status(trial: optuna.trial.FrozenTrial) -> tuple[str, str]:
 
 
 def history_table(loss: str, studies: list[optuna.Study]) -> pd.DataFrame:
-    """One row per evaluation of every trial of every repeat (its learning curve)."""
-    histories = [(repeat, trial.number, load_history(study, trial))
-                 for repeat, study in enumerate(studies) for trial in study.get_trials(deepcopy=False)]
-    frames = [pd.DataFrame(history).assign(loss=loss, repeat=repeat, trial=number)
-              for repeat, number, history in histories if history]
+    """One row per evaluation of every trial of every repeat (its learning curve); `trial` is its slot, as in
+    `trials_table`."""
+    histories = []
+    for repeat, study in enumerate(studies):
+        trials = study.get_trials(deepcopy=False)
+        slots = trial_slots(trials)
+        histories += [(repeat, slots[trial.number], trial.number, load_history(study, trial))
+                      for trial in sorted(trials, key=lambda t: (slots[t.number] is None, slots[t.number], t.number))]
+    frames = [pd.DataFrame(history).assign(loss=loss, repeat=repeat, trial=slot, optuna_trial=number)
+              for repeat, slot, number, history in histories if history]
     if not frames:
         return pd.DataFrame(columns=["loss", "repeat", "trial", "iteration"])
     table = pd.concat(frames, ignore_index=True)
@@ -314,12 +393,15 @@ def history_table(loss: str, studies: list[optuna.Study]) -> pd.DataFrame:
 
 
 def best_trial(loss: str, study: optuna.Study, objective: str) -> dict:
-    """The best COMPLETE trial's hyperparameters and val score (of the first repeat: the one search a user runs)."""
-    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    """The best COMPLETE trial's hyperparameters and val score (of the first repeat: the one search a user runs); its
+    `trial` is its slot, as in `trials_table`."""
+    trials = study.get_trials(deepcopy=False)
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
     if not complete:
         raise RuntimeError(f"no trial of {study.study_name} completed; see trials.csv for the reasons")
-    best = max(complete, key=lambda t: t.value)
-    return {"loss": loss, "study": study.study_name, "trial": best.number, "objective": objective,
+    slots = trial_slots(trials)
+    best = max(sorted(complete, key=lambda t: slots[t.number]), key=lambda t: t.value)  # a tie: the earliest slot
+    return {"loss": loss, "study": study.study_name, "trial": slots[best.number], "objective": objective,
             "value": best.value, "hyperparameters": best.params, "complete_trials": len(complete)}
 
 

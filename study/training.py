@@ -193,48 +193,50 @@ def train(sets: dict[str, ImageSet], *, loss_name: str, hyperparameters: dict | 
 
     bar = tqdm(total=total, desc=f"{loss_name}", unit="it", disable=(None if progress is None else not progress),
                leave=False)
-    stop = record()
-    while not stop and iteration < total:
-        epoch += 1
-        for images, labels in batches(train_set, config.batch_size, device=device, shuffle=True, generator=generator,
-                                      image_size=image_size, num_workers=config.num_workers,
-                                      drop_last=len(train_set) > config.batch_size):
-            with _autocast(device, config.amp):
-                batch_loss = loss(model(images), labels)
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(batch_loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-            if scheduler is not None:
-                scheduler.step()
-            iteration += 1
-            step_loss = batch_loss.detach().float()
-            first = (first_nonfinite < 0) & ~torch.isfinite(step_loss)
-            first_nonfinite = torch.where(first, iteration, first_nonfinite)
-            nonfinite_value = torch.where(first, step_loss, nonfinite_value)
-            loss_sum += step_loss
-            loss_count += 1
-            bar.update(1)
-            if iteration % config.eval_every == 0 or iteration == total:
-                if first_nonfinite.item() >= 0:  # the weights are no longer finite: there is nothing to evaluate
-                    result.status = "diverged"
-                    result.reason = (f"non-finite loss ({nonfinite_value.item()}) at iteration "
-                                     f"{first_nonfinite.item()}")
-                    stop = True
+    try:  # an interrupted run (Ctrl-C, SIGTERM: see study/workers.py) clears its progress bar too
+        stop = record()
+        while not stop and iteration < total:
+            epoch += 1
+            for images, labels in batches(train_set, config.batch_size, device=device, shuffle=True,
+                                          generator=generator, image_size=image_size, num_workers=config.num_workers,
+                                          drop_last=len(train_set) > config.batch_size):
+                with _autocast(device, config.amp):
+                    batch_loss = loss(model(images), labels)
+                optimizer.zero_grad(set_to_none=True)
+                scaler.scale(batch_loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+                if scheduler is not None:
+                    scheduler.step()
+                iteration += 1
+                step_loss = batch_loss.detach().float()
+                first = (first_nonfinite < 0) & ~torch.isfinite(step_loss)
+                first_nonfinite = torch.where(first, iteration, first_nonfinite)
+                nonfinite_value = torch.where(first, step_loss, nonfinite_value)
+                loss_sum += step_loss
+                loss_count += 1
+                bar.update(1)
+                if iteration % config.eval_every == 0 or iteration == total:
+                    if first_nonfinite.item() >= 0:  # the weights are no longer finite: there is nothing to evaluate
+                        result.status = "diverged"
+                        result.reason = (f"non-finite loss ({nonfinite_value.item()}) at iteration "
+                                         f"{first_nonfinite.item()}")
+                        stop = True
+                        break
+                    running_loss = loss_sum.item() / loss_count
+                    loss_sum.zero_()
+                    loss_count = 0
+                    bar.set_postfix(loss=f"{running_loss:.3f}", s=f"{loss.last_stats.get('s', math.nan):.2f}")
+                    stop = record()
+                    if "nonfinite_embeddings" in result.history[-1]:
+                        result.status, result.reason = "diverged", f"non-finite embeddings at iteration {iteration}"
+                        stop = True
+                    elif stop:
+                        result.status, result.reason = "stopped", f"stopped by callback at iteration {iteration}"
+                if stop or iteration >= total:
                     break
-                running_loss = loss_sum.item() / loss_count
-                loss_sum.zero_()
-                loss_count = 0
-                bar.set_postfix(loss=f"{running_loss:.3f}", s=f"{loss.last_stats.get('s', math.nan):.2f}")
-                stop = record()
-                if "nonfinite_embeddings" in result.history[-1]:
-                    result.status, result.reason = "diverged", f"non-finite embeddings at iteration {iteration}"
-                    stop = True
-                elif stop:
-                    result.status, result.reason = "stopped", f"stopped by callback at iteration {iteration}"
-            if stop or iteration >= total:
-                break
-    bar.close()
+    finally:
+        bar.close()
     result.iterations = iteration
     result.seconds = time.perf_counter() - start
     return result

@@ -27,11 +27,13 @@ from study.data import (DEFAULT_CACHE_DIR, ImageSet, idx_labels, keep_classes, l
                         mnist5k_labels, rgb_image, split_dataset)
 from study.composed import composed_labels, parse_composed_spec
 from study.database_url import SECRET_REFUSED, purge_advice
+from study.emoji import check_emoji_classes, emoji_labels, parse_emoji_spec
 from study.glyphs import GlyphSpec, check_glyph_classes, max_glyph_classes, parse_glyph_spec
 from study.metrics import verification_metrics
 from study.models import check_model
 from study.torchvision_source import check_torchvision_name
 from study.storage import check_storage
+from study.strokes import parse_stroke_spec, stroke_labels
 from study.training import planned_iterations, resolve_device
 from study.workers import available_cores
 
@@ -265,6 +267,15 @@ def _labels_only(spec: str, cache_dir: str | None) -> ImageSet | None:
     name, _, argument = spec.strip().partition(":")
     if name == "glyphs":  # the labels follow from the spec; the images (blank stand-ins here) are never rendered
         return _glyph_labels(parse_glyph_spec(argument), cache_dir)
+    if name == "strokes":
+        spec = parse_stroke_spec(argument)
+        _check_generated_size(spec, channels=1)
+        return stroke_labels(spec)
+    if name == "emoji":
+        spec = parse_emoji_spec(argument)
+        check_emoji_classes(spec.num_classes)
+        _check_generated_size(spec, channels=3)
+        return emoji_labels(spec)
     if name == "compose":  # the base's labels give the composed ones; nothing is composed here
         spec = parse_composed_spec(argument)
         base = _labels_only(spec.base, cache_dir)
@@ -286,15 +297,20 @@ def _glyph_labels(glyphs: GlyphSpec, cache_dir: str | None) -> ImageSet:
     """The labels of a glyphs spec, once its class count is checked against this install and its size against
     this machine's memory; the images are blank stand-ins."""
     check_glyph_classes(glyphs.num_classes, max_glyph_classes(cache_dir or DEFAULT_CACHE_DIR))
-    count = glyphs.num_classes * glyphs.instances_per_class
-    needed, memory = count * glyphs.image_side ** 2, machine_memory()
-    if memory is not None and needed > memory:
-        raise ValueError(f"{glyphs} makes {count:,} images of {glyphs.image_side}×{glyphs.image_side} pixels, "
-                         f"{_size(needed)} in memory, more than this machine's {_size(memory)}; ask for fewer "
-                         "instances per class")
+    _check_generated_size(glyphs, channels=1)
     labels = np.repeat(np.arange(glyphs.num_classes), glyphs.instances_per_class)
     return ImageSet(labels, [str(k) for k in range(glyphs.num_classes)],
                     images=torch.zeros((len(labels), 1, 1, 1), dtype=torch.uint8))
+
+
+def _check_generated_size(spec, channels: int) -> None:
+    """A generated source (glyphs, strokes, emoji) is held in memory whole: refuse one larger than the machine's."""
+    count = spec.num_classes * spec.instances_per_class
+    needed, memory = count * channels * spec.image_side ** 2, machine_memory()
+    if memory is not None and needed > memory:
+        raise ValueError(f"{spec} makes {count:,} images of {spec.image_side}×{spec.image_side} pixels, "
+                         f"{_size(needed)} in memory, more than this machine's {_size(memory)}; ask for fewer "
+                         "instances per class")
 
 
 def _described(source: str, data: DataConfig) -> str:

@@ -13,6 +13,12 @@ take turns. A run's trial number fixes its seed and, under random search, its po
 runs are the runs a stage trains one at a time, with the same scores at the same threads per run.
 The stage reaps its packed workers as they exit: one killed by any signal costs at most its own trial.
 
+An interruption (Ctrl-C, SIGTERM, SIGHUP, or the death of the process that started this one: DVC killed, or a packed
+worker's stage) is not a crash: the process fails its running trial as interrupted, its packed workers wind down
+with it, and it ends with one line and the exit status of the signal (`interruptible`, `ends_as_interrupted`). An
+interrupted trial's place is queued again at its parameters, seed and place in the search (`requeue_interrupted`), so
+a resumed study runs exactly the trials an uninterrupted one runs.
+
 Workers prove they run the same study: a study records the identity of what its trials mean (the
 prepared data, the model, the training and the search space or the run's values) when it is created,
 and a worker whose data or params differ refuses to take a trial, naming what differs.
@@ -23,13 +29,18 @@ runs.py as services; this module knows nothing about either.
 
 from __future__ import annotations
 
+import _thread
 import abc
 import contextlib
+import copy
 import hashlib
 import json
+import logging
 import math
 import multiprocessing
+import multiprocessing.resource_tracker
 import os
+import shlex
 import signal
 import socket
 import sys
@@ -44,7 +55,7 @@ import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from study.storage import StorageFault, is_storage_fault, open_storage, retry_callback, storage_faults
+from study.storage import MAX_RETRIES, StorageFault, is_storage_fault, open_storage, retry_callback, storage_faults
 from study.training import resolve_device
 
 # Statuses of trials that trained nothing worth counting (see the module's docstring).
@@ -79,11 +90,33 @@ def machine_id() -> str:
     return _read("/etc/machine-id") or socket.gethostname()
 
 
+def _role() -> str:
+    """What this process is to a user: a stage's packed worker by its name, the stage itself, or a worker."""
+    name = multiprocessing.current_process().name
+    if name != "MainProcess":
+        return name  # "packed worker 1"
+    return "the stage" if Path(sys.argv[0]).parent.name == "stages" else "a worker"
+
+
 def this_process() -> dict[str, str]:
-    """The user attributes that name the process running a trial: shown as host:pid, checked by machine and start."""
+    """The user attributes that name the process running a trial: shown as host:pid, checked by machine and start, and
+    named to a user by its role (`describe_worker`)."""
     pid = os.getpid()
     return {"worker": f"{socket.gethostname()}:{pid}", "worker_machine": machine_id(),
-            "worker_process": f"{_read('/proc/sys/kernel/random/boot_id')}:{pid}:{_process_start(pid)}"}
+            "worker_process": f"{_read('/proc/sys/kernel/random/boot_id')}:{pid}:{_process_start(pid)}",
+            "worker_role": _role()}
+
+
+def describe_worker(attrs: dict) -> str:
+    """The process a trial's attributes name, as a user knows it: "packed worker 2 (pid 16689)", or with its host
+    when it runs on another machine."""
+    if "worker" not in attrs:
+        return "a process killed as it started the trial"
+    host, _, pid = attrs["worker"].rpartition(":")
+    role = attrs.get("worker_role", "a worker")
+    if attrs.get("worker_machine", machine_id()) != machine_id():
+        return f"{role} on {host} (pid {pid})"
+    return f"{role} (pid {pid})"
 
 
 def has_died(trial: FrozenTrial) -> bool:
@@ -108,29 +141,48 @@ def has_died(trial: FrozenTrial) -> bool:
     return _is_zombie(int(pid))
 
 
-def retire_dead_trials(study: optuna.Study) -> list[int]:
-    """Fail the RUNNING trials of dead workers with the reason, and queue each again with the same parameters.
+def retire_dead_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """Fail the RUNNING trials of dead workers as interrupted, with the reason (`requeue_interrupted` queues them
+    again).
 
-    Returns the numbers of the trials this call retired.
+    Returns the trials this call retired.
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        optuna.storages.fail_stale_trials(study)  # database heartbeats; a no-op for the journal
+        optuna.storages.fail_stale_trials(study)  # database heartbeats (Optuna retries those); a no-op for the journal
     retired = []
     storage = study._storage  # Optuna's own retry and heartbeat code work on the storage the same way
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if not has_died(trial):
             continue
-        worker = trial.user_attrs.get("worker", "a process killed as it started the trial")
         try:
             storage.set_trial_user_attr(trial._trial_id, "status", INTERRUPTED)
-            storage.set_trial_user_attr(trial._trial_id, "reason", f"worker died: {worker} no longer runs; retried")
+            storage.set_trial_user_attr(trial._trial_id, "reason",
+                                        f"worker died: {describe_worker(trial.user_attrs)} no longer runs; retried")
             storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
         except optuna.exceptions.UpdateFinishedTrialError:
-            continue  # another process retired it first, and retried it
-        retry_callback()(study, storage.get_trial(trial._trial_id))
-        retired.append(trial.number)
+            continue  # another process retired it first
+        retired.append(trial)
     return retired
+
+
+def requeue_interrupted(study: optuna.Study, place: Callable[[FrozenTrial, list[FrozenTrial]], object]) -> list[int]:
+    """Queue again, with its parameters and user attributes, each interrupted trial that is the latest attempt at its
+    `place` (a search's place in its sequence, a final run's seed): a dead worker's, one stopped by Ctrl-C or SIGTERM,
+    one the storage failed. A place whose attempts were interrupted MAX_RETRIES times is given up (its parameters
+    may be what kills the workers). Returns the numbers of the trials queued again."""
+    trials = study.get_trials(deepcopy=False)
+    latest = {}
+    for trial in sorted(trials, key=lambda t: t.number):
+        if trial.user_attrs.get("status") != NOT_RUN:  # a trial that trained nothing held no place
+            latest[place(trial, trials)] = trial
+    requeued = []
+    for trial in latest.values():
+        if (trial.state == TrialState.FAIL and trial.user_attrs.get("status") == INTERRUPTED
+                and len(trial.system_attrs.get("retry_history", [])) < MAX_RETRIES):
+            retry_callback()(study, copy.deepcopy(trial))  # Optuna's retry, as for a database's stale trial
+            requeued.append(trial.number)
+    return requeued
 
 
 # --- the same study: what a study's trials mean, recorded when it is created and checked by every worker ----------
@@ -236,6 +288,20 @@ class Budget(abc.ABC):
     def taken(self, number: int, trials: list[FrozenTrial]) -> str:
         """Why trial `number` must not run (its place is taken by earlier trials), or '' when it may."""
 
+    def place(self, trial: FrozenTrial, trials: list[FrozenTrial]) -> object:
+        """The place in the budget that `trial` is an attempt at; an interrupted attempt's place is queued again (see
+        `requeue_interrupted`). By default the first attempt's number: a retry shares the place of the trial it
+        retries."""
+        retried = retried_number(trial)
+        return trial.number if retried is None else retried
+
+
+def retried_number(trial: FrozenTrial) -> int | None:
+    """The number of the first attempt that `trial` retries (Optuna's retry of a failed trial), or None."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return optuna.storages.RetryHeartbeatStaleTrialCallback.retried_trial_number(trial)
+
 
 class TrialCount(Budget):
     """`target` trials in `counted` states (COMPLETE and PRUNED for a search): failed ones are replaced."""
@@ -264,13 +330,18 @@ class TrialCount(Budget):
 
 
 def serve(study: optuna.Study, run_trial: Callable[[optuna.Trial], float], budget: Budget,
-          max_trials: int | None = None, poll_seconds: float = 2.0, identity: dict | None = None) -> int:
+          max_trials: int | None = None, poll_seconds: float = 2.0, identity: dict | None = None,
+          label: str | None = None) -> int:
     """Run trials of `study` until `budget` is met (or `max_trials` were started here); returns how many started.
 
-    Dead workers' trials are retired and retried first. While the remaining places are held by other
-    workers' running trials, this waits: one of them may still fail and need replacing. Before each trial,
-    `identity` (see `study_identity`) must be the study's own, else NotTheSameStudy names what differs.
+    Dead workers' trials are retired, and interrupted ones queued again, first. While the remaining places are held
+    by other workers' running trials, this waits: one of them may still fail and need replacing. Before each trial,
+    `identity` (see `study_identity`) must be the study's own, else NotTheSameStudy names what differs. `label` names
+    the study in log lines as a user knows it ("arcface, split 2"; default: the study's name).
     """
+    label = label or study.study_name
+    _quiet_about_interrupted_trials()
+
     def reserved(trial: optuna.Trial) -> float:
         for key, value in this_process().items():
             trial.set_user_attr(key, value)
@@ -282,9 +353,10 @@ def serve(study: optuna.Study, run_trial: Callable[[optuna.Trial], float], budge
             raise NotRun(reason)
         try:
             return run_trial(trial)
-        except KeyboardInterrupt:  # Optuna fails the trial; say why, so it is not taken for a diverged one
+        except KeyboardInterrupt as interruption:  # Optuna fails the trial; say why, so it is not taken for diverged
+            cause = interruption.cause if isinstance(interruption, Interrupted) else "interrupted (Ctrl-C)"
             trial.set_user_attr("status", INTERRUPTED)
-            trial.set_user_attr("reason", "stopped by an interrupt (Ctrl-C or SIGINT)")
+            trial.set_user_attr("reason", f"{cause}; retried when the study runs again")
             raise
         except Exception as error:
             if is_storage_fault(error):  # no evidence about the trial: it fails quietly, and serving stops below
@@ -299,20 +371,23 @@ def serve(study: optuna.Study, run_trial: Callable[[optuna.Trial], float], budge
 
     started, waiting_said, storage_failed = 0, False, []
     while max_trials is None or started < max_trials:
-        for number in retire_dead_trials(study):
-            print(f"{study.study_name}: trial {number} was left running by a dead worker; failed and queued again",
-                  flush=True)
+        for trial in retire_dead_trials(study):
+            print(f"{label}: trial {trial.number} was left running by {describe_worker(trial.user_attrs)}, which is "
+                  "gone; it is run again", flush=True)
+        requeue_interrupted(study, budget.place)
         trials = study.get_trials(deepcopy=False)
         if budget.met(trials):
             break
         if not budget.may_start(trials):
             if not any(t.state == TrialState.RUNNING for t in trials):
-                raise RuntimeError(f"{study.study_name} needs more trials but none is queued or running; its failed "
-                                   "trials' reasons are in the stage's tables: fix the cause and run the stage again")
+                raise RuntimeError(f"{label} ({study.study_name}) needs more trials but none is queued or running; its "
+                                   "failed trials' reasons are in the stage's tables: fix the cause and run the stage "
+                                   "again")
             if not waiting_said:
-                running = [t.user_attrs.get("worker", "?") for t in trials if t.state == TrialState.RUNNING]
-                print(f"{study.study_name}: waiting for {len(running)} running trial(s) of {', '.join(running)}",
-                      flush=True)
+                running = [t for t in trials if t.state == TrialState.RUNNING]
+                held_by = ", ".join(dict.fromkeys(describe_worker(t.user_attrs) for t in running))
+                print(f"{label}: waiting for {len(running)} trial{'s' if len(running) > 1 else ''} still running in "
+                      f"{held_by}", flush=True)
                 waiting_said = True
             time.sleep(poll_seconds)
             continue
@@ -324,6 +399,32 @@ def serve(study: optuna.Study, run_trial: Callable[[optuna.Trial], float], budge
             raise storage_failed[0]  # study/storage.py's storage_faults says what failed, and the fix, in one line
         started += 1
     return started
+
+
+class _QuietAboutInterruptedTrials(logging.Filter):
+    """Drops Optuna's two warnings (the first with a traceback) that a trial failed because its process was
+    interrupted: the process says so itself, in one line."""
+
+    def __init__(self):
+        super().__init__()
+        self.trial = None  # "Trial 7", whose second warning comes next
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt):
+            self.trial = message.split(" failed ")[0]
+            return False
+        if self.trial and message.startswith(f"{self.trial} failed with value"):
+            self.trial = None
+            return False
+        return True
+
+
+_INTERRUPTED_TRIALS_FILTER = _QuietAboutInterruptedTrials()
+
+
+def _quiet_about_interrupted_trials() -> None:
+    logging.getLogger("optuna.study._optimize").addFilter(_INTERRUPTED_TRIALS_FILTER)  # once, however often called
 
 
 def serve_study(params, root: Path, services, max_trials: int | None = None) -> None:
@@ -356,6 +457,138 @@ def ends_cleanly(search, journal: str | Path) -> Iterator[None]:
         raise SystemExit(f"error: {error}") from None
 
 
+# --- interruptions: Ctrl-C, SIGTERM, SIGHUP, or the process that started this one gone ------------------------------
+
+# How often a process looks for the process that started it; how long a process whose parent is gone may take to
+# wind down before it is ended outright; how long a stage waits for its packed workers to wind down before killing them.
+PARENT_POLL_SECONDS, WIND_DOWN_SECONDS, WORKERS_WIND_DOWN_SECONDS = 0.5, 30, 10
+_CAUSES = {signal.SIGINT: "interrupted", signal.SIGTERM: "stopped by SIGTERM",
+           signal.SIGHUP: "stopped by SIGHUP (its terminal closed)"}
+
+
+class Interrupted(KeyboardInterrupt):
+    """The process was interrupted: Ctrl-C, SIGTERM or SIGHUP, or the process that started it is gone. `cause` says
+    which in words, `signum` gives the exit status (128 + signum: 130 for Ctrl-C), `kept` what the work kept."""
+
+    def __init__(self, cause: str, signum: int):
+        super().__init__(cause)
+        self.cause, self.signum, self.kept = cause, signum, ""
+
+
+@contextlib.contextmanager
+def interruptible(parent: int | None = None, parent_name: str = "the process that started it") -> Iterator[None]:
+    """Within the block, SIGINT (Ctrl-C), SIGTERM and SIGHUP raise `Interrupted` in the main thread, once: later ones
+    are ignored while the process winds down (its trial failed, its packed workers stopped, its tables written), which
+    a second Ctrl-C must not cut short. A SIGINT or SIGHUP ignored when the block starts (a background job's, nohup's)
+    stays ignored. With `parent`, the end of that process (DVC killed by kill -9 or SIGTERM, a packed worker's stage
+    gone) interrupts this one as SIGTERM would, and ends it outright if it has not wound down WIND_DOWN_SECONDS later.
+    The previous handlers are back after the block (a no-op outside the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    state = {"signum": None, "cause": None, "deferred": False}
+
+    def interrupt(signum, frame):
+        if state["signum"] is not None:
+            return  # winding down already
+        if _writing_storage(frame):  # raised there, it would tear a journal line or leave its lock held
+            if not state["deferred"]:
+                state["deferred"] = True
+                threading.Thread(target=_interrupt_again, args=(signum, state), daemon=True).start()
+            return
+        state["signum"] = signum
+        raise Interrupted(state["cause"] or _CAUSES[signum], signum)
+
+    previous = {signum: signal.getsignal(signum) for signum in _CAUSES}
+    handled = [signum for signum in _CAUSES if signum == signal.SIGTERM or previous[signum] != signal.SIG_IGN]
+    for signum in handled:
+        signal.signal(signum, interrupt)
+    stop = threading.Event()
+    if parent is not None:
+        threading.Thread(target=_interrupt_when_gone, args=(parent, parent_name, state, stop), daemon=True).start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for signum in handled:
+            signal.signal(signum, signal.SIG_DFL if previous[signum] is None else previous[signum])
+
+
+# Code that an interruption must not cut short: Optuna's storages (a journal line and its lock, a database session) and
+# this project's own storage and result files, each written whole.
+_STORAGE_CODE = (str(Path(optuna.storages.__file__).parent), str(Path(__file__).with_name("storage.py")),
+                 str(Path(__file__).with_name("results.py")))
+DEFER_SECONDS = 0.05
+
+
+def _writing_storage(frame) -> bool:
+    """Whether the main thread, at `frame`, is inside the storage's code (see _STORAGE_CODE)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(_STORAGE_CODE):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _interrupt_again(signum: int, state: dict) -> None:
+    """Deliver a deferred interruption to the main thread again in a moment, once it may have left the storage."""
+    time.sleep(DEFER_SECONDS)
+    state["deferred"] = False
+    _thread.interrupt_main(signum)
+
+
+def _interrupt_when_gone(parent: int, parent_name: str, state: dict, stop: threading.Event) -> None:
+    """Interrupt the main thread, as SIGTERM, once `parent` is no longer this process's parent (it died: this process
+    was handed to init or a subreaper); end the process if it has not wound down WIND_DOWN_SECONDS later."""
+    while os.getppid() == parent:
+        if stop.wait(PARENT_POLL_SECONDS):
+            return
+    state["cause"] = f"{parent_name} (pid {parent}) is gone"
+    _thread.interrupt_main(signal.SIGTERM)
+    if not stop.wait(WIND_DOWN_SECONDS):
+        os._exit(128 + signal.SIGTERM)
+
+
+def _say(line: str) -> None:
+    """Print `line` to stderr, if stderr still leads anywhere (a killed DVC may have taken its pipe along)."""
+    with contextlib.suppress(OSError, ValueError):
+        print(line, file=sys.stderr, flush=True)
+
+
+def how_to_resume() -> str:
+    """What a user runs to resume this process's work: `dvc repro` for a stage DVC started, else its own command."""
+    if "DVC_STAGE" in os.environ:  # DVC sets it for every stage's command
+        return "run dvc repro again to resume"
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    command = ["python", "-m", spec.name] if spec is not None else [Path(sys.argv[0]).name]
+    return f"run `{shlex.join(command + sys.argv[1:])}` again to resume"
+
+
+@contextlib.contextmanager
+def ends_as_interrupted() -> Iterator[None]:
+    """A stage (or worker) interrupted (see `interruptible`) ends with one line, what it kept (`Interrupted.kept`, set
+    on the way out by the code that knows) and how to resume, and the exit status of the signal, 130 for Ctrl-C, not a
+    traceback. A stage that DVC started ends the same way when DVC itself is killed, instead of training on unseen."""
+    parent = os.getppid() if "DVC_STAGE" in os.environ else None
+    with interruptible(parent, "dvc"):
+        try:
+            yield
+        except Interrupted as interruption:
+            _say(f"{interruption.cause}: {interruption.kept or 'every finished trial is kept'}; {how_to_resume()}")
+            raise SystemExit(128 + interruption.signum) from None
+
+
+def _end_by(signum: int) -> None:
+    """End this process by `signum` at its default action, as an uninterrupted signal would have: its exit status
+    says which signal stopped it (a packed worker's stage names it)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    os._exit(128 + signum)  # not reached: the signal's default action ends the process
+
+
 def available_cores() -> int:
     """The CPU cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -378,19 +611,18 @@ def threads_per_run(params, parallel: int):
 
 
 def _serve_beside(stage: int, work: Callable, params) -> None:
-    """A packed worker's life: `work(params)`, ended as soon as the stage process `stage` that started it is gone,
-    even by a kill -9 (its running trial is then retired and retried like any dead worker's)."""
-    def end_with_the_stage() -> None:
-        while os.getppid() == stage:
-            time.sleep(1)
-        os._exit(1)
-
-    threading.Thread(target=end_with_the_stage, daemon=True).start()
-    try:
-        work(params)
-    except (StorageFault, NotTheSameStudy) as error:  # its one line, as the stage says it: no traceback
-        print(f"{multiprocessing.current_process().name}: {error}", file=sys.stderr, flush=True)
-        sys.exit(1)
+    """A packed worker's life: `work(params)`, ended as an interruption (its running trial failed as interrupted and
+    queued again) by Ctrl-C, SIGTERM (its stage stopping it), or as soon as the stage process `stage` that started it
+    is gone, even by a kill -9. It then exits by the signal, printing nothing: its stage speaks for it."""
+    with interruptible(parent=stage, parent_name="its stage"):
+        try:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _CAUSES)  # held since it started (see `packed`): handled now
+            work(params)
+        except Interrupted as interruption:
+            _end_by(interruption.signum)
+        except (StorageFault, NotTheSameStudy) as error:  # its one line, as the stage says it: no traceback
+            print(f"{multiprocessing.current_process().name}: {error}", file=sys.stderr, flush=True)
+            sys.exit(1)
 
 
 def _reap_as_they_exit(workers: list, stop: threading.Event) -> None:
@@ -430,16 +662,30 @@ def packed(params, root: Path, services) -> Iterator:
     context = multiprocessing.get_context("spawn")  # a forked copy of torch's thread pools or CUDA state misbehaves
     workers = [context.Process(target=_serve_beside, args=(os.getpid(), work, params), name=f"packed worker {n}")
                for n in range(1, parallel)]
-    for worker in workers:
-        worker.start()
+    # A worker starts with the interrupting signals blocked, and handles them once it can (`_serve_beside`): Ctrl-C
+    # while it imports torch is then an interruption, not a traceback. Here they are held for the moment of starting,
+    # once multiprocessing's resource tracker runs (starting it unblocks SIGINT and SIGTERM in this thread).
+    multiprocessing.resource_tracker.ensure_running()
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _CAUSES)
+    try:
+        for worker in workers:
+            worker.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     stop_reaping = threading.Event()
     reaper = threading.Thread(target=_reap_as_they_exit, args=(workers, stop_reaping), daemon=True)
     reaper.start()
     try:
         yield params
     except BaseException:
-        for worker in workers:  # their running trials are retired and retried when the stage runs again
+        # Each winds down as interrupted (SIGTERM): its running trial failed, queued again when the stage runs again.
+        for worker in workers:
             worker.terminate()
+        deadline = time.monotonic() + WORKERS_WIND_DOWN_SECONDS
+        for worker in workers:
+            worker.join(max(0.0, deadline - time.monotonic()))
+            if worker.is_alive():  # hung: its trial is retired as a dead worker's
+                worker.kill()
         raise
     finally:
         stop_reaping.set()

@@ -41,3 +41,33 @@ def dvc_study(root: Path, names, *, init: bool = True) -> Path:
             shutil.copy(REPO / name, root / name)
     (root / ".dvc").mkdir()
     return root
+
+
+def working_tree_clone(root: Path) -> Path:
+    """What a fresh clone of this checkout would hold if its working tree were committed: every file git tracks or
+    would add (uncommitted changes included, ignored files such as data/, results/ and DVC's cache left out), copied
+    into `root` and committed there, in a git repository of its own."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                            capture_output=True, text=True, check=True)
+    for name in filter(None, listed.stdout.split("\0")):
+        source = REPO / name
+        if source.is_file() or source.is_symlink():  # a deletion not yet committed is no file of the clone
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, root / name, follow_symlinks=False)
+    git = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
+    for command in (["init", "-q"], ["add", "-A"], ["commit", "-q", "--no-verify", "-m", "the working tree"]):
+        subprocess.run([*git, *command], cwd=root, check=True)
+    return root
+
+
+def changed_studies(status: dict) -> set[str]:
+    """The studies (folders of a DVC project of many) that `dvc status --json` gives a changed dependency, params,
+    command or committed output: those DVC would run again. An output merely missing (deleted, or not in a cache that
+    a clone lacks) is missing data, and does not count."""
+    changed = set()
+    for stage, changes in status.items():
+        for change in changes:
+            outs = {} if isinstance(change, str) else change.get("changed outs", {})
+            if isinstance(change, str) or "changed deps" in change or set(outs.values()) - {"deleted", "not in cache"}:
+                changed.add(stage.split("/dvc.yaml:")[0] if "/dvc.yaml:" in stage else ".")
+    return changed

@@ -1,6 +1,7 @@
 """`study bench` at toy sizes: what it measures and writes, checked for structure and sense, never for speed."""
 
 import json
+from pathlib import Path
 
 import optuna
 import pytest
@@ -9,12 +10,13 @@ import torch.nn.functional as F
 
 from study import bench
 from study.cli import main
-from study.config import StudyParams
+from study.config import StudyParams, load_params
 from study.data import load_dataset, split_dataset
 from study.losses import LOSSES
 from study.models import model_names
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+REPO = Path(__file__).resolve().parents[1]
 
 TOY = bench.Sizes(classes=20, embedding=8, batch=16, repeats=1, loop_steps=6, packings=(1,), trials_per_run=1,
                   backbone_batch=4)
@@ -80,3 +82,26 @@ def test_the_bench_command_refuses_a_missing_device(capsys):
         pytest.skip("CUDA is present")
     assert main(["bench", "--quick", "--device", "cuda"]) == 2
     assert "CUDA is not available" in capsys.readouterr().err
+
+
+def shipped_params_made_small():
+    """The shipped params.yaml with its study made small (16 glyph classes of 10 images, one epoch) and nothing
+    else changed: data.seeds, the protocol, the objective, the model, the search and the runs as shipped."""
+    params = load_params(str(REPO / "params.yaml"))
+    assert params.data.dataset.startswith("glyphs:") and params.data.seeds is not None
+    return params.replace(data=params.data.replace(dataset="glyphs:16:10"),
+                          train=params.train.replace(epochs=1, eval_every=5))
+
+
+@pytest.mark.slow
+def test_study_bench_quick_runs_on_the_shipped_params(tmp_path, monkeypatch, capsys):
+    """SLOW (about 20 s on 2 cores): `study bench --quick` on the shipped study at toy sizes, two runs packed (its
+    workers serve one class split's study, as the search stage's do)."""
+    setup, shipped = bench.bench_setup, shipped_params_made_small()
+    monkeypatch.setattr(bench, "bench_setup", lambda device: setup(device, shipped))
+    monkeypatch.setattr(bench, "bench_sizes", lambda quick, device: TOY.__class__(**{**vars(TOY), "packings": (1, 2)}))
+    assert main(["bench", "--quick", "--device", "cpu", "--out", str(tmp_path)]) == 0, capsys.readouterr().err
+    written = json.loads(next(tmp_path.glob("cpu-*-quick.json")).read_text())
+    packed = written["trials_per_hour"]
+    assert {name: row["trials"] for name, row in packed.items()} == {"K=1": 1, "K=2": 2}
+    assert "K=2" in capsys.readouterr().out

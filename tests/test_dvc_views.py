@@ -249,3 +249,69 @@ def test_no_dependency_on_other_stages_outputs_holds_a_git_tracked_file():
         for dep in map(entry_path, body.get("deps", [])):
             if any(out.startswith(dep.rstrip("/") + "/") for out in outs):  # a folder of other stages' outputs
                 assert tracked_files(dep) == [], f"{dep} holds git-tracked files; ignore it from the root .gitignore"
+
+
+# --- the one study's views, in a fresh clone ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory):
+    """A fresh clone of the working tree as it would be committed (see conftest.working_tree_clone)."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs git and a git checkout")
+    from conftest import working_tree_clone
+
+    return working_tree_clone(tmp_path_factory.mktemp("clone"))
+
+
+def stage_names_of(pipeline: dict, params: dict) -> set[str]:
+    names = set()
+    for name, stage in pipeline["stages"].items():
+        if "foreach" in stage:
+            section, key = stage["foreach"].strip("${}").split(".")
+            names |= {f"{name}@{item}" for item in params[section][key]}
+        else:
+            names.add(name)
+    return names
+
+
+def test_a_fresh_clones_dvc_status_shows_the_default_study_alone_within_60_lines(clone):
+    """The benchmark's cells and a sweep's studies live in DVC projects of their own, which the repository's DVC
+    leaves out: `dvc status` lists the default study's stages (their outputs missing in a clone) and nothing else."""
+    shown = run_dvc(["status"], clone)
+    stages = {line.rstrip(":") for line in shown.splitlines() if line and not line[0].isspace()}
+    params = yaml.safe_load((clone / "params.yaml").read_text(encoding="utf-8"))
+    assert stages <= stage_names_of(PIPELINE, params), shown
+    assert len(shown.splitlines()) <= 60, (f"{len(shown.splitlines())} lines (a `modified:` line means dvc.lock lags "
+                                           f"the code: see tests/test_lock.py):\n{shown}")
+
+
+def test_dvc_params_diff_and_exp_show_know_the_default_studys_params_alone(clone):
+    params = run_dvc(["params", "diff", "--all", "--json"], clone)
+    assert set(json.loads(params)) == {"params.yaml"}
+    columns = run_dvc(["exp", "show", "--no-pager", "--csv", "-n", "1"], clone).splitlines()[0].split(",")
+    files = {column.split(":")[0] for column in columns if ":" in column}  # params and metrics, by their file
+    assert files <= {"params.yaml", "reports/headline.json"}, files
+    assert [column for column in columns if column.startswith(("benchmarks/", "sweeps/"))] == [], columns
+
+
+@pytest.mark.slow
+def test_a_finished_benchmark_cell_is_finished_for_study_benchmark_and_for_dvc(clone, monkeypatch, capsys):
+    """SLOW (about 15 s): every committed cell, by `study benchmark --list` and by `dvc status` in the benchmark's own
+    DVC project (benchmarks/cells), which gives a changed dependency to every stage of a cell to run that it would run
+    again, and to no stage of a finished one (frozen), whose outputs a clone lacks only as data."""
+    from conftest import changed_studies
+    from study.benchmark.pipelines import DEFAULT_OUT
+    from study.cli import main
+
+    cells = clone / DEFAULT_OUT
+    if not (cells / ".dvc").is_dir():
+        pytest.fail(f"{DEFAULT_OUT} is not the benchmark's own DVC project: run `study benchmark` (or write_benchmark) "
+                    "once, and commit its .dvc/ and .dvcignore")
+    monkeypatch.chdir(clone)
+    assert main(["benchmark", "--list"]) == 0
+    listed = {line.split()[0]: line.split()[-1] for line in capsys.readouterr().out.splitlines()[1:]}
+    changed = changed_studies(json.loads(run_dvc(["status", "--json"], cells)))
+    present = {name for name in listed if (cells / name / "dvc.yaml").is_file()}
+    assert any(listed[name] == "finished" for name in present)
+    assert {name for name in present if listed[name] != "finished"} == changed & present

@@ -301,3 +301,37 @@ def test_each_class_split_searches_its_own_points_at_its_own_trial_seeds():
     drawn = [optuna.create_study(sampler=sampler).ask().suggest_float("s", 1.0, 128.0, log=True) for sampler in points]
     assert len(set(drawn)) == 3
     assert len({search.trial_seed(seed, 0, 0) for seed in seeds}) == 3
+
+
+def test_a_retry_keeps_the_slot_of_the_trial_it_retries_and_a_new_trial_takes_the_next_free_one():
+    import warnings
+
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import create_trial
+
+    from study.search import trial_slots
+    from optuna.trial import TrialState
+
+    from study.workers import INTERRUPTED, NOT_RUN
+
+    def trial(state, **attrs):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            system = {"failed_trial": attrs.pop("retries"), "retry_history": [attrs["retried"]]} \
+                if "retries" in attrs else {}
+            attrs.pop("retried", None)
+            return create_trial(state=state, params={"s": 10.0}, distributions={"s": FloatDistribution(1, 100)},
+                                value=0.5 if state == TrialState.COMPLETE else None, user_attrs=attrs,
+                                system_attrs=system)
+
+    study = optuna.create_study()
+    for frozen in (trial(TrialState.COMPLETE, slot=0, seed=7),                   # 0: slot 0
+                   trial(TrialState.FAIL, slot=1, seed=8, status=INTERRUPTED),   # 1: Ctrl-C in slot 1
+                   trial(TrialState.FAIL, status=INTERRUPTED),                   # 2: killed before naming its slot
+                   trial(TrialState.COMPLETE, slot=1, retries=1, retried=1),     # 3: retry of 1
+                   trial(TrialState.COMPLETE, retries=2, retried=2),             # 4: retry of 2, before its slot
+                   trial(TrialState.FAIL, status=NOT_RUN),                       # 5: found its place taken
+                   trial(TrialState.COMPLETE)):                                  # 6: a new one
+        study.add_trial(frozen)
+    # Uninterrupted, the search would have filled slots 0, 1, 2, 3: so does this one, whatever Optuna's numbers.
+    assert trial_slots(study.get_trials()) == {0: 0, 1: 1, 2: 2, 3: 1, 4: 2, 5: None, 6: 3}

@@ -22,9 +22,10 @@ from study.cli import main
 from study.config import load_params
 from study.data import ImageSet, split_dataset
 from study.presets import build_preset
+from study.many_studies import module_source, reproduce, study_pipeline
 from study.sweep import (AGGREGATE_MODULES, SweepError, aggregate_sweep, class_count_dir, class_count_params,
-                         class_count_pipeline, class_count_table, default_dataset_template, module_source, reproduce,
-                         total_classes_for, trend_sentences, write_sweep, write_sweep_report)
+                         class_count_table, default_dataset_template, total_classes_for, trend_sentences, write_sweep,
+                         write_sweep_report)
 
 REPO = Path(__file__).resolve().parents[1]
 # What a repository needs for the sweep's pipelines: the study's pipeline, its params and the code its stages declare.
@@ -252,7 +253,7 @@ def entry_paths(entries) -> list[str]:
 def test_each_cs_pipeline_is_the_repositorys_with_the_code_taken_from_the_root():
     root = yaml.safe_load((REPO / "dvc.yaml").read_text())
     folder = REPO / "sweeps" / "glyphs" / "C10"  # three levels down: the code is ../../../stages/…
-    generated = class_count_pipeline(root, posixpath.relpath(REPO, folder))
+    generated = study_pipeline(root, posixpath.relpath(REPO, folder))
     assert "plots" not in generated and list(generated["stages"]) == list(root["stages"])
     for name, stage in root["stages"].items():
         assert generated["stages"][name].get("foreach") == stage.get("foreach")
@@ -310,6 +311,8 @@ def test_the_sweep_writes_every_cs_pipeline_and_the_aggregate_reading_declared_i
     assert all((out / path).exists() for path in code)
     assert stage["outs"] == [{f"../../reports/sweep/{name}": {"cache": False}} for name in sweep.outputs]
     assert sweep.outputs["report.md"] == root / "reports" / "sweep" / "report.md"
+    # The sweep's own DVC project: the repository's DVC leaves it out of its own study's views.
+    assert sweep.project.root == out and (out / ".dvc" / "config").is_file() and sweep.project.repository == root
     # Rewritten unchanged: the same bytes, so DVC sees nothing new.
     before = {path: path.read_bytes() for path in out.rglob("*.yaml")}
     write_sweep([10, 30], **arguments)
@@ -332,7 +335,8 @@ def test_the_sweep_refuses_what_it_must_not_overwrite(tmp_path, monkeypatch):
 
 
 def dvc_status(root: Path, *targets: Path) -> set[str]:
-    """The stages DVC would run (each judged on its own deps, params and command), by DVC's name."""
+    """The stages DVC would run (each judged on its own deps, params and command) in the DVC project `root`, by
+    DVC's name."""
     done = subprocess.run([sys.executable, "-m", "dvc", "status", "--json", *map(str, targets)], cwd=root,
                           capture_output=True, text=True, check=True)
     return set(json.loads(done.stdout))
@@ -361,16 +365,17 @@ def test_a_failing_stage_stops_the_sweep_saying_where_and_keeps_what_finished(tm
     sweep = write_sweep([10], "default", ["data.dataset=digits", "data.protocol=closed"], "digits",
                         log=messages.append)
     with pytest.raises(SweepError) as failure:
-        reproduce(sweep, log=messages.append)
+        reproduce(sweep.project, sweep.pipelines, log=messages.append, unit="class count")
     message = str(failure.value)
-    assert message.startswith("C=10: stage report failed") and "Every stage that finished is kept" in message
-    assert "drawing the figures" in messages and "$ dvc repro --keep-going sweeps/C10/dvc.yaml sweeps/dvc.yaml" in messages
+    assert message.startswith("C10: stage report failed") and "Every stage that finished is kept" in message
+    assert "drawing the figures" in messages
+    assert "$ cd sweeps && dvc repro --keep-going C10/dvc.yaml dvc.yaml" in messages  # the sweep's own DVC project
     # prepare finished and is recorded: the rerun skips it and fails at the same stage.
-    assert dvc_status(root, *sweep.pipelines) == {"sweeps/C10/dvc.yaml:report", "sweeps/dvc.yaml:aggregate"}
+    assert dvc_status(sweep.project.root, *sweep.pipelines) == {"C10/dvc.yaml:report", "aggregate"}
     messages.clear()
-    with pytest.raises(SweepError, match="C=10: stage report failed"):
-        reproduce(sweep, log=messages.append)
-    assert ran_stages("\n".join(messages)) == {"sweeps/C10/dvc.yaml:report"}
+    with pytest.raises(SweepError, match="C10: stage report failed"):
+        reproduce(sweep.project, sweep.pipelines, log=messages.append)
+    assert ran_stages("\n".join(messages)) == {"C10/dvc.yaml:report"}
 
 
 # --- the real thing -----------------------------------------------------------------------------
@@ -389,9 +394,9 @@ def test_a_real_sweep_through_dvc_reruns_nothing_when_unchanged_and_only_the_rep
                  "--report-dir", "agg", *(word for assignment in tiny for word in ("--set", assignment))]
     monkeypatch.chdir(root)
     assert main(arguments) == 0, capsys.readouterr().err
-    stages = {f"sweeps/C10/dvc.yaml:{stage}" for stage in ("validate", "prepare", "search@arcface",
-                                                           "runs@fixed_adacos", "tuned@arcface", "evaluate", "report")}
-    aggregate = {"sweeps/dvc.yaml:aggregate"}
+    stages = {f"C10/dvc.yaml:{stage}" for stage in ("validate", "prepare", "search@arcface", "runs@fixed_adacos",
+                                                    "tuned@arcface", "evaluate", "report")}
+    aggregate = {"aggregate"}
     assert ran_stages(capsys.readouterr().err) == stages | aggregate
     study_dir = root / "sweeps" / "C10"
     assert load_params(str(study_dir / "params.yaml")).train.epochs == 1
@@ -412,11 +417,11 @@ def test_a_real_sweep_through_dvc_reruns_nothing_when_unchanged_and_only_the_rep
     # (2) The report's code changes: only the C's report stage and the aggregate are out of date, and only they run.
     report_code = root / Path(study.report.__file__).relative_to(REPO)
     report_code.write_text(report_code.read_text() + "# a comment: the report's code changed\n")
-    assert dvc_status(root, *pipelines) == {"sweeps/C10/dvc.yaml:report"} | aggregate
+    assert dvc_status(root / "sweeps", *pipelines) == {"C10/dvc.yaml:report"} | aggregate
     assert main(arguments) == 0
-    assert ran_stages(capsys.readouterr().err) == {"sweeps/C10/dvc.yaml:report"} | aggregate
-    assert dvc_status(root, *pipelines) == set()
+    assert ran_stages(capsys.readouterr().err) == {"C10/dvc.yaml:report"} | aggregate
+    assert dvc_status(root / "sweeps", *pipelines) == set()
     # A report param changed at every C (the figures' dpi) makes the same two stages out of date, and validate,
     # which reads every key (its output stays the same bytes, so it makes nothing else rerun); nothing else.
     write_sweep([10], "default", [*tiny, "report.dpi=60"], "digits", "sweeps", "agg", log=lambda message: None)
-    assert dvc_status(root, *pipelines) == {"sweeps/C10/dvc.yaml:validate", "sweeps/C10/dvc.yaml:report"} | aggregate
+    assert dvc_status(root / "sweeps", *pipelines) == {"C10/dvc.yaml:validate", "C10/dvc.yaml:report"} | aggregate

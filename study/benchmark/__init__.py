@@ -3,14 +3,16 @@ tuners), and a meta-verdict pooled over them.
 
 The cells are declared in one file (presets/benchmark/full.yaml; quick.yaml for a short look). `study benchmark`
 writes one folder per cell under benchmarks/cells/ with its params.yaml and a dvc.yaml generated from the
-repository's (as the class-count sweep does), plan.json and the aggregate's own dvc.yaml, then runs `dvc repro` on the
-cells that are not finished and on the aggregate. A cell is finished once its committed report is its current
-study's (`cell_finished`): its folder's reports/, dvc.lock and params.yaml go into git, so that a fresh clone resumes
-without retraining it and the aggregate reads only those files. Cells of one configuration share their untuned runs
-through DVC's run cache.
+repository's, plan.json and the aggregate's own dvc.yaml, all in the benchmark's own DVC project (benchmarks/cells/,
+so the repository's `dvc status` shows its own study alone; study/many_studies.py, which the class-count sweep
+shares, writes and runs them), then runs `dvc repro` on the cells that are not finished and on the aggregate. A
+cell is finished once its committed report is its current study's (`cell_finished`): its folder's reports/,
+dvc.lock and params.yaml go into git, so that a fresh clone resumes without retraining it and the aggregate reads
+only those files, and its stages are frozen, so that DVC keeps it as it is too. Cells of one configuration share
+their untuned runs through DVC's run cache.
 
 - `plan`: the declaration, its cells and their params;
-- `pipelines`: the cells' folders and pipelines, which cells are finished, and `dvc repro` over the rest;
+- `pipelines`: the cells' folders, which cells are finished, and `dvc repro` over the rest;
 - `cells`: one finished cell read from its committed files;
 - `meta`: the pooled numbers per loss and the tuners at equal device-seconds;
 - `report`: sentences, forest plots, tables and the report itself.

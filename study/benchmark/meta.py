@@ -117,6 +117,7 @@ def _tuning_cost(primary: pd.DataFrame, confidence: float) -> dict:
     the budget-matched gap (search against the best of as many Fixed AdaCos runs by val), the selected trial's seed
     luck, and the tuned scale against s_f."""
     matched, matched_low, matched_high = _mean_interval(primary["matched_gap"], confidence)
+    matched_configurations = int(np.isfinite(primary["matched_gap"].astype(float)).sum())
     luck, luck_low, luck_high = _mean_interval(primary["seed_luck"], confidence)
     shown = primary[primary["break_even_shown"].astype(bool)]
     return {"break_even_shown": int(len(shown)),
@@ -125,6 +126,7 @@ def _tuning_cost(primary: pd.DataFrame, confidence: float) -> dict:
             "matched_gap": matched, "matched_low": matched_low, "matched_high": matched_high,
             "matched_n": int(primary["matched_n"].min()) if len(primary) else 0,
             "matched_search_ahead": int((primary["matched_gap"] > 0).sum()),
+            "matched_configurations": matched_configurations,
             "seed_luck": luck, "seed_luck_low": luck_low, "seed_luck_high": luck_high,
             "s_ratio_median": float(primary["s_ratio_median"].median()),
             "importance_s_median": float(primary["importance_s"].median())}
@@ -183,7 +185,8 @@ def pooled_coverage(rows: pd.DataFrame, benchmarks: int = 4000) -> pd.DataFrame:
 def value_at(curve: pd.DataFrame, budget: float, x: str, column: str) -> float:
     """A curve's `column` at `budget` on its `x` axis, linear between points (NaN outside, or where missing)."""
     xs, values = curve[x].to_numpy(dtype=float), curve[column].to_numpy(dtype=float)
-    if not len(xs) or budget > xs[-1] + 1e-9 or budget < xs[0] - 1e-9:
+    if not len(xs) or not math.isfinite(budget) or not np.all(np.isfinite(xs)) or budget > xs[-1] + 1e-9 \
+            or budget < xs[0] - 1e-9:
         return math.nan
     after = int(np.searchsorted(xs, budget - 1e-9))
     if after == 0 or abs(xs[after] - budget) <= 1e-9:

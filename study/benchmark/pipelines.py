@@ -1,13 +1,11 @@
-"""The benchmark's pipelines: one folder per cell with its params.yaml and a dvc.yaml generated from the repository's
-(as the sweep makes them), plan.json and the aggregate's pipeline; which cells are finished; `dvc repro` over the
-rest."""
+"""The benchmark's studies: one folder per cell with its params.yaml and a dvc.yaml generated from the repository's,
+plan.json and the aggregate's pipeline, in the benchmark's own DVC project (study/many_studies.py writes and runs
+them, as for the sweep); which cells are finished, whose stages are frozen; `dvc repro` over the rest."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import posixpath
-import shlex
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Sequence
@@ -16,10 +14,8 @@ import yaml
 
 from study.benchmark.cells import TABLES
 from study.benchmark.plan import FULL_PLAN, QUICK_PLAN, BenchmarkPlan, load_plan
-from study.presets import write_params
-from study.sweep import class_count_pipeline, module_source, reproduce
-from study.sweep.pipelines import (DIFFERENCES_FILE, METRICS_FILE, PIPELINE_FILE, Log, Sweep, SweepError, _relative,
-                                   _stderr, pipeline_yaml, repository_locations, root_pipeline, write_generated)
+from study.many_studies import (DIFFERENCES_FILE, METRICS_FILE, Log, Project, StudiesError, open_project, reproduce,
+                                to_stderr, write_aggregate, write_generated, write_study)
 
 DEFAULT_OUT, QUICK_OUT = Path("benchmarks/cells"), Path("benchmarks/quick")
 DEFAULT_REPORT_DIR, QUICK_REPORT_DIR = Path("reports/benchmark"), Path("reports/benchmark-quick")
@@ -31,76 +27,42 @@ CELL_INPUTS = (METRICS_FILE, DIFFERENCES_FILE, TABLES / "search.csv", TABLES / "
                TABLES / "landscape.csv")
 REPORT_OUTS = ("report.md", "report.html", "benchmark.json", "tables", "figures")
 AGGREGATE_MODULES = ("stages.benchmark_report", "study.benchmark", "study.report", "study.analysis")
-AGGREGATE_STAGE = "aggregate"
-GENERATED_MARK = "# Written by `study benchmark`"
-# A cell's working files that git must not hold: the trials' journal and checkpoints (outside DVC's outputs), the
-# source link validate keeps, and a report being written. DVC ignores its own outputs in the cells' .gitignore files.
-IGNORED = ("/*/results/trials/", "/*/data/source", "/*/reports/.report-staging/")
-
-
-def generated_text(body: str, source: str = "") -> str:
-    """A file `study benchmark` writes, headed by the mark that lets it be rewritten."""
-    return f"{GENERATED_MARK}{source}; every run rewrites this file.\n{body}"
-
-
-def aggregate_pipeline(plan: BenchmarkPlan, report_dir: str, code: Sequence[str], label: str, dpi: int) -> dict:
-    """The benchmark's own pipeline, one stage run in its folder: plan.json, every cell's committed `CELL_INPUTS`
-    and `code` as deps; the report's files in `report_dir` (relative to that folder) as outs kept in git."""
-    command = ["python", "-m", "stages.benchmark_report", "--plan", PLAN_FILE, "--report-dir", report_dir,
-               "--label", label, "--dpi", str(dpi)]
-    deps = [PLAN_FILE, *(f"{cell.name}/{PurePosixPath(path).as_posix()}" for cell in plan.cells
-                         for path in CELL_INPUTS)]
-    outs = [{posixpath.join(report_dir, name): {"cache": False}} for name in REPORT_OUTS]
-    return {"stages": {AGGREGATE_STAGE: {"cmd": shlex.join(command), "deps": deps + list(code), "outs": outs}}}
+UNIT = "cell"
 
 
 @dataclass(frozen=True)
 class Benchmark:
-    """A benchmark written out: its repository, every cell's folder, the aggregate's pipeline and the report's files."""
+    """A benchmark written out: its DVC project, every cell's dvc.yaml, the aggregate's pipeline and the report's
+    files."""
 
-    repo_root: Path
-    out_dir: Path
+    project: Project
     cells: dict[str, Path]
     aggregate: Path
     outputs: dict[str, Path]
 
 
 def write_benchmark(plan: BenchmarkPlan, out_dir: str | Path = DEFAULT_OUT,
-                    report_dir: str | Path = DEFAULT_REPORT_DIR, *, log: Log = _stderr) -> Benchmark:
-    """Write every cell's params.yaml and dvc.yaml, plan.json, .gitignore and the aggregate's dvc.yaml; files whose
-    contents did not change keep their bytes (DVC sees nothing new)."""
-    repo_root, out_dir, report_dir = repository_locations(out_dir, report_dir, "benchmark")
-    root_file, root = root_pipeline(repo_root, "cell")
-    cells = {}
-    for cell in plan.cells:
-        directory = out_dir / cell.name
-        directory.mkdir(parents=True, exist_ok=True)
-        params_path = directory / "params.yaml"
-        staged = directory / ".params.yaml.new"
-        write_params(cell.params, staged, cell.origin)
-        write_generated_params(params_path, staged)
-        pipeline = class_count_pipeline(root, _relative(repo_root, directory))
-        write_generated(directory / PIPELINE_FILE, generated_text(pipeline_yaml(pipeline),
-                                                                  f" from {_relative(root_file, directory)}"),
-                        GENERATED_MARK)
-        cells[cell.name] = directory
-    write_generated(out_dir / PLAN_FILE, plan.to_json(), mark="")  # JSON has no mark: plan.json is always ours
-    write_generated(out_dir / ".gitignore", generated_text("\n".join(IGNORED) + "\n"), GENERATED_MARK)
-    code = [_relative(repo_root / module_source(repo_root, module), out_dir) for module in AGGREGATE_MODULES]
-    dpi = plan.cells[0].params.report.dpi
-    aggregate = aggregate_pipeline(plan, _relative(report_dir, out_dir), code, _relative(out_dir, repo_root), dpi)
-    aggregate_file = write_generated(out_dir / PIPELINE_FILE, generated_text(pipeline_yaml(aggregate)), GENERATED_MARK)
-    log(f"{len(cells)} cells in {_relative(out_dir, repo_root)}/: {', '.join(cells)}")
-    return Benchmark(repo_root, out_dir, cells, aggregate_file,
-                     {name: report_dir / name for name in REPORT_OUTS})
+                    report_dir: str | Path = DEFAULT_REPORT_DIR, rerun: Sequence[str] = (), *,
+                    log: Log = to_stderr) -> Benchmark:
+    """Write every cell's params.yaml and dvc.yaml, plan.json and the aggregate's dvc.yaml in the benchmark's DVC
+    project (`out_dir`); files whose contents did not change keep their bytes (DVC sees nothing new).
 
-
-def write_generated_params(path: Path, staged: Path) -> None:
-    """Move a freshly written params.yaml into place unless the one there already holds the same bytes."""
-    if path.is_file() and path.read_bytes() == staged.read_bytes():
-        staged.unlink()
-        return
-    staged.replace(path)
+    A finished cell's stages are frozen (unless `rerun` names it): DVC keeps the results its dvc.lock records
+    whatever the code does since, as `cells_to_run` does, so `dvc status` and `dvc repro` in the project leave it be.
+    """
+    project = open_project(out_dir, report_dir, "benchmark")
+    pending = cells_to_run(plan, project.root, rerun)
+    cells = {cell.name: write_study(project, cell.name, cell.params, cell.origin, UNIT,
+                                    frozen=cell.name not in pending) for cell in plan.cells}
+    write_generated(project.root / PLAN_FILE, plan.to_json(), mark="")  # JSON has no mark: plan.json is always ours
+    command = ["python", "-m", "stages.benchmark_report", "--plan", PLAN_FILE, "--report-dir",
+               project.relative(project.report_dir), "--label", project.relative(project.root, project.repository),
+               "--dpi", str(plan.cells[0].params.report.dpi)]
+    inputs = [PLAN_FILE, *(f"{cell.name}/{PurePosixPath(path).as_posix()}" for cell in plan.cells
+                           for path in CELL_INPUTS)]
+    aggregate = write_aggregate(project, command, inputs, AGGREGATE_MODULES, REPORT_OUTS)
+    log(f"{len(cells)} cells in {project.relative(project.root, project.repository)}/: {', '.join(cells)}")
+    return Benchmark(project, cells, aggregate, {name: project.report_dir / name for name in REPORT_OUTS})
 
 
 # --- which cells are finished ------------------------------------------------------------------------------
@@ -169,23 +131,26 @@ def plain_params(params) -> dict:
 
 
 def reproduce_benchmark(benchmark: Benchmark, plan: BenchmarkPlan, rerun: Sequence[str] = (), *,
-                        log: Log = _stderr) -> None:
-    """`dvc repro` the cells that are not finished (DVC resumes each where it stopped), then the aggregate alone
-    (--single-item: it reads only the cells' committed files, so finished cells need no training outputs)."""
-    pending = cells_to_run(plan, benchmark.out_dir, rerun)
+                        log: Log = to_stderr) -> None:
+    """`dvc repro` the cells that are not finished (DVC resumes each where it stopped) and freeze them once they are,
+    then the aggregate alone (--single-item: it reads only the cells' committed files, so finished cells need no
+    training outputs)."""
+    project = benchmark.project
+    pending = cells_to_run(plan, project.root, rerun)
     kept = [name for name in benchmark.cells if name not in pending]
     if kept:
         log(f"finished, kept as committed: {', '.join(kept)} (--rerun NAME hands a cell back to DVC)")
     if pending:
-        cells = Sweep(benchmark.repo_root, tuple(benchmark.cells[name] / PIPELINE_FILE for name in pending), {})
-        reproduce(cells, log, unit="cell", runner="benchmark")
-    unfinished = [name for name in pending if not cell_finished(benchmark.cells[name])]
+        reproduce(project, [benchmark.cells[name] for name in pending], log, unit=UNIT, runner="benchmark")
+    unfinished = [name for name in pending if not cell_finished(benchmark.cells[name].parent)]
     if unfinished:
-        raise SweepError(f"cells {', '.join(unfinished)} ran but their dvc.lock does not record a report of their "
-                         "current params.yaml; run the same command again, and `dvc status` in those folders if it "
-                         "persists")
-    aggregate = Sweep(benchmark.repo_root, (benchmark.aggregate,), {})
-    reproduce(aggregate, log, options=["--single-item"], unit="cell", runner="benchmark")
+        raise StudiesError(f"cells {', '.join(unfinished)} ran but their dvc.lock does not record a report of their "
+                           "current params.yaml; run the same command again, and `dvc status` in those folders if "
+                           "it persists")
+    for cell in plan.cells:
+        if cell.name in pending:  # finished now: frozen like the others
+            write_study(project, cell.name, cell.params, cell.origin, UNIT, frozen=True)
+    reproduce(project, [benchmark.aggregate], log, options=["--single-item"], unit=UNIT, runner="benchmark")
 
 
 def default_locations(quick: bool) -> tuple[Path, Path, Path]:
@@ -195,9 +160,9 @@ def default_locations(quick: bool) -> tuple[Path, Path, Path]:
 
 def run_benchmark(plan_path: str | Path = FULL_PLAN, out_dir: str | Path = DEFAULT_OUT,
                   report_dir: str | Path = DEFAULT_REPORT_DIR, rerun: Sequence[str] = (), *,
-                  log: Log = _stderr) -> dict[str, Path]:
+                  log: Log = to_stderr) -> dict[str, Path]:
     """Write the benchmark's pipelines and reproduce what is not finished; return the report's files."""
     plan = load_plan(plan_path)
-    benchmark = write_benchmark(plan, out_dir, report_dir, log=log)
+    benchmark = write_benchmark(plan, out_dir, report_dir, rerun, log=log)
     reproduce_benchmark(benchmark, plan, rerun, log=log)
     return benchmark.outputs

@@ -96,7 +96,8 @@ def cost_sentences(facts: dict) -> list[str]:
         f"At the same number of trainings ({n}), the trial val selects among {n} ArcFace trials scores "
         f"{fmt.signed(facts['matched_gap'])} {fmt.interval(facts['matched_low'], facts['matched_high'])} on test "
         f"against the best of {n} Fixed AdaCos runs picked by val (mean over configurations, 95% CI); the search "
-        f"was ahead on {int(facts['matched_search_ahead'])} of {int(facts['configurations'])} configurations.",
+        f"was ahead on {int(facts['matched_search_ahead'])} of {int(facts['matched_configurations'])} "
+        "configurations.",
         f"Against one Fixed AdaCos run, the search's point estimate reached it within the search on "
         f"{int(facts['break_even_point'])} configurations, and its interval showed it on "
         f"{int(facts['break_even_shown'])}"
@@ -150,11 +151,12 @@ def scope_sentence(plan: dict, rows: pd.DataFrame) -> str:
     floor = sorted(set(rows.loc[rows["near_floor"].astype(bool) & rows["primary"].astype(bool), "configuration"]))
     iterations = [cell.get("iterations") for cell in cells if cell.get("iterations")]
     pending = [cell["name"] for cell in plan["cells"] if cell["name"] not in finished]
+    trained = f" trained {min(iterations):,}–{max(iterations):,} iterations per run" if iterations else ""
     return (f"How far this carries: {len(cells)} configurations from {len(sources)} independent sources "
             f"({', '.join(sources)}; real images: {', '.join(real) or 'none'}), C = "
             f"{min(c['train_classes'] for c in cells):,}–{max(c['train_classes'] for c in cells):,} training classes, "
-            f"one small CNN trained {min(iterations, default=0):,}–{max(iterations, default=0):,} iterations per "
-            f"run. Configurations of one source are not independent evidence: the intervals are over sources. Cells "
+            f"one small CNN{trained}. Configurations of one source are not independent evidence: the intervals are "
+            "over sources. Cells "
             f"where Fixed AdaCos scores below {NEAR_FLOOR_SCORE} (near the floor: "
             f"{', '.join(floor) or 'none'}) are flagged and left out of the headline; the pool with them is in the "
             "table. Other architectures, pretrained backbones, larger images and C beyond these are outside it."
@@ -208,7 +210,8 @@ def cells_shown(rows: pd.DataFrame, links: dict[str, str]) -> pd.DataFrame:
         "− Fixed AdaCos [95% CI]": f"{fmt.signed(row.difference)} {fmt.interval(row.low, row.high)}",
         "% of its score": pct(row.relative),
         "SE (df, from)": f"{fmt.score(row.standard_error)} ({fmt.count(row.df)}, {row.se_from})",
-        "detectable": fmt.score(row.detectable) if row.detectable <= 1 else "not detectable with these splits",
+        "detectable": fmt.score(row.detectable) if fmt.missing(row.detectable) or row.detectable <= 1
+        else "not detectable with these splits",
         "report": f"[report]({links[row.cell]})",
     } for row in rows.itertuples()])
 
@@ -217,12 +220,13 @@ def tuners_shown(tuners: pd.DataFrame, labels: dict[str, str]) -> pd.DataFrame:
     return pd.DataFrame([{
         "configuration": row.configuration, "tuner": labels[row.cell],
         "trials (pruned)": f"{fmt.count(row.trials)} ({fmt.count(row.pruned_trials)})",
-        "iterations per trial": f"{row.iterations_per_trial:,.0f}",
-        f"selected test at {fmt.count(row.budget)} trials [95%]":
-            f"{fmt.score(row.test_at_budget)} {fmt.interval(row.low_at_budget, row.high_at_budget)}",
+        "iterations per trial": "n/a" if fmt.missing(row.iterations_per_trial) else f"{row.iterations_per_trial:,.0f}",
+        "selected test at equal trials [95%]":
+            f"{fmt.score(row.test_at_budget)} {fmt.interval(row.low_at_budget, row.high_at_budget)} "
+            f"({fmt.count(row.budget)} trials)",
         "selected test at equal iterations [95%]":
             f"{fmt.score(row.test_at_iterations)} {fmt.interval(row.low_at_iterations, row.high_at_iterations)} "
-            f"({row.iterations_budget:,.0f} iterations)",
+            f"({'n/a' if fmt.missing(row.iterations_budget) else f'{row.iterations_budget:,.0f}'} iterations)",
         "device-seconds per trial (as measured, not compared)": fmt.seconds(row.seconds_per_trial),
     } for row in tuners.itertuples()])
 

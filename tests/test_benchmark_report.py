@@ -1,0 +1,656 @@
+"""The benchmark's aggregate on synthetic finished cells: one cell's numbers against a direct computation from its
+runs (the floored standard error, seed luck, the budget-matched gap by brute force, s/s_f, the importance of s),
+the pooled row per method against a hand-made two-stage pool over data sources, the judgement against the relative
+margin and its reading, the trend within one source, the tuners at equal trials and iterations, the long regime
+against the short one, and the report end to end."""
+
+import itertools
+import json
+import math
+import re
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+from scipy import stats
+
+from study.analysis import DIFFERENCE_COLUMNS, recommend
+from study.analysis.comparison import differences_to_reference
+from study.benchmark import aggregate_benchmark, pooled_table, tuner_table
+from study.benchmark.cells import NEAR_FLOOR_SCORE, cell_rows, comparison_outcome, convergence_iterations, tuning_curve
+from study.benchmark.meta import (RELATIVE_MARGIN, best_untuned, judgement, longer_table, margin_reading,
+                                  trend_in_classes, value_at)
+from study.benchmark.report import JUDGEMENT_WORDS, pct, pct_interval, read_cells
+from study.config import AnalysisConfig
+
+METRIC = "test_map_at_r"
+SPLITS, SEEDS = 3, 3
+UNTUNED_METHODS = ("dynamic_adacos", "softmax", "p2sgrad", "arcface_default")
+
+
+# --- synthetic finished cells -----------------------------------------------------------------------------------
+
+
+def difference_row(method, metric, test, splits, pairs, difference, low, high, **more):
+    """One row of a study's differences.csv (DIFFERENCE_COLUMNS), the given values filled in."""
+    row = {column: np.nan for column in DIFFERENCE_COLUMNS}
+    row.update({"method": method, "metric": metric, "test": test, "splits": splits, "pairs": pairs,
+                "difference": difference, "low": low, "high": high, "higher_is_better": True, "p_value": 0.5,
+                "p_holm": 0.5, "significant": False, "equivalent": False, "margin": 0.01, "tost_p_value": 0.5, **more})
+    return pd.Series(row)
+
+
+def method_scores(level: float, relative: dict[str, float], seed: int) -> dict[str, np.ndarray]:
+    """Test scores (splits × seeds) of Fixed AdaCos around `level` and of each method shifted by `relative` × level,
+    paired by split and seed (a shared split and seed effect) with each run's own noise."""
+    rng = np.random.default_rng(seed)
+    base = level + 0.01 * np.arange(SPLITS)[:, None] + rng.normal(0.0, 0.01, (SPLITS, SEEDS))
+    return {"fixed_adacos": base, **{method: base + shift * level + rng.normal(0.0, 0.003, (SPLITS, SEEDS))
+                                     for method, shift in relative.items()}}
+
+
+def hand_difference(scores: dict[str, np.ndarray], method: str) -> dict:
+    """A cell's method − Fixed AdaCos by hand: the mean of the split means, its SE the larger of the one over splits
+    (k − 1 df) and the seed floor √(pooled within-split variance/(k·n)) (k(n − 1) df)."""
+    d = scores[method] - scores["fixed_adacos"]
+    k, n = d.shape
+    means = d.mean(axis=1)
+    se_splits = means.std(ddof=1) / math.sqrt(k)
+    within = ((d - means[:, None]) ** 2).sum() / (k * (n - 1))
+    se_floor = math.sqrt(within / (k * n))
+    se, df, source = (se_splits, k - 1, "splits") if se_splits >= se_floor else (se_floor, k * (n - 1), "seed floor")
+    reference = scores["fixed_adacos"].mean()
+    half = stats.t.ppf(0.975, df) * se
+    return {"difference": means.mean(), "standard_error": se, "df": df, "se_from": source, "reference": reference,
+            "relative": means.mean() / reference, "relative_se": se / reference, "low": means.mean() - half,
+            "high": means.mean() + half}
+
+
+def search_trials(loss: str, split: int, count: int, iterations: int, rng, value_of=None, pruned: int = 0,
+                  pruned_iterations: int = 0, level: float = 0.6) -> list[dict]:
+    """One split's search in landscape.csv: `count` completed trials (val `value_of(s, m)` or random below `level`,
+    a test score near it) and `pruned` trials that ran `pruned_iterations`; `best` marks the best completed trial by
+    val."""
+    s, m = np.exp(rng.uniform(0.0, math.log(64.0), count)), rng.uniform(0.1, 0.8, count)
+    values = (rng.uniform(level - 0.05, level + 0.01, count) if value_of is None
+              else value_of(s, m) + rng.normal(0.0, 1e-4, count))
+    tests = values + rng.normal(0.0, 0.01, count)
+    best = int(np.argmax(values))
+    rows = [{"loss": loss, "split": split, "repeat": 0, "trial": trial, "state": "COMPLETE", "s": s[trial],
+             "m": m[trial], "value": values[trial], "test_value": tests[trial], "seed": int(rng.integers(1 << 30)),
+             "iterations": iterations, "seconds": 0.5, "best": trial == best} for trial in range(count)]
+    rows += [{"loss": loss, "split": split, "repeat": 0, "trial": count + index, "state": "PRUNED", "s": 2.0, "m": 0.3,
+              "value": np.nan, "test_value": np.nan, "seed": 7, "iterations": pruned_iterations, "seconds": 0.1,
+              "best": False} for index in range(pruned)]
+    return rows
+
+
+def write_cell(directory: Path, scores: dict[str, np.ndarray], landscape: pd.DataFrame, *, curve: pd.DataFrame,
+               convergence: dict[str, float] | None = None, detectable: dict[str, float] | None = None) -> None:
+    """The committed files of a finished cell (reports/metrics.json and reports/tables/, params.yaml, dvc.lock with
+    its report stage) whose runs scored `scores` and whose searches are `landscape`."""
+    tables = directory / "reports" / "tables"
+    tables.mkdir(parents=True, exist_ok=True)
+    (directory / "params.yaml").write_text("{}\n")
+    (directory / "dvc.lock").write_text(json.dumps({"schema": "2.0", "stages": {"report": {"cmd": "report"}}}))
+    rng = np.random.default_rng(zlib.crc32(directory.name.encode()))
+    runs = [{"method": method, "split": split, "seed": seed, "status": "completed",
+             "val_score": values[split, seed] + rng.normal(0.0, 0.005), METRIC: values[split, seed]}
+            for method, values in scores.items() for split in range(SPLITS) for seed in range(SEEDS)]
+    pd.DataFrame(runs).to_csv(tables / "run_scores.csv", index=False)
+    landscape.to_csv(tables / "landscape.csv", index=False)
+    rows = []
+    for method in scores:
+        if method == "fixed_adacos":
+            continue
+        hand = hand_difference(scores, method)
+        significant = hand["low"] > 0 or hand["high"] < 0
+        rows.append(difference_row(method, METRIC, "split", SPLITS, SPLITS * SEEDS, hand["difference"], hand["low"],
+                                   hand["high"], significant=significant,
+                                   equivalent=-0.01 < hand["low"] and hand["high"] < 0.01,
+                                   detectable=(detectable or {}).get(method, 2.8 * hand["standard_error"])))
+    pd.DataFrame(rows)[DIFFERENCE_COLUMNS].to_csv(tables / "differences.csv", index=False)
+    verdict = {"recommendation": "undecided", "reason": "not_resolved", "objective": "map_at_r", "metric": METRIC,
+               "confidence": 0.95}
+    (directory / "reports" / "metrics.json").write_text(json.dumps({"verdict": verdict}))
+    losses = list(dict.fromkeys(landscape["loss"]))
+    searched = [{"loss": loss, "repeats": 1, "trials": int((landscape["loss"] == loss).sum()),
+                 "complete": int(((landscape["loss"] == loss) & (landscape["state"] == "COMPLETE")).sum()),
+                 "pruned": int(((landscape["loss"] == loss) & (landscape["state"] == "PRUNED")).sum()),
+                 "seconds": float(landscape.loc[landscape["loss"] == loss, "seconds"].sum()),
+                 "seconds_per_trial": float(landscape.loc[landscape["loss"] == loss, "seconds"].mean())}
+                for loss in losses]
+    pd.DataFrame(searched).to_csv(tables / "search.csv", index=False)
+    pd.DataFrame([{"method": method, "metric": METRIC, "mean": values.mean(), "run_seconds": 2.0}
+                  for method, values in scores.items()]).to_csv(tables / "final_test.csv", index=False)
+    pd.DataFrame([{"loss": loss, "reference": "fixed_adacos", "target": scores["fixed_adacos"].mean(), "trials": 3,
+                   "trials_low": 2, "trials_high": np.nan, "valid_trials": 6, "seconds": 1.5, "reached": True,
+                   "max_trials": 8} for loss in losses]).to_csv(tables / "break_even.csv", index=False)
+    pd.concat([curve.assign(method=loss, kind="search") for loss in losses]).to_csv(tables / "tuning_curves.csv",
+                                                                                   index=False)
+    converged = convergence or {method: 100.0 for method in scores}
+    pd.DataFrame([{"method": method, "basis": basis, "fraction": fraction, "target": 0.5,
+                   "median_iteration": iteration * factor, "low": np.nan, "high": np.nan, "seeds_reached": 9,
+                   "seeds": 9}
+                  for method, iteration in converged.items() for basis, fraction, factor in (("best", 0.95, 1), ("best", 0.99, 3),
+                                                                        ("last", 0.95, 5))]
+                 ).to_csv(tables / "convergence.csv", index=False)
+
+
+def linear_curve(start: float, step: float, trials: int) -> pd.DataFrame:
+    """A tuning curve n = 1…trials, expected test start + step·n, its band ±0.01."""
+    n = np.arange(1, trials + 1)
+    return pd.DataFrame({"n": n, "expected_test": start + step * n, "low": start + step * n - 0.01,
+                         "high": start + step * n + 0.01, "expected_val": 0.5, "seconds": 0.5 * n})
+
+
+# Each configuration's ArcFace gain as a share of Fixed AdaCos's score: the mean over sources is small (its CI within
+# ±2%), the spread within mnist and glyphs large, so a new source's prediction interval reaches past the margin.
+ARCFACE = {"digits-closed": 0.004, "mnist-closed": -0.030, "mnist-pairs-open-c50": 0.038, "glyphs-open-c50": 0.040,
+           "glyphs-open-c300": -0.040, "strokes-open-c100": 0.0, "glyphs-open-c1000": 0.2,
+           "digits-closed-tpe-median": 0.01, "mnist-pairs-open-c50-long": -0.02}
+# name, configuration, tuner, primary, source, protocol, C, Fixed AdaCos's score, losses, longer_of, iterations
+CELLS = [
+    ("digits-closed", "digits-closed", "random", True, "digits", "closed", 10, 0.85, ["arcface", "cosface"], None, 200),
+    ("digits-closed-tpe-median", "digits-closed", "tpe-median", False, "digits", "closed", 10, 0.85, ["arcface"],
+     None, 200),
+    ("mnist-closed", "mnist-closed", "random", True, "mnist", "closed", 10, 0.80, ["arcface"], None, 200),
+    ("mnist-pairs-open-c50", "mnist-pairs-open-c50", "random", True, "mnist", "open", 50, 0.60, ["arcface", "cosface"],
+     None, 200),
+    ("mnist-pairs-open-c50-long", "mnist-pairs-open-c50-long", "random", False, "mnist", "open", 50, 0.60, ["arcface"],
+     "mnist-pairs-open-c50", 2000),
+    ("glyphs-open-c50", "glyphs-open-c50", "random", True, "glyphs", "open", 50, 0.30, ["arcface"], None, 200),
+    ("glyphs-open-c300", "glyphs-open-c300", "random", True, "glyphs", "open", 300, 0.20, ["arcface"], None, 200),
+    ("glyphs-open-c1000", "glyphs-open-c1000", "random", True, "glyphs", "open", 1000, 0.10, ["arcface"], None, 200),
+    ("strokes-open-c100", "strokes-open-c100", "random", True, "strokes", "open", 100, 0.40, ["arcface"], None, 200),
+]
+HEADLINE = [cell[0] for cell in CELLS if cell[3] and cell[7] >= NEAR_FLOOR_SCORE]
+
+
+def cell_shifts(name: str, losses) -> dict[str, float]:
+    """Every method's shift against Fixed AdaCos in a cell, as a share of its score: softmax the best untuned
+    method (+3%, +40% at the floor), CosFace +1% where it was searched."""
+    floor = name == "glyphs-open-c1000"
+    shifts = {"arcface_tuned": ARCFACE[name], "dynamic_adacos": -0.005, "softmax": 0.4 if floor else 0.03,
+              "p2sgrad": -0.05, "arcface_default": -0.2}
+    return shifts | ({"cosface_tuned": 0.01} if "cosface" in losses else {})
+
+
+def synthetic_benchmark(root: Path) -> tuple[Path, dict]:
+    """The CELLS as finished cells under `root`, their plan.json, and each cell's scores and landscape."""
+    facts, made = [], {}
+    for name, configuration, tuner, primary, source, protocol, classes, level, losses, longer_of, iterations in CELLS:
+        scores = method_scores(level, cell_shifts(name, losses), zlib.crc32(name.encode()))
+        rng = np.random.default_rng(zlib.crc32(name.encode()) + 1)
+        pruned = tuner == "tpe-median"
+        landscape = pd.DataFrame([row for loss in losses for split in range(SPLITS)
+                                  for row in search_trials(loss, split, 8, iterations, rng, pruned=12 if pruned else 0,
+                                                           pruned_iterations=50, level=level)])
+        # The pruned TPE search draws 20 trials per split on average 110 iterations each, random search 8 of 200.
+        curve = linear_curve(0.82, 0.005, 20) if pruned else linear_curve(0.8, 0.01, 8)
+        long = longer_of is not None
+        write_cell(root / name, scores, landscape, curve=curve,
+                   convergence={"fixed_adacos": 900.0 if long else 100.0, "arcface_tuned": 700.0 if long else 120.0},
+                   detectable={"softmax": 2.5702, "p2sgrad": np.nan} if name == "glyphs-open-c1000" else None)
+        made[name] = {"scores": scores, "landscape": landscape, "classes": classes, "source": source}
+        facts.append({"name": name, "configuration": configuration, "tuner": tuner, "primary": primary,
+                      "source": source, "dataset": source, "protocol": protocol, "train_classes": classes,
+                      "objective": "map_at_r", "losses": losses, "sampler": "tpe" if tuner != "random" else "random",
+                      "repeats": 1, "pruner": "median" if pruned else "none", "n_trials": 8,
+                      "splits": list(range(SPLITS)), "seeds": list(range(SEEDS)),
+                      "methods": ["fixed_adacos", *UNTUNED_METHODS], "epochs": 3, "model": "cnn",
+                      "longer_of": longer_of, "iterations": iterations})
+    (root / "plan.json").write_text(json.dumps({"title": "A synthetic benchmark", "cells": facts}))
+    return root / "plan.json", made
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    """The synthetic benchmark, its rows and its pooled table, read once for the module."""
+    root = tmp_path_factory.mktemp("bench")
+    plan, made = synthetic_benchmark(root)
+    rows = read_cells(json.loads(plan.read_text()), root)
+    return {"root": root, "plan": plan, "made": made, "rows": rows, "pooled": pooled_table(rows, 0.95)}
+
+
+@pytest.fixture(scope="module")
+def aggregate(synthetic, tmp_path_factory):
+    """The aggregate of the synthetic benchmark, written once for the module."""
+    report_dir = tmp_path_factory.mktemp("reports") / "benchmark"
+    return report_dir, aggregate_benchmark(synthetic["plan"], report_dir, label="bench")
+
+
+# --- one cell's numbers -------------------------------------------------------------------------------------------
+
+
+def synthetic_run_scores(gain: float, seeds: int = 6, splits: int = 3, noise: float = 0.004, seed: int = 0):
+    """run_scores.csv of a study where ArcFace tuned gains `gain` over Fixed AdaCos and CosFace tuned loses it."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for split in range(splits):
+        for run_seed in range(seeds):
+            base = 0.6 + 0.01 * split + rng.normal(0, noise)
+            for method, shift in (("fixed_adacos", 0.0), ("arcface_tuned", gain), ("cosface_tuned", -gain)):
+                rows.append({"method": method, "split": split, "seed": run_seed, "status": "completed",
+                             "val_score": base, "test_map_at_r": base + shift + rng.normal(0, noise / 4),
+                             "test_accuracy": base})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("gain", [0.05, 0.0, -0.05, 0.004])
+def test_each_losss_outcome_is_the_studys_own_rule(gain):
+    scores = synthetic_run_scores(gain)
+    verdict = recommend(scores, "map_at_r")
+    differences = differences_to_reference(scores, ["fixed_adacos", "arcface_tuned", "cosface_tuned"],
+                                           AnalysisConfig())
+    reason, comparison = comparison_outcome(differences, "arcface_tuned", "test_map_at_r")
+    assert reason == verdict["reason"] and comparison["difference"] == pytest.approx(verdict["tuned"]["difference"])
+    mirrored, _ = comparison_outcome(differences, "cosface_tuned", "test_map_at_r")
+    expected = {0.05: ("tuning_better_beyond_margin", "adacos_significantly_better"),
+                -0.05: ("adacos_significantly_better", "tuning_better_beyond_margin")}
+    if gain in expected:
+        assert (reason, mirrored) == expected[gain]
+
+
+def expected_selected_by_brute_force(values, tests, n: int) -> float:
+    """The test score of the best-by-val trial among n trials drawn without replacement, averaged over every
+    n-subset of the trials (Tang et al.'s without-replacement estimator, by enumeration)."""
+    values, tests = np.asarray(values), np.asarray(tests)
+    return float(np.mean([tests[list(subset)][np.argmax(values[list(subset)])]
+                          for subset in itertools.combinations(range(values.size), n)]))
+
+
+def test_a_cells_numbers_are_computed_from_its_runs_and_its_search(tmp_path):
+    rng = np.random.default_rng(3)
+    fa = 0.6 + 0.01 * np.arange(SPLITS)[:, None] + rng.normal(0.0, 0.01, (SPLITS, SEEDS))
+    scores = {"fixed_adacos": fa,
+              # A split effect: the SE over splits is the larger.
+              "arcface_tuned": fa + 0.02 + np.array([[-0.01], [0.0], [0.01]]) + rng.normal(0.0, 5e-4, fa.shape),
+              # Equal split means, spread within splits: the seed floor is the larger.
+              "dynamic_adacos": fa - 0.005 + np.array([[-0.004, 0.0, 0.004]] * SPLITS),
+              "cosface_tuned": fa + rng.normal(0.0, 0.004, fa.shape), "softmax": fa - 0.03}
+    # ArcFace's val score depends on s alone, CosFace's on m alone: 20 trials per split.
+    landscape = pd.DataFrame(
+        [row for split in range(SPLITS) for row in search_trials("arcface", split, 20, 100, rng,
+                                                                 lambda s, m: 0.5 + 0.02 * np.log(s))]
+        + [row for split in range(SPLITS) for row in search_trials("cosface", split, 20, 100, rng,
+                                                                   lambda s, m: 0.5 + 0.2 * m)])
+    write_cell(tmp_path / "cell", scores, landscape, curve=linear_curve(0.6, 0.01, 20))
+    facts = {"name": "cell", "configuration": "cell", "tuner": "random", "primary": True, "source": "glyphs",
+             "protocol": "open", "train_classes": 100, "splits": [0, 1, 2], "seeds": [0, 1, 2], "longer_of": None}
+    rows = pd.DataFrame(cell_rows(facts, tmp_path / "cell")).set_index("method")
+    assert set(rows.index) == {"arcface_tuned", "dynamic_adacos", "cosface_tuned", "softmax"}
+    assert rows.loc["dynamic_adacos", "se_from"] == "seed floor" and rows.loc["arcface_tuned", "se_from"] == "splits"
+    for method in rows.index:
+        hand = hand_difference(scores, method)
+        for key in ("difference", "standard_error", "df", "low", "high", "relative", "relative_se"):
+            assert rows.loc[method, key] == pytest.approx(hand[key], rel=1e-9, abs=1e-12), (method, key)
+        assert rows.loc[method, "se_from"] == hand["se_from"]
+        assert rows.loc[method, "reference_test_mean"] == pytest.approx(fa.mean())
+    assert not rows["real"].any() and not rows["near_floor"].any()
+    run_scores = pd.read_csv(tmp_path / "cell" / "reports" / "tables" / "run_scores.csv")
+    s_f = math.sqrt(2.0) * math.log(100 - 1)
+    for loss in ("arcface", "cosface"):
+        row, trials = rows.loc[f"{loss}_tuned"], landscape[landscape["loss"] == loss]
+        best = trials[trials["best"]].set_index("split")
+        # Seed luck: the selected trial's test score minus its (s, m) retrained (the tuned runs of that split).
+        luck = [best.loc[split, "test_value"] - scores[f"{loss}_tuned"][split].mean() for split in range(SPLITS)]
+        assert row["seed_luck"] == pytest.approx(np.mean(luck)) and row["seed_luck_splits"] == SPLITS
+        # The budget-matched gap at n = 3 seeds: the search's expected selected test score minus the test score of
+        # the Fixed AdaCos run val picks among the split's 3.
+        gaps = []
+        for split in range(SPLITS):
+            searched = trials[trials["split"] == split]
+            control = run_scores[(run_scores["method"] == "fixed_adacos") & (run_scores["split"] == split)]
+            gaps.append(expected_selected_by_brute_force(searched["value"], searched["test_value"], SEEDS)
+                        - control.loc[control["val_score"].idxmax(), METRIC])
+        assert row["matched_gap"] == pytest.approx(np.mean(gaps)) and row["matched_n"] == SEEDS
+        ratios = best["s"].to_numpy() / s_f
+        assert (row["s_ratio_median"], row["s_ratio_low"], row["s_ratio_high"]) == pytest.approx(
+            (np.median(ratios), ratios.min(), ratios.max()))
+        assert row["search_iterations"] == 100 * 60 and row["search_trials"] == 60
+    # The importance of s: all of the val score's variance where it depends on s alone, none where on m alone.
+    assert rows.loc["arcface_tuned", "importance_s"] > 0.9 and rows.loc["cosface_tuned", "importance_s"] < 0.1
+    assert math.isnan(rows.loc["softmax", "seed_luck"])  # an untuned method has no search
+
+
+def test_a_cell_below_the_floor_score_is_flagged(synthetic):
+    rows = synthetic["rows"].drop_duplicates("cell").set_index("cell")
+    assert rows.loc["glyphs-open-c1000", "near_floor"] and rows.loc["glyphs-open-c1000", "reference_test_mean"] < 0.15
+    assert not rows.drop(index="glyphs-open-c1000")["near_floor"].any()
+    assert set(rows.index[rows["real"]]) == {"digits-closed", "digits-closed-tpe-median", "mnist-closed",
+                                             "mnist-pairs-open-c50", "mnist-pairs-open-c50-long"}
+
+
+# --- pooled over sources --------------------------------------------------------------------------------------------
+
+
+def hand_pool(cells: dict[str, dict]) -> dict:
+    """Two stages by hand: each source's plain mean of its configurations' relative differences, then the mean over
+    the k source means with t on k − 1 df; a new source's configuration predicted from the source means' variance
+    and the spread within sources less the cells' own noise."""
+    if not cells:
+        return {"mean": math.nan, "sources": 0, "configurations": 0}
+    by_source: dict[str, list] = {}
+    for cell in cells.values():
+        by_source.setdefault(cell["source"], []).append((cell["relative"], cell["relative_se"]))
+    means = np.array([np.mean([y for y, _ in members]) for members in by_source.values()])
+    k = means.size
+    pool = {"mean": means.mean(), "sources": k, "configurations": len(cells)}
+    if k >= 2:
+        half = stats.t.ppf(0.975, k - 1) * means.std(ddof=1) / math.sqrt(k)
+        pool.update(low=means.mean() - half, high=means.mean() + half)
+    within_df = sum(len(members) - 1 for members in by_source.values())
+    if k >= 3:
+        between = means.var(ddof=1)
+        spread = 0.0
+        if within_df:
+            squares = sum(sum((y - np.mean([v for v, _ in members])) ** 2 for y, _ in members)
+                          for members in by_source.values())
+            noise = sum((1 - 1 / len(members)) * sum(se ** 2 for _, se in members) for members in by_source.values())
+            spread = (1 - np.mean([1 / len(members) for members in by_source.values()])) * max(
+                0.0, (squares - noise) / within_df)
+        half = stats.t.ppf(0.975, k - 1) * math.sqrt(between * (1 + 1 / k) + spread)
+        pool.update(prediction_low=means.mean() - half, prediction_high=means.mean() + half)
+    return pool
+
+
+def hand_cells(synthetic, method: str, names) -> dict[str, dict]:
+    """hand_difference of `method` in each named cell that ran it, with its source."""
+    made = synthetic["made"]
+    return {name: hand_difference(made[name]["scores"], method) | {"source": made[name]["source"]}
+            for name in names if method in made[name]["scores"]}
+
+
+def check_pool(facts: dict, prefix: str, hand: dict) -> None:
+    for key in ("mean", "low", "high", "prediction_low", "prediction_high"):
+        if key in hand:
+            assert facts[f"{prefix}{key}"] == pytest.approx(hand[key], rel=1e-9, nan_ok=True), \
+                (facts["method"], prefix, key)
+        else:
+            assert math.isnan(facts[f"{prefix}{key}"]), (facts["method"], prefix, key)
+    assert (facts[f"{prefix}sources"], facts[f"{prefix}configurations"]) == (hand["sources"], hand["configurations"])
+
+
+@pytest.mark.parametrize("method", ["arcface_tuned", "cosface_tuned", *UNTUNED_METHODS])
+def test_the_pooled_row_is_the_two_stage_pool_over_sources_of_the_headline_cells(synthetic, method):
+    pooled = synthetic["pooled"].set_index("method", drop=False)
+    facts = pooled.loc[method].to_dict()
+    headline = hand_cells(synthetic, method, HEADLINE)
+    check_pool(facts, "", hand_pool(headline))
+    # The near-floor cell only in the pool "with near-floor cells"; real and synthetic sources apart.
+    check_pool(facts, "all_", hand_pool(hand_cells(synthetic, method, [*HEADLINE, "glyphs-open-c1000"])))
+    real = {name: cell for name, cell in headline.items() if cell["source"] in ("digits", "mnist")}
+    check_pool(facts, "real_", hand_pool(real))
+    check_pool(facts, "synthetic_", hand_pool({name: cell for name, cell in headline.items() if name not in real}))
+    assert facts["near_floor_configurations"] == len(hand_cells(synthetic, method, ["glyphs-open-c1000"]))
+    # The absolute scale beside it, and the margin in score units.
+    absolute = hand_pool({name: cell | {"relative": cell["difference"], "relative_se": cell["standard_error"]}
+                          for name, cell in headline.items()})
+    assert facts["absolute_mean"] == pytest.approx(absolute["mean"])
+    references = [synthetic["made"][name]["scores"]["fixed_adacos"].mean() for name in HEADLINE
+                  if method in synthetic["made"][name]["scores"]]
+    assert facts["absolute_margin"] == pytest.approx(RELATIVE_MARGIN * np.mean(references))
+    # The verdict reads the prediction interval (n/a below 3 sources), the mean's judgement the CI.
+    pool = hand_pool(headline)
+    assert facts["judgement"] == judgement(pool.get("prediction_low", math.nan), pool.get("prediction_high", math.nan))
+    assert facts["mean_judgement"] == judgement(pool["low"], pool["high"])
+
+
+def test_the_arcface_verdict_reads_the_prediction_interval_not_the_mean(synthetic):
+    arcface = synthetic["pooled"].set_index("method").loc["arcface_tuned"]
+    # Its mean over 4 sources is within ±2%, but a new source may land past the margin on either side.
+    assert arcface["sources"] == 4 and arcface["configurations"] == 6
+    assert arcface["mean_judgement"] == "equivalent" and arcface["judgement"] == "open"
+    assert arcface["prediction_low"] < -RELATIVE_MARGIN and arcface["prediction_high"] > RELATIVE_MARGIN
+    assert arcface["equivalent_from"] == pytest.approx(max(-arcface["prediction_low"], arcface["prediction_high"]))
+    cosface = synthetic["pooled"].set_index("method").loc["cosface_tuned"]
+    assert cosface["sources"] == 2 and cosface["judgement"] == "n/a" and math.isnan(cosface["equivalent_from"])
+
+
+def test_every_method_is_pooled_tuned_first(synthetic):
+    assert synthetic["pooled"]["method"].tolist() == ["arcface_tuned", "cosface_tuned", "dynamic_adacos", "p2sgrad",
+                                                      "softmax", "arcface_default"]
+    assert synthetic["pooled"]["tuned"].tolist() == [True, True, False, False, False, False]
+
+
+@pytest.mark.parametrize("low, high, expected", [
+    (0.02, 0.05, "better"), (0.021, 0.05, "better"), (0.019, 0.05, "slightly better"),
+    (-0.05, -0.02, "worse"), (-0.05, -0.019, "slightly worse"),
+    (-0.019, 0.019, "equivalent"), (0.001, 0.015, "equivalent"), (-0.02, 0.01, "open"), (-0.01, 0.02, "open"),
+    (-0.03, 0.03, "open"), (0.005, 0.03, "slightly better"), (-0.03, -0.005, "slightly worse"),
+    (math.nan, 0.01, "n/a"), (-0.01, math.inf, "n/a"),
+])
+def test_the_judgement_reads_an_interval_against_the_two_percent_margin(low, high, expected):
+    assert RELATIVE_MARGIN == 0.02
+    assert judgement(low, high) == expected
+
+
+def test_a_wider_margin_changes_the_judgement():
+    assert judgement(-0.03, 0.03) == "open" and judgement(-0.03, 0.03, margin=0.04) == "equivalent"
+    assert judgement(0.03, 0.05, margin=0.04) == "slightly better"
+
+
+@pytest.mark.parametrize("low, high, expected", [
+    (-0.01, 0.03, (0.03, math.nan, math.nan)),
+    (0.005, 0.03, (0.03, 0.005, math.nan)),
+    (-0.04, -0.01, (0.04, math.nan, -0.01)),
+    (math.nan, 0.03, (math.nan, math.nan, math.nan)),
+])
+def test_the_margin_reading_gives_the_smallest_margin_and_the_reliable_gain(low, high, expected):
+    reading = margin_reading(low, high)
+    got = (reading["equivalent_from"], reading["reliable_gain"], reading["reliable_loss"])
+    assert got == pytest.approx(expected, nan_ok=True)
+    if math.isfinite(reading["equivalent_from"]):  # just past that margin the interval shows equivalence
+        assert judgement(low, high, margin=reading["equivalent_from"] + 1e-9) == "equivalent"
+        assert judgement(low, high, margin=reading["equivalent_from"] - 1e-6) != "equivalent"
+
+
+def untuned_table(entries) -> pd.DataFrame:
+    return pd.DataFrame([{"method": method, "mean": mean, "low": low, "high": high}
+                         for method, mean, low, high in entries])
+
+
+def test_the_best_untuned_method_is_the_highest_untuned_mean():
+    pooled = untuned_table([("arcface_tuned", 0.5, 0.4, 0.6), ("dynamic_adacos", 0.01, 0.005, 0.015),
+                            ("softmax", 0.03, -0.01, 0.07), ("p2sgrad", math.nan, math.nan, math.nan)])
+    assert best_untuned(pooled) == {"method": "softmax", "mean": 0.03, "low": -0.01, "high": 0.07, "distinct": False}
+    pooled = untuned_table([("dynamic_adacos", 0.01, 0.005, 0.015), ("softmax", -0.03, -0.05, -0.01)])
+    assert best_untuned(pooled)["method"] == "dynamic_adacos" and best_untuned(pooled)["distinct"]
+    # None above Fixed AdaCos: it stays the answer.
+    pooled = untuned_table([("dynamic_adacos", -0.01, -0.02, 0.0), ("softmax", -0.03, -0.05, -0.01)])
+    assert best_untuned(pooled)["method"] == "fixed_adacos"
+
+
+def test_the_synthetic_benchmarks_best_untuned_method_is_softmax(synthetic):
+    best = best_untuned(synthetic["pooled"])
+    softmax = synthetic["pooled"].set_index("method").loc["softmax"]
+    assert best["method"] == "softmax" and best["mean"] == pytest.approx(softmax["mean"])
+    assert best["distinct"] == (softmax["low"] > 0)
+
+
+def test_the_trend_in_classes_is_estimated_within_one_source_only():
+    # Real sources at small C gain 10%, the glyphs gain about 1% whatever C: the slope across sources is steep, the
+    # one within glyphs exactly 0 (its residuals are orthogonal to log C).
+    classes = np.array([50.0, 100.0, 300.0, 1000.0])
+    x = np.log10(classes)
+    design = np.column_stack([np.ones(4), x])
+    wiggle = np.array([1.0, -2.0, 0.5, 0.3])
+    wiggle -= design @ np.linalg.lstsq(design, wiggle, rcond=None)[0]
+    rows = pd.DataFrame(
+        [{"primary": True, "method": "arcface_tuned", "protocol": "open", "source": "glyphs", "train_classes": c,
+          "difference": 0.01 + 0.003 * w} for c, w in zip(classes, wiggle)]
+        + [{"primary": True, "method": "arcface_tuned", "protocol": "open", "source": "mnist", "train_classes": c,
+            "difference": d} for c, d in ((10, 0.10), (20, 0.09))]
+        + [{"primary": True, "method": "arcface_tuned", "protocol": "closed", "source": "digits", "train_classes": 10,
+            "difference": 0.2}, {"primary": False, "method": "arcface_tuned", "protocol": "open", "source": "glyphs",
+                                 "train_classes": 10, "difference": 0.5}])
+    every = rows[rows["primary"] & (rows["protocol"] == "open")]
+    assert np.polyfit(np.log10(every["train_classes"]), every["difference"], 1)[0] < -0.03  # what must not leak in
+    trend = trend_in_classes(rows, 0.95)
+    assert trend["source"] == "glyphs" and trend["classes"] == [50, 100, 300, 1000] and trend["k"] == 4
+    assert trend["slope"] == pytest.approx(0.0, abs=1e-12)
+    residual = 0.003 * wiggle
+    half = stats.t.ppf(0.975, 2) * math.sqrt(np.sum(residual ** 2) / 2 / np.sum((x - x.mean()) ** 2))
+    assert (trend["low"], trend["high"]) == pytest.approx((-half, half))
+    assert math.isnan(trend_in_classes(rows[rows["source"] == "digits"], 0.95)["slope"])
+
+
+# --- tuners and the long regime -------------------------------------------------------------------------------------
+
+
+def test_value_at_interpolates_between_points_and_is_nan_outside():
+    curve = pd.DataFrame({"n": [1, 2, 3], "expected_test": [0.5, 0.6, 0.7], "low": [0.4, 0.5, np.nan]})
+    assert value_at(curve, 1.25, "n", "expected_test") == pytest.approx(0.525)
+    assert value_at(curve, 2.0, "n", "expected_test") == pytest.approx(0.6)
+    assert value_at(curve, 1.0, "n", "expected_test") == pytest.approx(0.5)
+    assert value_at(curve, 3.0, "n", "expected_test") == pytest.approx(0.7)
+    for budget in (0.5, 3.5, math.nan):
+        assert math.isnan(value_at(curve, budget, "n", "expected_test")), budget
+    assert math.isnan(value_at(curve, 2.5, "n", "low"))  # a missing end point
+    unknown = curve.assign(iterations=np.nan)  # a cell whose landscape does not record iterations
+    assert math.isnan(value_at(unknown, math.nan, "iterations", "expected_test"))
+
+
+def test_tuners_are_compared_at_equal_trials_and_at_equal_iterations(synthetic):
+    rows, root = synthetic["rows"], synthetic["root"]
+    curves = {cell: tuning_curve(root / cell, "arcface") for cell in rows.loc[rows["method"] == "arcface_tuned", "cell"]}
+    table = tuner_table(rows, curves).set_index("tuner")
+    assert set(table["configuration"]) == {"digits-closed"} and set(table.index) == {"random", "tpe-median"}
+    # Random search: 8 completed trials of 200 iterations per split; the pruned TPE search 8 completed and 12 pruned
+    # at 50 iterations per split, 110 iterations a trial on average. Both reached 8 trials; random search's curve
+    # ends at 1,600 iterations, where TPE has run 1,600 / 110 trials.
+    assert table.loc["random", "iterations_per_trial"] == pytest.approx(200.0)
+    assert table.loc["tpe-median", "iterations_per_trial"] == pytest.approx(110.0)
+    assert table["budget"].tolist() == [8, 8] and table["iterations_budget"].tolist() == pytest.approx([1600, 1600])
+    assert table.loc["random", "test_at_budget"] == pytest.approx(0.8 + 0.01 * 8)
+    assert table.loc["tpe-median", "test_at_budget"] == pytest.approx(0.82 + 0.005 * 8)
+    assert table.loc["tpe-median", "high_at_budget"] == pytest.approx(0.82 + 0.005 * 8 + 0.01)
+    trials = 1600.0 / 110.0
+    assert table.loc["tpe-median", "trials_at_iterations"] == pytest.approx(trials)
+    assert table.loc["random", "trials_at_iterations"] == pytest.approx(8.0)
+    # Between the curve's points at 14 and 15 trials, linearly.
+    assert table.loc["tpe-median", "test_at_iterations"] == pytest.approx(0.82 + 0.005 * trials)
+    assert table.loc["tpe-median", "low_at_iterations"] == pytest.approx(0.82 + 0.005 * trials - 0.01)
+    assert table.loc["random", "test_at_iterations"] == pytest.approx(0.88)
+    assert table.loc["tpe-median", "pruned_trials"] == 36 and table.loc["tpe-median", "trials"] == 60
+
+
+def test_tuner_table_needs_two_tuners_of_one_configuration(synthetic):
+    rows = synthetic["rows"]
+    assert tuner_table(rows[rows["cell"] != "digits-closed-tpe-median"], {}).empty
+
+
+def test_the_long_regime_is_compared_with_its_short_configuration(synthetic):
+    rows, root = synthetic["rows"], synthetic["root"]
+    convergence = {cell: convergence_iterations(root / cell) for cell in rows["cell"].unique()}
+    longer = longer_table(rows, convergence, 0.95).set_index("method")
+    assert set(longer["long_cell"]) == {"mnist-pairs-open-c50-long"}
+    assert set(longer["short_cell"]) == {"mnist-pairs-open-c50"}
+    assert set(longer.index) == {"arcface_tuned", *UNTUNED_METHODS}
+    made = synthetic["made"]
+    for method in longer.index:
+        long = hand_difference(made["mnist-pairs-open-c50-long"]["scores"], method)
+        short = hand_difference(made["mnist-pairs-open-c50"]["scores"], method)
+        row = longer.loc[method]
+        change = long["difference"] - short["difference"]
+        half = stats.t.ppf(0.975, min(long["df"], short["df"])) * math.hypot(long["standard_error"],
+                                                                          short["standard_error"])
+        assert (row["change"], row["change_low"], row["change_high"]) == pytest.approx(
+            (change, change - half, change + half))
+        assert (row["short_iterations"], row["long_iterations"]) == (200, 2000)
+    # Convergence: the median run's iterations to 95% of its best val score, from each cell's convergence.csv.
+    arcface = longer.loc["arcface_tuned"]
+    assert (arcface["short_converged_at"], arcface["long_converged_at"]) == (120.0, 700.0)
+    assert (arcface["reference_short_converged_at"], arcface["reference_long_converged_at"]) == (100.0, 900.0)
+    assert math.isnan(longer.loc["softmax", "short_converged_at"])  # no convergence row for it
+
+
+# --- the report end to end ------------------------------------------------------------------------------------------
+
+
+def section(markdown: str, title: str) -> str:
+    start = markdown.index(f"## {title}\n")
+    end = markdown.find("\n## ", start + 1)
+    return markdown[start:end if end >= 0 else None]
+
+
+def test_the_answer_leads_with_a_new_source_against_the_margin_and_the_best_untuned_method(aggregate):
+    report_dir, written = aggregate
+    markdown = written["report.md"].read_text()
+    pooled = pd.read_csv(report_dir / "tables" / "pooled.csv").set_index("method")
+    arcface, softmax = pooled.loc["arcface_tuned"], pooled.loc["softmax"]
+    lead = section(markdown, "Answer").split("\n\n")[1]
+    assert lead.startswith("**Tuning ArcFace's (s, m): on a new data source, tuned ArcFace − Fixed AdaCos is "
+                           f"expected in {pct_interval(arcface['prediction_low'], arcface['prediction_high'])} of "
+                           "Fixed AdaCos's score (95% prediction interval over 4 sources; average "
+                           f"{pct(arcface['mean'])}): ")
+    assert lead.endswith(".**") and "±2% of the score" in lead
+    assert JUDGEMENT_WORDS["open"] in lead and JUDGEMENT_WORDS["equivalent"] not in lead  # the prediction, not the CI
+    assert (f"Of the losses that need no tuning, Softmax scores highest on average ({pct(softmax['mean'])} over Fixed "
+            f"AdaCos, 95% CI {pct_interval(softmax['low'], softmax['high'])}") in lead
+    assert f"about ±{RELATIVE_MARGIN * arcface['reference_mean']:.3f} here" in lead
+
+
+def test_the_report_has_every_method_in_its_table_and_its_scope(aggregate):
+    report_dir, written = aggregate
+    markdown = written["report.md"].read_text()
+    answer = section(markdown, "Answer")
+    table = answer[answer.index("| method | needs tuning |"):].split("\n\n")[0].splitlines()[2:]
+    assert [line.split(" | ")[0].lstrip("| ") for line in table] == [
+        "ArcFace tuned", "CosFace tuned", "Dynamic AdaCos", "P2SGrad", "Softmax", "ArcFace default"]
+    assert ("How far this carries: 7 configurations from 4 independent sources (digits, mnist, glyphs, strokes; real "
+            "images: digits, mnist), C = 10–1,000 training classes, one small CNN trained 200–200 iterations per run."
+            ) in answer
+    assert "(near the floor: glyphs-open-c1000)" in answer
+    # The search against the budget-matched control, counted over the configurations it was computed on.
+    assert "the search was ahead on" in markdown and "of 7 configurations." in section(markdown, "What tuning costs")
+    assert "On **mnist-pairs-open-c50**, training 2,000 iterations instead of 200" in markdown
+    tuners = section(markdown, "Tuners at equal trials and iterations")
+    assert "(8 trials)" in tuners and "(1,600 iterations)" in tuners and "| nan" not in tuners
+    assert "Within glyphs (C = 50, 300, 1,000)" in markdown
+
+
+def test_the_report_prints_no_number_outside_the_metrics_range(aggregate):
+    _, written = aggregate
+    markdown = written["report.md"].read_text()
+    cells = section(markdown, "Cells")
+    lines = [line.strip("|").split(" | ") for line in cells.splitlines() if line.startswith("| ")]
+    header = [name.strip() for name in lines[0]]
+    detectable = {(line[0].strip(), line[1].strip()): line[header.index("detectable")].strip() for line in lines[2:]}
+    assert detectable[("glyphs-open-c1000", "Softmax")] == "not detectable with these splits"
+    assert detectable[("glyphs-open-c1000", "P2SGrad")] == "n/a"  # no detectable difference known
+    assert re.fullmatch(r"0\.\d{4}", detectable[("digits-closed", "Softmax")])
+    assert "2.57" not in markdown
+    scores = [float(number) for number in re.findall(r"[+-]?\d+\.\d{4}\b", markdown)]
+    assert scores and max(abs(number) for number in scores) <= 1.0
+
+
+def test_the_aggregate_writes_its_tables_json_and_figures(aggregate):
+    report_dir, written = aggregate
+    pooled = pd.read_csv(report_dir / "tables" / "pooled.csv").set_index("method")
+    words = pd.read_csv(report_dir / "tables" / "pooled.csv", keep_default_na=False).set_index("method")
+    facts = json.loads(written["benchmark.json"].read_text())
+    assert facts["margin"] == RELATIVE_MARGIN and facts["best_untuned"]["method"] == "softmax"
+    assert list(facts["pooled"]) == list(pooled.index)
+    for method, numbers in facts["pooled"].items():
+        for key in ("mean", "low", "high", "prediction_low", "prediction_high", "all_mean", "real_mean",
+                    "synthetic_mean", "absolute_mean", "equivalent_from"):
+            expected = pooled.loc[method, key]
+            assert (numbers[key] is None and math.isnan(expected)) or numbers[key] == pytest.approx(expected), \
+                (method, key)
+        assert numbers["judgement"] == words.loc[method, "judgement"]
+    coverage = pd.read_csv(report_dir / "tables" / "pooled_coverage.csv")
+    read = coverage[coverage["read"].astype(bool)]
+    assert len(read) and {"arcface_tuned", "softmax"} <= set(read["method"])
+    assert ((read["coverage"] >= 0) & (read["coverage"] <= 1)).all()
+    cells = pd.read_csv(report_dir / "tables" / "cells.csv")
+    assert set(cells["cell"]) == {cell[0] for cell in CELLS}
+    html = written["report.html"].read_text()
+    assert "data:image/png;base64," in html and 'src="figures/' not in html
+    for name in ("methods.png", "forest_arcface_tuned.png", "forest_cosface_tuned.png", "tuners.png"):
+        with Image.open(report_dir / "figures" / name) as image:
+            assert image.format == "PNG" and image.size[0] > 500
