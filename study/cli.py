@@ -159,6 +159,10 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--serve", choices=["all", "search", "runs"], default="all",
                         help="what to serve (default: all, the searches first)")
     worker.add_argument("--params", default="params.yaml", help="the study's params file (default: params.yaml)")
+    worker.add_argument("--cells", metavar="FOLDER", default=None,
+                        help="serve every unfinished cell of the benchmark in FOLDER (e.g. benchmarks/cells) in turn, "
+                             "instead of one study: with search.storage one database, workers on many machines share "
+                             "the benchmark; each cell needs its prepared data here")
     worker.add_argument("--trials", type=int, default=None, help="stop after this many trials (default: until the budget is met)")
     worker.add_argument("--threads", type=int, default=None,
                         help="torch threads of this process: workers on one machine share its cores, so give each "
@@ -265,21 +269,35 @@ def _worker_command(args: argparse.Namespace) -> int:
     from study.runs import serve_queued_runs
     from study.search import serve_searches
     from study.storage import storage_faults
+    from study.benchmark.pipelines import cells_to_serve
     from study.workers import ends_as_interrupted, serve_study
 
-    params = load_params(args.params)
-    if args.threads is not None:  # several workers on one machine share its cores
-        params = params.replace(train=params.train.replace(threads=args.threads))
-    unknown = sorted(set(args.loss or ()) - set(params.search.losses))
-    if unknown:
-        raise ValueError(f"{', '.join(unknown)} not searched in {args.params}; search.losses is "
-                         f"{list(params.search.losses)}")
-    services = ([partial(serve_searches, losses=args.loss)] if args.serve in ("all", "search") else []) + (
-        [serve_queued_runs] if args.serve in ("all", "runs") else [])
-    root = Path(args.params).resolve().parent
+    def with_threads(params):
+        # Several workers on one machine share its cores.
+        return params if args.threads is None else params.replace(train=params.train.replace(threads=args.threads))
+
+    def services(params):
+        unknown = sorted(set(args.loss or ()) - set(params.search.losses))
+        if unknown:
+            raise ValueError(f"{', '.join(unknown)} not searched in {args.params}; search.losses is "
+                             f"{list(params.search.losses)}")
+        # A benchmark's cells share one storage: each cell's params are its own, so no newest-search check.
+        searches = partial(serve_searches, losses=args.loss, many_studies=args.cells is not None)
+        return ([searches] if args.serve in ("all", "search") else []) + (
+            [serve_queued_runs] if args.serve in ("all", "runs") else [])
+
+    if args.cells is not None:
+        roots = cells_to_serve(Path(args.cells))
+    else:
+        roots = [Path(args.params).resolve().parent]
     # Ctrl-C or SIGTERM: its running trial failed as interrupted (queued again), one line, exit status 128 + signal.
-    with ends_as_interrupted(), storage_faults(params.search, root / JOURNAL):  # a fault: one line naming the fix
-        serve_study(params, root, services, args.trials)
+    with ends_as_interrupted():
+        for root in roots:
+            params = with_threads(load_params(root / Path(args.params).name if args.cells else args.params))
+            if args.cells is not None:
+                print(f"cell {root.name}: serving its searches and queued final runs", file=sys.stderr, flush=True)
+            with storage_faults(params.search, root / JOURNAL):  # a fault: one line naming the path or URL and the fix
+                serve_study(params, root, services(params), args.trials)
     return 0
 
 

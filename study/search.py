@@ -406,12 +406,15 @@ def best_trial(loss: str, study: optuna.Study, objective: str) -> dict:
 
 
 def join_search(loss: str, params: StudyParams, storage, sets: dict[str, ImageSet],
-                max_trials: int | None = None, quiet: bool = False) -> None:
+                max_trials: int | None = None, quiet: bool = False, many_studies: bool = False) -> None:
     """Serve the searches of `loss` (every repeat) as an extra worker: unseeded, so it does not repeat the first one's
-    draws, except under random search, whose trial n draws the same point in every worker."""
+    draws, except under random search, whose trial n draws the same point in every worker. With `many_studies` (a
+    storage that many studies share, such as a benchmark's cells) the params are known to be a study's own, so a
+    search the storage lacks is begun without comparing it with the storage's newest one."""
     seed = split_search_seed(params) if params.search.sampler == "random" else None
     for repeat in range(params.search.repeats):
-        check_joinable(loss, params, storage, sets, repeat)
+        if not many_studies:
+            check_joinable(loss, params, storage, sets, repeat)
         study = open_study(loss, params, storage, len(sets["train"]), seed=seed, repeat=repeat)
         run_search(study, loss, params, sets, max_trials=max_trials, repeat=repeat, quiet=quiet)
         if not quiet:
@@ -442,8 +445,8 @@ def check_joinable(loss: str, params: StudyParams, storage, sets: dict[str, Imag
 
 
 def serve_searches(params: StudyParams, storage, sets: dict[str, ImageSet], root: Path, max_trials: int | None = None,
-                   losses=None, quiet: bool = False) -> None:
+                   losses=None, quiet: bool = False, many_studies: bool = False) -> None:
     """What a worker serves of the searches (study/workers.py `serve_study`): every repeat of each of `losses`
     (default search.losses)."""
     for loss in losses or params.search.losses:
-        join_search(loss, params, storage, sets, max_trials=max_trials, quiet=quiet)
+        join_search(loss, params, storage, sets, max_trials=max_trials, quiet=quiet, many_studies=many_studies)

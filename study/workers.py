@@ -356,7 +356,7 @@ def serve(study: optuna.Study, run_trial: Callable[[optuna.Trial], float], budge
         except KeyboardInterrupt as interruption:  # Optuna fails the trial; say why, so it is not taken for diverged
             cause = interruption.cause if isinstance(interruption, Interrupted) else "interrupted (Ctrl-C)"
             trial.set_user_attr("status", INTERRUPTED)
-            trial.set_user_attr("reason", f"{cause}; retried when the study runs again")
+            trial.set_user_attr("reason", f"{cause}; its trial is retried")
             raise
         except Exception as error:
             if is_storage_fault(error):  # no evidence about the trial: it fails quietly, and serving stops below

@@ -81,7 +81,9 @@ def test_a_packed_worker_stopped_mid_trial_costs_only_its_trial(tmp_path, which,
     assert not any(trial.state == TrialState.RUNNING for trial in everything)
     dead = next(trial for trial in everything if trial.number == victim.number
                 and trial.user_attrs.get("seed") == victim.user_attrs["seed"])
-    assert dead.state == TrialState.FAIL and "worker died" in dead.user_attrs["reason"]
+    # SIGKILL: found dead; SIGTERM: the worker winds down as interrupted and says so itself.
+    reason = "worker died" if stop == signal.SIGKILL else "stopped by SIGTERM"
+    assert dead.state == TrialState.FAIL and reason in dead.user_attrs["reason"], dead.user_attrs["reason"]
     retry = [trial for trial in everything if trial.system_attrs.get("failed_trial") == victim.number]
     assert len(retry) == 1 and retry[0].state == TrialState.COMPLETE
     assert retry[0].user_attrs["seed"] == victim.user_attrs["seed"] and retry[0].params == victim.params
@@ -99,3 +101,40 @@ def test_a_packed_worker_stopped_mid_trial_costs_only_its_trial(tmp_path, which,
         runs = pd.read_csv(root / runs_dir("fixed_adacos", 0) / "runs.csv")
         assert runs["seed"].tolist() == [0, 1, 2, 3] and (runs["status"] == "completed").all()
         assert all((root / path).is_file() for path in runs["checkpoint"])
+
+
+def test_a_stage_whose_dvc_is_killed_ends_within_seconds_keeping_its_finished_trials(tmp_path):
+    """`kill -9` of dvc: the stage and its packed worker do not train on unseen (a rerun would race them)."""
+    root = study_folder(tmp_path, train=TRAIN, n_trials=40)
+    # A stand-in for dvc: a parent that starts the stage as DVC does (DVC_STAGE set) and is then killed outright.
+    parent = subprocess.Popen(["bash", "-c", f"{sys.executable} -m {' '.join(STAGES['search'])} > search.log 2>&1 & "
+                               "echo $!; wait"], cwd=root, env={**ENVIRONMENT, "DVC_STAGE": "search@arcface"},
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    stage = int(parent.stdout.readline())
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not any(trial.state == TrialState.COMPLETE for trial in (
+                trials(root) if (root / JOURNAL).exists() else [])):
+            time.sleep(0.1)
+        a_packed_workers_training_trial(root, parent)
+        parent.kill()
+        parent.wait()
+        killed_at = time.monotonic()
+        while time.monotonic() - killed_at < 60 and Path(f"/proc/{stage}").exists() and not _zombie(stage):
+            time.sleep(0.1)
+        took = time.monotonic() - killed_at
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)  # whatever is left of the group
+    output = (root / "search.log").read_text()
+    assert took < 15, f"the stage trained on {took:.0f} s after its dvc was killed:\n{output}"
+    assert "dvc (pid" in output and "is gone" in output and "kept" in output, output
+    everything = trials(root)
+    finished = [trial for trial in everything if trial.state == TrialState.COMPLETE]
+    assert 1 <= len(finished) < 40 and not any(trial.state == TrialState.RUNNING for trial in everything)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return False

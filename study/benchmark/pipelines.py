@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Sequence
@@ -84,6 +85,27 @@ def _md5(path: Path) -> str:
     return hashlib.md5(path.read_bytes()).hexdigest()
 
 
+def cells_to_serve(folder: Path) -> list[Path]:
+    """The folders of the cells in `folder` (a benchmark's, in its plan's order) that a `study worker --cells` can
+    serve here: not finished, with their prepared data. Those without it are named, with how to make it."""
+    plan = folder / "plan.json"
+    if not plan.is_file():
+        raise ValueError(f"{folder} holds no benchmark (no plan.json); give the folder `study benchmark` writes its "
+                         "cells to, e.g. benchmarks/cells")
+    names = [cell["name"] for cell in json.loads(plan.read_text(encoding="utf-8"))["cells"]]
+    serve = []
+    for name in names:
+        root = folder / name
+        if cell_finished(root):
+            continue
+        if not (root / "data" / "prepared").is_dir():
+            print(f"cell {name}: no prepared data here, skipped; `dvc repro {name}/dvc.yaml:prepare` in {folder} "
+                  "makes it", file=sys.stderr, flush=True)
+            continue
+        serve.append(root)
+    return serve
+
+
 def cell_finished(directory: str | Path, params: dict | None = None) -> bool:
     """Whether a cell's committed report is its current study's: its dvc.lock records a report stage whose
     metrics.json is the one on disk (and every report output is there), and every stage's recorded params are the
@@ -132,24 +154,35 @@ def plain_params(params) -> dict:
 
 def reproduce_benchmark(benchmark: Benchmark, plan: BenchmarkPlan, rerun: Sequence[str] = (), *,
                         log: Log = to_stderr) -> None:
-    """`dvc repro` the cells that are not finished (DVC resumes each where it stopped) and freeze them once they are,
-    then the aggregate alone (--single-item: it reads only the cells' committed files, so finished cells need no
-    training outputs)."""
+    """`dvc repro` the cells that are not finished (DVC resumes each where it stopped), one at a time, freezing each
+    once it is finished so that it can be committed as it lands; then the aggregate alone
+    (--single-item: it reads only the cells' committed files, so finished cells need no training outputs). A cell that
+    fails does not stop the others."""
     project = benchmark.project
     pending = cells_to_run(plan, project.root, rerun)
     kept = [name for name in benchmark.cells if name not in pending]
     if kept:
         log(f"finished, kept as committed: {', '.join(kept)} (--rerun NAME hands a cell back to DVC)")
-    if pending:
-        reproduce(project, [benchmark.cells[name] for name in pending], log, unit=UNIT, runner="benchmark")
-    unfinished = [name for name in pending if not cell_finished(benchmark.cells[name].parent)]
-    if unfinished:
-        raise StudiesError(f"cells {', '.join(unfinished)} ran but their dvc.lock does not record a report of their "
-                           "current params.yaml; run the same command again, and `dvc status` in those folders if "
-                           "it persists")
-    for cell in plan.cells:
-        if cell.name in pending:  # finished now: frozen like the others
-            write_study(project, cell.name, cell.params, cell.origin, UNIT, frozen=True)
+    failures = []
+    # The cells that carry the answer first, then the long regime, then the other tuners: a run cut short by the
+    # session's end leaves the least needed cells unfinished.
+    order = sorted((cell for cell in plan.cells if cell.name in pending),
+                   key=lambda cell: 0 if cell.primary else 1 if cell.longer_of else 2)
+    for cell in order:
+        try:
+            reproduce(project, [benchmark.cells[cell.name]], log, unit=UNIT, runner=f"benchmark: {cell.name}")
+        except StudiesError as error:
+            failures.append(str(error))
+            continue
+        if not cell_finished(benchmark.cells[cell.name].parent):
+            failures.append(f"cell {cell.name} ran but its dvc.lock does not record a report of its current "
+                            "params.yaml; run the same command again, and `dvc status` in its folder if it persists")
+            continue
+        write_study(project, cell.name, cell.params, cell.origin, UNIT, frozen=True)  # finished: frozen like the others
+        folder = project.relative(benchmark.cells[cell.name].parent, project.repository)
+        log(f"cell {cell.name} finished: `git add {folder}` and commit it to keep it on a fresh clone")
+    if failures:
+        raise StudiesError("\n".join(failures))
     reproduce(project, [benchmark.aggregate], log, options=["--single-item"], unit=UNIT, runner="benchmark")
 
 
