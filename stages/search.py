@@ -10,7 +10,8 @@ from study.data import load_splits
 from study.results import JOURNAL, prepared_dir, search_dir, write_csv, write_json
 from study.search import FINISHED, best_trial, count_trials, history_table, run_searches, trials_table
 from study.storage import open_storage
-from study.workers import Interrupted, ends_as_interrupted, ends_cleanly
+from study.interruptions import Interrupted, ends_as_interrupted
+from study.workers import ends_cleanly
 
 
 def main() -> None:

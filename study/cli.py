@@ -270,7 +270,8 @@ def _worker_command(args: argparse.Namespace) -> int:
     from study.search import serve_searches
     from study.storage import storage_faults
     from study.benchmark.pipelines import cells_to_serve
-    from study.workers import ends_as_interrupted, serve_study
+    from study.interruptions import ends_as_interrupted
+    from study.workers import serve_study
 
     def with_threads(params):
         # Several workers on one machine share its cores.

@@ -70,6 +70,11 @@ def _overlaps(path: str, other: str) -> bool:
     return a[:len(b)] == b or b[:len(a)] == a
 
 
+# Deps only the repository's own study reads: a study in a folder (a benchmark cell, one C of the sweep) is part of
+# the benchmark, not a user's study set beside it, and would otherwise depend on what the cells make.
+ROOT_STUDY_ONLY = ("reports/benchmark/",)
+
+
 def study_pipeline(pipeline: dict, to_root: str, frozen: bool = False) -> dict:
     """The repository's dvc.yaml as a study's folder runs it; `to_root` leads from that folder to the repository.
 
@@ -77,6 +82,7 @@ def study_pipeline(pipeline: dict, to_root: str, frozen: bool = False) -> dict:
     (data/prepared, results/…, reports/…) and the data source link stay the folder's own. A dep no stage writes is the
     repository's code (stages/…, study/…): it is taken from the root, e.g. ../../stages/search.py.
     The root's top-level plots are left out; each study's report draws its own figures. Metrics become plain outs.
+    Deps under ROOT_STUDY_ONLY are left out.
     `frozen` marks every stage frozen: DVC then keeps what its dvc.lock records whatever the code does since.
     """
     written = [_entry_path(entry) for _, body in _stage_bodies(pipeline)
@@ -94,7 +100,8 @@ def study_pipeline(pipeline: dict, to_root: str, frozen: bool = False) -> dict:
     for name, body in _stage_bodies(pipeline):
         if "wdir" in body:
             raise ValueError(f"dvc.yaml: stage {name} sets wdir; every study runs each stage in its own folder")
-        body = {**body, "deps": [rebased(entry) for entry in body["deps"]]} if "deps" in body else dict(body)
+        body = {**body, "deps": [rebased(entry) for entry in body["deps"]
+                                 if not _entry_path(entry).startswith(ROOT_STUDY_ONLY)]} if "deps" in body else dict(body)
         if "metrics" in body:
             body["outs"] = [*body.get("outs", []), *body.pop("metrics")]
         if frozen:

@@ -15,7 +15,7 @@ The stage reaps its packed workers as they exit: one killed by any signal costs 
 
 An interruption (Ctrl-C, SIGTERM, SIGHUP, or the death of the process that started this one: DVC killed, or a packed
 worker's stage) is not a crash: the process fails its running trial as interrupted, its packed workers wind down
-with it, and it ends with one line and the exit status of the signal (`interruptible`, `ends_as_interrupted`). An
+with it, and it ends with one line and the exit status of the signal (study/interruptions.py). An
 interrupted trial's place is queued again at its parameters, seed and place in the search (`requeue_interrupted`), so
 a resumed study runs exactly the trials an uninterrupted one runs.
 
@@ -29,7 +29,6 @@ runs.py as services; this module knows nothing about either.
 
 from __future__ import annotations
 
-import _thread
 import abc
 import contextlib
 import copy
@@ -40,7 +39,6 @@ import math
 import multiprocessing
 import multiprocessing.resource_tracker
 import os
-import shlex
 import signal
 import socket
 import sys
@@ -56,6 +54,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from study.storage import MAX_RETRIES, StorageFault, is_storage_fault, open_storage, retry_callback, storage_faults
+from study.interruptions import INTERRUPTING_SIGNALS, Interrupted, end_by, interruptible
 from study.training import resolve_device
 
 # Statuses of trials that trained nothing worth counting (see the module's docstring).
@@ -457,136 +456,8 @@ def ends_cleanly(search, journal: str | Path) -> Iterator[None]:
         raise SystemExit(f"error: {error}") from None
 
 
-# --- interruptions: Ctrl-C, SIGTERM, SIGHUP, or the process that started this one gone ------------------------------
-
-# How often a process looks for the process that started it; how long a process whose parent is gone may take to
-# wind down before it is ended outright; how long a stage waits for its packed workers to wind down before killing them.
-PARENT_POLL_SECONDS, WIND_DOWN_SECONDS, WORKERS_WIND_DOWN_SECONDS = 0.5, 30, 10
-_CAUSES = {signal.SIGINT: "interrupted", signal.SIGTERM: "stopped by SIGTERM",
-           signal.SIGHUP: "stopped by SIGHUP (its terminal closed)"}
-
-
-class Interrupted(KeyboardInterrupt):
-    """The process was interrupted: Ctrl-C, SIGTERM or SIGHUP, or the process that started it is gone. `cause` says
-    which in words, `signum` gives the exit status (128 + signum: 130 for Ctrl-C), `kept` what the work kept."""
-
-    def __init__(self, cause: str, signum: int):
-        super().__init__(cause)
-        self.cause, self.signum, self.kept = cause, signum, ""
-
-
-@contextlib.contextmanager
-def interruptible(parent: int | None = None, parent_name: str = "the process that started it") -> Iterator[None]:
-    """Within the block, SIGINT (Ctrl-C), SIGTERM and SIGHUP raise `Interrupted` in the main thread, once: later ones
-    are ignored while the process winds down (its trial failed, its packed workers stopped, its tables written), which
-    a second Ctrl-C must not cut short. A SIGINT or SIGHUP ignored when the block starts (a background job's, nohup's)
-    stays ignored. With `parent`, the end of that process (DVC killed by kill -9 or SIGTERM, a packed worker's stage
-    gone) interrupts this one as SIGTERM would, and ends it outright if it has not wound down WIND_DOWN_SECONDS later.
-    The previous handlers are back after the block (a no-op outside the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    state = {"signum": None, "cause": None, "deferred": False}
-
-    def interrupt(signum, frame):
-        if state["signum"] is not None:
-            return  # winding down already
-        if _writing_storage(frame):  # raised there, it would tear a journal line or leave its lock held
-            if not state["deferred"]:
-                state["deferred"] = True
-                threading.Thread(target=_interrupt_again, args=(signum, state), daemon=True).start()
-            return
-        state["signum"] = signum
-        raise Interrupted(state["cause"] or _CAUSES[signum], signum)
-
-    previous = {signum: signal.getsignal(signum) for signum in _CAUSES}
-    handled = [signum for signum in _CAUSES if signum == signal.SIGTERM or previous[signum] != signal.SIG_IGN]
-    for signum in handled:
-        signal.signal(signum, interrupt)
-    stop = threading.Event()
-    if parent is not None:
-        threading.Thread(target=_interrupt_when_gone, args=(parent, parent_name, state, stop), daemon=True).start()
-    try:
-        yield
-    finally:
-        stop.set()
-        for signum in handled:
-            signal.signal(signum, signal.SIG_DFL if previous[signum] is None else previous[signum])
-
-
-# Code that an interruption must not cut short: Optuna's storages (a journal line and its lock, a database session) and
-# this project's own storage and result files, each written whole.
-_STORAGE_CODE = (str(Path(optuna.storages.__file__).parent), str(Path(__file__).with_name("storage.py")),
-                 str(Path(__file__).with_name("results.py")))
-DEFER_SECONDS = 0.05
-
-
-def _writing_storage(frame) -> bool:
-    """Whether the main thread, at `frame`, is inside the storage's code (see _STORAGE_CODE)."""
-    while frame is not None:
-        if frame.f_code.co_filename.startswith(_STORAGE_CODE):
-            return True
-        frame = frame.f_back
-    return False
-
-
-def _interrupt_again(signum: int, state: dict) -> None:
-    """Deliver a deferred interruption to the main thread again in a moment, once it may have left the storage."""
-    time.sleep(DEFER_SECONDS)
-    state["deferred"] = False
-    _thread.interrupt_main(signum)
-
-
-def _interrupt_when_gone(parent: int, parent_name: str, state: dict, stop: threading.Event) -> None:
-    """Interrupt the main thread, as SIGTERM, once `parent` is no longer this process's parent (it died: this process
-    was handed to init or a subreaper); end the process if it has not wound down WIND_DOWN_SECONDS later."""
-    while os.getppid() == parent:
-        if stop.wait(PARENT_POLL_SECONDS):
-            return
-    state["cause"] = f"{parent_name} (pid {parent}) is gone"
-    _thread.interrupt_main(signal.SIGTERM)
-    if not stop.wait(WIND_DOWN_SECONDS):
-        os._exit(128 + signal.SIGTERM)
-
-
-def _say(line: str) -> None:
-    """Print `line` to stderr, if stderr still leads anywhere (a killed DVC may have taken its pipe along)."""
-    with contextlib.suppress(OSError, ValueError):
-        print(line, file=sys.stderr, flush=True)
-
-
-def how_to_resume() -> str:
-    """What a user runs to resume this process's work: `dvc repro` for a stage DVC started, else its own command."""
-    if "DVC_STAGE" in os.environ:  # DVC sets it for every stage's command
-        return "run dvc repro again to resume"
-    spec = getattr(sys.modules["__main__"], "__spec__", None)
-    command = ["python", "-m", spec.name] if spec is not None else [Path(sys.argv[0]).name]
-    return f"run `{shlex.join(command + sys.argv[1:])}` again to resume"
-
-
-@contextlib.contextmanager
-def ends_as_interrupted() -> Iterator[None]:
-    """A stage (or worker) interrupted (see `interruptible`) ends with one line, what it kept (`Interrupted.kept`, set
-    on the way out by the code that knows) and how to resume, and the exit status of the signal, 130 for Ctrl-C, not a
-    traceback. A stage that DVC started ends the same way when DVC itself is killed, instead of training on unseen."""
-    parent = os.getppid() if "DVC_STAGE" in os.environ else None
-    with interruptible(parent, "dvc"):
-        try:
-            yield
-        except Interrupted as interruption:
-            _say(f"{interruption.cause}: {interruption.kept or 'every finished trial is kept'}; {how_to_resume()}")
-            raise SystemExit(128 + interruption.signum) from None
-
-
-def _end_by(signum: int) -> None:
-    """End this process by `signum` at its default action, as an uninterrupted signal would have: its exit status
-    says which signal stopped it (a packed worker's stage names it)."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
-    signal.signal(signum, signal.SIG_DFL)
-    os.kill(os.getpid(), signum)
-    os._exit(128 + signum)  # not reached: the signal's default action ends the process
+# How long a stage waits for its packed workers to wind down before killing them.
+WORKERS_WIND_DOWN_SECONDS = 10
 
 
 def available_cores() -> int:
@@ -616,10 +487,10 @@ def _serve_beside(stage: int, work: Callable, params) -> None:
     is gone, even by a kill -9. It then exits by the signal, printing nothing: its stage speaks for it."""
     with interruptible(parent=stage, parent_name="its stage"):
         try:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, _CAUSES)  # held since it started (see `packed`): handled now
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, INTERRUPTING_SIGNALS)  # held since it started (see `packed`): handled now
             work(params)
         except Interrupted as interruption:
-            _end_by(interruption.signum)
+            end_by(interruption.signum)
         except (StorageFault, NotTheSameStudy) as error:  # its one line, as the stage says it: no traceback
             print(f"{multiprocessing.current_process().name}: {error}", file=sys.stderr, flush=True)
             sys.exit(1)
@@ -666,7 +537,7 @@ def packed(params, root: Path, services) -> Iterator:
     # while it imports torch is then an interruption, not a traceback. Here they are held for the moment of starting,
     # once multiprocessing's resource tracker runs (starting it unblocks SIGINT and SIGTERM in this thread).
     multiprocessing.resource_tracker.ensure_running()
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _CAUSES)
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, INTERRUPTING_SIGNALS)
     try:
         for worker in workers:
             worker.start()

@@ -1,6 +1,6 @@
-"""`dvc plots show` draws offline: the committed HTML template inlines vega, vega-lite and vega-embed."""
+"""`dvc plots show` draws offline: the committed HTML template inlines vega, vega-lite and vega-embed, and is what
+`python -m study.report.plots_template` writes; reports/ holds outputs only."""
 
-import importlib.util
 import re
 import shutil
 import subprocess
@@ -9,19 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from study.report import plots_template
+
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "reports" / "plots_template.html"
-BUILD_SCRIPT = ROOT / "reports" / "build_plots_template.py"
 EXTERNAL = re.compile(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", re.IGNORECASE)
 # What each UMD build assigns on the page (vega-embed expects the other two as globals).
 GLOBALS = {"vega": ".vega={}", "vega-lite": ".vegaLite={}", "vega-embed": ".vegaEmbed="}
 
 
 def pinned_packages() -> dict[str, str]:
-    spec = importlib.util.spec_from_file_location("build_plots_template", BUILD_SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.PACKAGES
+    return plots_template.PACKAGES
 
 
 def assert_offline(page: str) -> None:
@@ -43,11 +41,31 @@ def test_template_inlines_the_pinned_libraries():
     positions = []
     for name, version in packages.items():
         banner = f"<script>/*! {name}@{version} build/{name}.min.js (npm) */"
-        assert page.count(banner) == 1, f"{name}@{version} is not inlined; rerun python {BUILD_SCRIPT.name}"
+        assert page.count(banner) == 1, f"{name}@{version} is not inlined; rerun python -m study.report.plots_template"
         positions.append(page.index(banner))
         assert GLOBALS[name] in page[positions[-1]:]
     assert positions == sorted(positions)  # each script after the ones it needs
     assert "npm pack " + " ".join(f"{n}@{v}" for n, v in packages.items()) in page  # the header says how
+
+
+def test_the_page_is_what_the_builder_writes():
+    """The committed page is the builder's PAGE around the inlined scripts, so its header names the command that
+    rebuilds it, and the builder writes it where .dvc/config and dvc.yaml's plots look."""
+    page = TEMPLATE.read_text(encoding="utf-8")
+    scripts = re.search(r"\n(    <script>/\*! vega@.*    </script>)\n", page, re.DOTALL).group(1)
+    pinned = [f"{name}@{version}" for name, version in pinned_packages().items()]
+    assert page == plots_template.PAGE.format(versions=", ".join(pinned), command="npm pack " + " ".join(pinned),
+                                              scripts=scripts)
+    assert "python -m study.report.plots_template" in page
+    assert (ROOT / plots_template.PAGE_PATH).resolve() == TEMPLATE
+    assert (ROOT / plots_template.SPEC_PATH).is_file()
+
+
+def test_reports_holds_outputs_only():
+    """The builder lives in the library (study/report/plots_template.py); reports/ holds what the study writes."""
+    code = [path.relative_to(ROOT).as_posix() for path in (ROOT / "reports").rglob("*")
+            if path.suffix in (".py", ".sh", ".js", ".ipynb")]
+    assert code == []
 
 
 def test_pinned_majors_match_dvc_render():

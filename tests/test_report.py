@@ -19,7 +19,7 @@ from scipy import stats
 
 from study.analysis import analyse_study, recommend
 from study.config import StudyParams
-from study.report import verdict, verdict_sentences, write_report
+from study.report import trials_interval, verdict, verdict_sentences, write_report
 
 OBJECTIVE = "accuracy"
 SEEDS = (0, 1, 2)
@@ -108,7 +108,9 @@ def study():
 def written(study, tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("report")
     analysis = analyse(*study)
-    return analysis, write_report(analysis, PARAMS, MANIFEST, ENVIRONMENT, out_dir), out_dir
+    # No benchmark beside it: the report must not depend on what the repository's benchmark holds.
+    return analysis, write_report(analysis, PARAMS, MANIFEST, ENVIRONMENT, out_dir,
+                                  benchmark_numbers=out_dir / "no-benchmark.json"), out_dir
 
 
 FIGURES = ("tuning_trials", "tuning_seconds", "expected_best_val", "convergence", "crossings", "angles",
@@ -186,9 +188,9 @@ def paired(a, b):
 def test_report_opens_with_the_verdict_and_has_every_section_and_the_numbers(written):
     analysis, paths, _ = written
     text = paths["report.md"].read_text(encoding="utf-8")
-    assert text.startswith(f"# {PARAMS.report.title}\n\n## Verdict\n\n**Recommendation: ")
+    assert text.startswith(f"# {PARAMS.report.title}\n\n## Verdict\n\n**Tuned ArcFace scores ")
     headings = re.findall(r"^## (.+)$", text, flags=re.MULTILINE)
-    assert headings == ["Verdict", "What this answers", "Setup", "Tuning cost versus accuracy",
+    assert headings == ["Verdict", "Beside the benchmark", "What this answers", "Setup", "Tuning cost versus accuracy",
                         "Final comparison on test", "Convergence", "Convergence claim", "Angle dynamics",
                         "The (s, m) landscape", "Reproducibility"]
     for name in FIGURES:
@@ -203,14 +205,16 @@ def test_report_opens_with_the_verdict_and_has_every_section_and_the_numbers(wri
     assert f"about {seconds:,.0f} s" in verdict_text or f"about {seconds:.1f} s" in verdict_text
     assert f"buys {gain:+.4f}" in verdict_text
     difference, low, high, _ = paired(FINAL_SCORES["arcface_tuned"], FINAL_SCORES["fixed_adacos"])
-    assert f"{difference:+.4f} (95% CI [{low:+.4f}, {high:+.4f}], paired over 3 seeds" in verdict_text
+    assert sentences[0].startswith(f"Tuned ArcFace scores {difference:.4f} above Fixed AdaCos on test accuracy")
+    assert f"95% CI [{low:+.4f}, {high:+.4f}], paired over 3 seeds" in sentences[1]
     # Three seeds resolve neither a difference nor equivalence within ±0.005: undecided, and it says what would.
-    assert "Recommendation: undecided." in verdict_text and 'That is not "no difference"' in verdict_text
+    assert ": undecided;" in sentences[0] and 'That is not "no difference"' in sentences[1]
     # ArcFace at its defaults, with its diverged seed, and the convergence comparison.
     assert "at the usual defaults (s = 64, m = 0.5 rad)" in verdict_text and "1 of its 3 runs diverged" in verdict_text
     assert "of its own final val score" in verdict_text
-    # The softmax target that is never reached is shown as such, not as a number.
-    assert "not reached [not reached, not reached] (0/3 seeds)" in text
+    # The softmax target that is never reached is shown as such, not as a number; three seeds give no interval.
+    assert "not reached (no interval; 0/3 seeds)" in text
+    assert "No benchmark aggregate" in text.split("## Beside the benchmark\n", 1)[1].split("\n## ", 1)[0]
     assert "0123abc" in text and "feedbeef" in text
 
 
@@ -286,8 +290,12 @@ def test_verdict_recommends_tuning_when_tuned_arcface_is_significantly_better():
     text = verdict(analysis)
     difference, low, high, p_value = paired(better, FINAL_SCORES["fixed_adacos"])
     assert low > 0 and p_value * len(METRICS) < 0.05  # significant even after Holm's worst case
-    assert f"{difference:+.4f}" in text and f"[{low:+.4f}, {high:+.4f}]" in text
-    assert text.startswith("Recommendation: tune ArcFace.")
+    lead, statistics = verdict_sentences(analysis)[:2]
+    assert lead.startswith(f"Tuned ArcFace scores {difference:.4f} above Fixed AdaCos on test accuracy, at least the "
+                           "±0.005 that matters")
+    assert ": tune ArcFace; the ArcFace search cost 10 trials" in lead
+    assert f"[{low:+.4f}, {high:+.4f}]" in statistics and "[" not in lead and "p =" not in lead
+    assert text.startswith(lead)
 
 
 @pytest.mark.slow
@@ -295,8 +303,12 @@ def test_verdict_when_break_even_is_not_reached_and_adacos_is_better():
     trials, runs, history = make_study(arcface_tuned_test=[0.90, 0.905, 0.91])
     trials.loc[trials["state"] == "COMPLETE", "test_value"] = 0.5  # the search never comes near AdaCos on test
     text = verdict(analyse(trials, runs, history))
-    assert f"not within the {len(ARCFACE_VALUES) + 2} trials run" in text
-    assert text.startswith("Recommendation: use Fixed AdaCos.") and "Fixed AdaCos is significantly better" in text
+    assert f"does not match it within the {len(ARCFACE_VALUES) + 2} trials run" in text
+    difference = np.mean(np.subtract([0.90, 0.905, 0.91], FINAL_SCORES["fixed_adacos"]))
+    assert text.startswith(f"Tuned ArcFace scores {-difference:.4f} below Fixed AdaCos on test accuracy, at least the "
+                           "±0.005 that matters")
+    assert "that matters (1 of Fixed AdaCos's seed-to-seed sd within a split, " in text
+    assert ": use Fixed AdaCos, which needs no tuning; the ArcFace search cost 10 trials" in text
 
 
 @pytest.mark.slow
@@ -611,7 +623,7 @@ def test_a_win_on_the_objective_with_losses_elsewhere_is_qualified():
         runs.loc[tuned | reference, f"test_{metric}"] = [0.70, 0.71, 0.72] * 2
     runs.loc[tuned, "test_map_at_r"] = [0.60, 0.61, 0.62]
     text = verdict(analyse(trials, runs, history))
-    assert "Recommendation: tune ArcFace." in text
+    assert ": tune ArcFace;" in text.split(". ", 1)[0]
     assert "significantly worse than Fixed AdaCos by at least the margin on MAP@R" in text
     assert ("The objective (accuracy) and these metrics disagree: if what you deploy is judged by them, search on "
             "that metric (train.objective) before deciding.") in text
@@ -652,8 +664,10 @@ def test_one_seed_per_method_gives_an_undecided_verdict_that_says_why():
     runs, history = runs[runs["seed"] == 0], history[history["seed"] == 0]
     analysis = analyse(trials, runs, history)
     assert analysis.verdict_facts["recommendation"] == "undecided"
-    text = verdict(analysis)
-    assert text.startswith("Recommendation: undecided.") and "nothing is known about seed-to-seed spread" in text
+    lead, statistics = verdict_sentences(analysis)[:2]
+    assert lead.endswith(": undecided; the ArcFace search cost 10 trials and 170 s of device time.")
+    assert "with one seed per method nothing can be judged against the ±0.005 that matters" in lead
+    assert "nothing is known about seed-to-seed spread" in statistics
 
 
 # --- rendering and figure styles ------------------------------------------------------------
@@ -705,6 +719,30 @@ def test_html_tables_wrap_to_the_window_and_become_cards_on_a_phone(tmp_path):
     assert "table.stacked thead { display: none; }" in phone
 
 
+def test_a_long_table_waits_behind_a_one_line_summary_in_html(tmp_path):
+    """As cards on a 420 px screen the per-metric comparison (40 rows of 15 columns) made the page 37,000 px long: in
+    HTML a table of more than LONG_TABLE_ROWS rows is collapsed behind one line, its caption above it; Markdown keeps
+    every row in view."""
+    from study.report import Section, Table, render_html, render_markdown
+    from study.report.document import LONG_TABLE_ROWS
+
+    long = pd.DataFrame({"metric": [f"metric {i}" for i in range(LONG_TABLE_ROWS + 1)],
+                         "difference": ["+0.0010 [-0.0020, +0.0040]"] * (LONG_TABLE_ROWS + 1)})
+    short = long.head(LONG_TABLE_ROWS)
+    sections = [Section("S", [Table(long, "the long one"), Table(short, "the short one"),
+                              Table(long, "named", summary="Tuned ArcFace better on **2** of 11 metrics")])]
+    page = render_html("T", sections, tmp_path)
+    summaries = re.findall(r'<details class="long-table"><summary>(.*?)</summary>\s*<div class="table-box', page)
+    assert summaries == [f"Show the table: {LONG_TABLE_ROWS + 1} rows of 2 columns",
+                         "Tuned ArcFace better on <strong>2</strong> of 11 metrics"]
+    assert page.count("<details") == page.count("</details>") == 2  # the short table stays in view
+    assert re.search(r'<p class="caption">the long one</p>\s*<details', page)
+    assert page.count(f"metric {LONG_TABLE_ROWS}</span>") == 2  # collapsed, not cut: every row is in the page
+    assert "details.long-table > summary" in page
+    assert "<details" not in render_markdown("T", sections) and f"| metric {LONG_TABLE_ROWS} |" in render_markdown(
+        "T", sections)
+
+
 def _with(analysis, **frames):
     import dataclasses
 
@@ -722,7 +760,7 @@ def _panel_of(figure, gid):
 
 def _coloured_lines(ax):
     """A panel's method curves in colour (not the grey context behind them)."""
-    from study.report.figures import CONTEXT
+    from study.report.palette import CONTEXT
 
     return [line for line in ax.lines if str(line.get_gid()).startswith(("search:", "control:", "curve:"))
             and line.get_color() != CONTEXT["color"]]
@@ -732,7 +770,7 @@ def test_two_tuning_curves_with_the_same_values_are_both_visible(written):
     """Fixed and Dynamic AdaCos's controls often coincide: each gets a panel of its own, where no other coloured curve
     lies on it, instead of one line hiding the other."""
     from study.report import method_styles
-    from study.report.figures import draw_tuning
+    from study.report.tuning_figures import draw_tuning
 
     analysis = written[0]
     curves = analysis.tuning_curves.copy()
@@ -758,7 +796,7 @@ def test_the_break_even_star_is_drawn_where_reached_and_not_reached_is_said_wher
     """The caption promises a star: it is drawn at the break-even when reached, and where it is not the search's panel
     says "not reached" and the caption no longer promises a star."""
     from study.report import method_styles
-    from study.report.figures import break_even_note, draw_tuning
+    from study.report.tuning_figures import break_even_note, draw_tuning
 
     analysis = written[0]
     styles = method_styles(analysis, "colorblind")
@@ -782,8 +820,9 @@ def test_the_break_even_star_is_drawn_where_reached_and_not_reached_is_said_wher
         assert _panel_of(figure, "break-even") == (None, None)
         ax, words = _panel_of(figure, "break-even not reached")
         assert ax is _panel_of(figure, "search:arcface")[0]
-        assert f"not reached\nwithin {int(even['max_trials'])} trials" in words.get_text()
-        assert "95% interval [1, not within 2]" in words.get_text()  # bounds only within the valid trials
+        assert f"not reached\nwithin {int(even['max_trials'])} trials" in words.get_label()
+        assert "95% interval [1, not within 2]" in words.get_label()  # bounds only within the valid trials
+        assert "break-even not reached" in ax.get_title()
     note = break_even_note(missed)
     assert "not reached" in note and "star marks" not in note
 
@@ -791,7 +830,7 @@ def test_the_break_even_star_is_drawn_where_reached_and_not_reached_is_said_wher
 def test_bands_are_drawn_only_where_the_interval_is_valid_and_the_panel_says_so(written):
     from matplotlib.collections import PolyCollection
     from study.report import method_styles
-    from study.report.figures import draw_tuning
+    from study.report.tuning_figures import draw_tuning
 
     analysis = written[0]
     search = analysis.tuning_curves[analysis.tuning_curves["kind"] == "search"]
@@ -821,12 +860,12 @@ def test_convergence_bands_do_not_overlap_and_are_light(written):
         ax, line = _panel_of(figure, f"curve:{method}")
         assert _coloured_lines(ax) == [line]
         (band,) = [c for c in ax.collections if isinstance(c, PolyCollection)]
-        assert band.get_alpha() <= 0.25 and to_rgb(band.get_facecolor()[0][:3]) == pytest.approx(styles[method].colour)
+        assert band.get_alpha() <= 0.25 and to_rgb(band.get_facecolor()[0][:3]) == pytest.approx(to_rgb(styles[method].colour))
     assert len({id(_panel_of(figure, f"curve:{m}")[0]) for m in methods}) == len(methods)
 
 
 def test_the_seconds_axis_says_where_and_under_what_load_it_was_measured(written):
-    from study.report.figures import measurement_conditions
+    from study.report.tuning_figures import measurement_conditions
 
     _, _, out_dir = written
     conditions = measurement_conditions(PARAMS, ENVIRONMENT)
@@ -836,16 +875,16 @@ def test_the_seconds_axis_says_where_and_under_what_load_it_was_measured(written
 
 
 def test_figure_text_stays_legible_on_a_420_px_screen(written):
-    """At 420 px the HTML report shrinks each figure to a 390 px image; its smallest legend text must stay about 9 px
-    high (it was 5 px): every figure's width in pixels is bounded by that."""
-    from study.report.figures import TEXT_SIZES
+    """At 420 px the HTML report shrinks each figure to a 388 px image; its legend text must stay about 9 px high (it
+    was 5 px): every figure's width in pixels is bounded by that (tests/test_figures.py checks every text)."""
+    from study.report.plotting import TEXT_SIZES
 
     _, paths, _ = written
     legend_pixels = TEXT_SIZES["legend.fontsize"] / 72 * PARAMS.report.dpi
     for name, path in paths.items():
         if name.startswith("figures/"):
             with Image.open(path) as image:
-                assert legend_pixels * 390 / image.size[0] >= 8.5, (name, image.size)
+                assert legend_pixels * 388 / image.size[0] >= 9, (name, image.size)
 
 
 @pytest.mark.parametrize("values, expected", [
@@ -900,3 +939,136 @@ def test_a_report_that_fails_midway_leaves_the_previous_one_whole_and_a_finished
     assert "The next report" in (tmp_path / "report.md").read_text(encoding="utf-8")
     assert not (tmp_path / "figures" / "stale.png").exists()  # the previous report's stale files go with it
     assert {path for path in tmp_path.rglob("*") if path.is_file()} == set(paths.values())
+
+
+# --- the lead sentence in plain order, interval notation, the study beside the benchmark ------------------------------
+
+
+def holm_by_hand(p_values):
+    """Holm's step-down adjusted p-values, in plain Python."""
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted, running = [0.0] * len(p_values), 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p_values) - rank) * p_values[i]))
+        adjusted[i] = running
+    return adjusted
+
+
+def test_the_lead_says_difference_relevance_choice_and_cost_and_the_statistics_follow():
+    # Tuned ArcFace + 0.0015, 0.0020, 0.0025 over Fixed AdaCos: its own 95% CI excludes zero, Holm over the ten test
+    # metrics does not, and TOST puts it inside ±0.005. The lead states none of those numbers.
+    tuned = [0.9615, 0.9670, 0.9725]
+    analysis = analyse(*make_study(arcface_tuned_test=tuned))
+    lead, statistics = verdict_sentences(analysis)[:2]
+    difference, low, high, p_value = paired(tuned, FINAL_SCORES["fixed_adacos"])
+    runs = make_study(arcface_tuned_test=tuned)[1]
+    p_values = [stats.ttest_rel(runs.loc[runs["method"] == "arcface_tuned", f"test_{metric}"].to_numpy(),
+                                runs.loc[runs["method"] == "fixed_adacos", f"test_{metric}"].to_numpy()).pvalue
+                for metric in METRICS]
+    holm = holm_by_hand(p_values)[0]
+    assert low > 0 and p_value < 0.05 < holm  # the case a newcomer read as a contradiction
+    order = [lead.index(part) for part in (f"scores {difference:.4f} above Fixed AdaCos", "inside the ±0.005 that matters",
+                                           "use Fixed AdaCos", "needs no tuning", "the ArcFace search cost 10 trials")]
+    assert order == sorted(order)
+    assert not any(mark in lead for mark in ("CI", "p =", "[", "Holm", "TOST"))
+    assert f"95% CI [{low:+.4f}, {high:+.4f}]" in statistics and f"p = {holm:.3g} after Holm's correction" in statistics
+    assert "it excludes zero, but corrected for the 10 metrics the difference from zero is not significant" in statistics
+    assert "equivalent within ±0.005 by two one-sided tests" in statistics
+
+
+def test_interval_notation_is_explained_under_the_table_where_it_first_appears(written):
+    from study.report.verdict import interval_notes
+
+    assert interval_notes([(2, None, 3)]) == ("Interval notation: [2, not within 3]: at least 2 trials; where the "
+                                              "interval ends is not shown within the first 3, the ones an interval is "
+                                              "given for.")
+    assert interval_notes([(None, None, 4), (0, 0, 0), (2, 5, 6)]).count(";") == 1  # [2, 5] needs no note
+    assert interval_notes([(2, 5, 6)]) is None
+    _, paths, _ = written
+    text = paths["report.md"].read_text(encoding="utf-8")
+    even = written[0].break_even.set_index("reference").loc["fixed_adacos"]
+    shown = trials_interval(even["trials_low"], even["trials_high"], even["max_trials"], even["valid_trials"])
+    assert "not within" in shown or "beyond" in shown
+    first_use, note = text.index(shown), text.index(f"Interval notation: ")
+    assert first_use < note < text.index(shown, first_use + 1)  # under the table, before the notation's next use
+    assert text[note:].split("\n", 1)[0].count(f"{shown}:") == 1
+
+
+def benchmark_file(tmp_path, **pooled):
+    """A benchmark.json as the aggregate writes it (study/benchmark/report.py), with a pooled tuned ArcFace row."""
+    row = {"method": "arcface_tuned", "metric": "test_accuracy", "mean": 0.01, "low": -0.01, "high": 0.03,
+           "prediction_low": -0.02, "prediction_high": 0.04, "prediction_standard_error": 0.012, "sources": 5} | pooled
+    path = tmp_path / "benchmark.json"
+    path.write_text(json.dumps({"title": "b", "confidence": 0.95, "margin": 0.02, "pooled": {"arcface_tuned": row}}))
+    return path
+
+
+def test_the_study_beside_the_benchmark_on_a_fixture(tmp_path):
+    from study.report.beside import BENCHMARK_NUMBERS, benchmark_section, beside_benchmark
+    from study.report.document import render_markdown
+
+    analysis = analyse(*make_study())
+    facts = beside_benchmark(analysis, benchmark_file(tmp_path))
+    # The study's own: paired over three seeds of one split (the floor is the paired t interval there), relative to
+    # Fixed AdaCos's mean; combined with the pool by the normal-normal posterior.
+    reference = np.mean(FINAL_SCORES["fixed_adacos"])
+    difference, low, high, _ = paired(FINAL_SCORES["arcface_tuned"], FINAL_SCORES["fixed_adacos"])
+    own, own_se = difference / reference, np.std(np.subtract(FINAL_SCORES["arcface_tuned"],
+                                                             FINAL_SCORES["fixed_adacos"]), ddof=1) / 3 ** 0.5 / reference
+    weight = 0.012 ** 2 / (0.012 ** 2 + own_se ** 2)
+    together, half = 0.01 + weight * (own - 0.01), 1.959964 * (weight ** 0.5) * own_se
+    assert facts["status"] == "ok" and facts["own"] == pytest.approx(own)
+    assert (facts["own_low"], facts["own_high"]) == (pytest.approx(low / reference), pytest.approx(high / reference))
+    assert facts["together"] == pytest.approx(together) and facts["together_high"] == pytest.approx(together + half)
+    text = render_markdown("t", [benchmark_section(facts)])
+    assert f"{100 * own:+.1f}% of Fixed AdaCos's score [{100 * low / reference:+.1f}%, {100 * high / reference:+.1f}%]" \
+        in text
+    assert "predicts [-2.0%, +4.0%] for a new data source (95% prediction interval over 5 sources" in text
+    assert f"both together say {100 * together:+.1f}%" in text and f"puts {weight:.0%} of the weight" in text
+    assert "±2% of Fixed AdaCos's score" in text
+    # What the repository's report stage reads, relative to where DVC runs it.
+    assert BENCHMARK_NUMBERS.as_posix() == "reports/benchmark/benchmark.json"
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("absent", "No benchmark aggregate"),
+    ("older", "holds no prediction for a new data source in the form this report reads"),
+    ("other metric", "pooled test MAP@R, this study's objective is test accuracy"),
+    ("unreadable", "could not be read"),
+])
+def test_the_benchmark_section_says_why_when_nothing_can_be_set_beside(tmp_path, case, expected):
+    from study.report.beside import benchmark_section, beside_benchmark
+
+    analysis = analyse(*make_study())
+    path = tmp_path / "benchmark.json"
+    if case == "older":  # the layout of reports/benchmark/benchmark.json before the benchmark's version 2
+        path.write_text(json.dumps({"pooled": {"arcface": {"loss": "arcface", "estimate": 0.003}}}))
+    elif case == "other metric":
+        path = benchmark_file(tmp_path, metric="test_map_at_r")
+    elif case == "unreadable":
+        path.write_text("{not json")
+    facts = beside_benchmark(analysis, path)
+    assert facts["status"] == case
+    section = benchmark_section(facts)
+    assert section.heading == "Beside the benchmark" and expected in section.blocks[0]
+
+
+def test_the_report_places_the_benchmark_beside_its_verdict(tmp_path):
+    analysis = analyse(*make_study())
+    paths = write_report(analysis, PARAMS, MANIFEST, ENVIRONMENT, tmp_path / "report",
+                         benchmark_numbers=benchmark_file(tmp_path))
+    text = paths["report.md"].read_text(encoding="utf-8")
+    section = text.split("## Beside the benchmark\n", 1)[1].split("\n## ", 1)[0]
+    assert text.index("## Verdict") < text.index("## Beside the benchmark") < text.index("## What this answers")
+    assert "The benchmark predicts [-2.0%, +4.0%] for a new data source" in section
+
+
+def test_variance_shares_are_flagged_as_point_estimates_and_truncations_named():
+    from study.report.verdict import variance_sentence
+
+    sources = {"split": 0.0, "search": 0.0, "seed": 2e-5, "shares": {"split": 0.0, "search": 0.0, "seed": 1.0},
+               "truncated": ["split", "search"], "dominant": "seed", "splits": 4, "seeds": 2}
+    text = variance_sentence({"variance_sources": sources})
+    assert "the class split 0%, the search 0%, the training seed 100%: the training seed dominates" in text
+    assert "point estimates (moment estimates from 4 splits, with no interval" in text
+    assert "the estimates for the class split and the search came out below zero and are shown as 0%" in text

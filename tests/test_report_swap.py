@@ -37,7 +37,7 @@ def report_run(out_dir: Path, monkeypatch, kill_at: int | None = None, fail: boo
     SIGKILL right after its `kill_at`-th rename, as a kill at the worst moment would; returns the renames made."""
     steps = []
 
-    def write_all(analysis, params, manifest, environment, staging):
+    def write_all(analysis, params, manifest, environment, staging, benchmark_numbers=None):
         if fail:
             raise RuntimeError("this run fails before its own swap")
         write_parts(staging, "new")

@@ -5,7 +5,8 @@ Pure functions on numpy arrays and pandas frames: no file I/O, no plotting. Scor
 carry their direction (EER is an error rate). One room per concern:
 
 - `common`: the reference method, the test-metric prefix and direction, and small shared helpers;
-- `tuning`: selection-aware tuning-budget estimators, the tuning curves and the break-even;
+- `tuning`: selection-aware tuning-budget estimators, the tuning curves, the break-even (against the
+  budget-matched control and one run) and the selected trial's seed luck;
 - `comparison`: the final runs' tables, method − Fixed AdaCos differences, runs at chance, reproduction;
 - `convergence`: iterations to targets, convergence speed, val curves, crossings and angle dynamics;
 - `verdict`: `recommend`, the recommendation rule, and the verdict's facts;
@@ -21,6 +22,7 @@ from study.analysis.common import (
     ARCFACE_METHODS,
     FINISHED_STATES,
     LOWER_IS_BETTER_METRICS,
+    METRIC_RANGE,
     REFERENCE_METHOD,
     TEST_PREFIX,
     count_or_none,
@@ -40,6 +42,7 @@ from study.analysis.comparison import (
     paired_runs,
     reproduction_table,
     runs_at_chance,
+    seed_sd,
     summarise_runs,
 )
 from study.analysis.convergence import (
@@ -85,6 +88,7 @@ from study.analysis.tuning import (
     MIN_EFFECTIVE_TRIALS,
     best_so_far_selected,
     bootstrap_selected_curves,
+    break_even_against_control,
     break_even_with_interval,
     effective_trials,
     estimator_description,
@@ -94,6 +98,8 @@ from study.analysis.tuning import (
     jackknife_selected_variance,
     percentile_band,
     search_gain,
+    seed_luck,
+    seed_luck_over_splits,
     selected_curve_with_variance,
 )
 from study.analysis.variance import VARIANCE_SOURCES, search_variance, selected_trial_variance, variance_sources
@@ -101,12 +107,13 @@ from study.analysis.verdict import FACT_KEYS, RECOMMENDATIONS, counts, recommend
 
 __all__ = [
     # common
-    "ADACOS_METHODS", "ARCFACE_METHODS", "FINISHED_STATES", "LOWER_IS_BETTER_METRICS", "REFERENCE_METHOD",
+    "ADACOS_METHODS", "ARCFACE_METHODS", "FINISHED_STATES", "LOWER_IS_BETTER_METRICS", "METRIC_RANGE",
+    "REFERENCE_METHOD",
     "TEST_PREFIX", "count_or_none", "fixed_scale_of", "higher_is_better", "primary_loss",
     # comparison
     "CHANCE_LEVEL", "CHANCE_METRIC", "DIFFERENCE_COLUMNS", "METRIC_KIND", "REPRODUCTION_SPREAD_STDS",
-    "differences_to_reference", "equivalence_margin", "margin_meaning", "paired_runs", "reproduction_table",
-    "runs_at_chance", "summarise_runs",
+    "differences_to_reference", "equivalence_margin", "margin_meaning", "paired_runs",
+    "reproduction_table", "runs_at_chance", "seed_sd", "summarise_runs",
     # convergence
     "ANGLE_COLUMNS", "CONVERGENCE_COLUMNS", "CROSSING_COLUMNS", "SPEED_COLUMNS", "convergence_targets",
     "crossing_iteration", "crossings_table", "iterations_to_target",
@@ -119,9 +126,11 @@ __all__ = [
     "StudyAnalysis", "analyse_study",
     # tuning
     "BREAK_EVEN_COLUMNS", "INDEPENDENT_SAMPLERS", "METRIC_FLOOR", "MIN_EFFECTIVE_TRIALS", "TUNING_CURVE_COLUMNS",
-    "best_so_far_selected", "bootstrap_selected_curves", "break_even_with_interval", "effective_trials",
+    "best_so_far_selected", "bootstrap_selected_curves", "break_even_against_control", "break_even_with_interval",
+    "effective_trials",
     "estimator_description", "expected_best_after_n_trials", "expected_selected_after_n_trials", "first_reaching",
-    "jackknife_selected_variance", "percentile_band", "search_gain", "selected_curve_with_variance",
+    "jackknife_selected_variance", "percentile_band", "search_gain", "seed_luck", "seed_luck_over_splits",
+    "selected_curve_with_variance",
     # variance
     "VARIANCE_SOURCES", "search_variance", "selected_trial_variance", "variance_sources",
     # verdict

@@ -23,6 +23,18 @@ FINISHED_STATES = ("COMPLETE", "PRUNED", "FAIL")
 NOT_EVIDENCE_STATUSES = (INTERRUPTED, NOT_RUN)
 
 
+# Every test metric and objective is a score in [0, 1] (EER included), so no difference between two exceeds 1 in size.
+# Intervals are cut to that range (the truth always lies inside, so what they cover is unchanged), and a "detectable
+# difference" beyond it means that nothing is detectable.
+METRIC_RANGE = 1.0
+
+
+def within_range(values, difference: bool = True):
+    """`values` cut to what a difference of two scores (−1 … 1) or, with `difference` False, a score (0 … 1) can be;
+    NaN stays NaN."""
+    return np.clip(values, -METRIC_RANGE if difference else 0.0, METRIC_RANGE)
+
+
 def is_evidence(trials: pd.DataFrame) -> pd.Series:
     """Which trials say something about their hyperparameters: all but the interrupted and the never run."""
     status = trials["status"] if "status" in trials else pd.Series("", index=trials.index)
@@ -77,13 +89,6 @@ def untuned_methods(methods) -> list[str]:
     methods = list(dict.fromkeys(methods))
     return ([m for m in HYPERPARAMETER_FREE_LOSSES if m in methods]
             + [m for m in methods if m not in HYPERPARAMETER_FREE_LOSSES and not is_tuned(m)])
-
-
-def percentile_pick(samples: np.ndarray, confidence: float) -> tuple[float, float]:
-    """Percentile interval whose bounds are observed values (so inf, "not reached", stays inf, never averaged)."""
-    tail = 50.0 * (1.0 - confidence)
-    return (float(np.percentile(samples, tail, method="lower")),
-            float(np.percentile(samples, 100.0 - tail, method="higher")))
 
 
 def count_or_none(value) -> int | None:

@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from study.analysis.common import (REFERENCE_METHOD, TEST_PREFIX, finite_values, higher_is_better, mean_or_nan,
-                                   split_of)
+from study.analysis.common import (METRIC_RANGE, REFERENCE_METHOD, TEST_PREFIX, finite_values, higher_is_better,
+                                   mean_or_nan, split_of, within_range)
+from study.analysis.pooling import standard_error_floor
 from study.config import AnalysisConfig, relative_margin
 from study.published import PublishedSetup
 from study.statistics import (
@@ -34,12 +35,17 @@ REPRODUCTION_SPREAD_STDS = 2.0
 CHANCE_METRIC, CHANCE_LEVEL = "test_roc_auc", 0.5
 
 # test: paired (by seed, one split), split (paired by split and seed, over splits) or Welch; unit: what
-# seeds_to_resolve counts (seeds, or splits of as many seeds); margin_seed_sds and margin_error_share: the margin in
-# Fixed AdaCos's seed sds and as a share of its remaining error; decision_alpha: the level detectable uses.
+# seeds_to_resolve counts (seeds, or splits of as many seeds); standard_error and df: what the interval, p and TOST
+# rest on, se_from where it came from (splits, seed floor, seeds or Welch); seed_sd and seed_sd_df: Fixed AdaCos's
+# seed-to-seed sd within a split, pooled over splits; margin_seed_sds and margin_error_share: the margin in those
+# sds and as a share of its remaining error; decision_alpha: the level detectable uses; not_detectable: no
+# difference inside the metric's range is detected with the study's power (detectable is then NaN).
 DIFFERENCE_COLUMNS = ["method", "metric", "test", "pairs", "splits", "unit", "difference", "low", "high", "p_value",
-                      "p_holm", "significant", "welch_difference", "welch_low", "welch_high", "welch_p_value", "margin",
-                      "margin_seed_sds", "margin_error_share", "tost_p_value", "equivalent", "detectable",
+                      "p_holm", "significant", "standard_error", "df", "se_from", "welch_difference", "welch_low",
+                      "welch_high", "welch_p_value", "margin", "seed_sd", "seed_sd_df", "margin_seed_sds",
+                      "margin_error_share", "tost_p_value", "equivalent", "detectable", "not_detectable",
                       "decision_alpha", "seeds_to_resolve", "higher_is_better"]
+
 # Which equivalence margin (see equivalence_margin) each test metric takes.
 METRIC_KIND = {"accuracy": "accuracy", "knn_accuracy": "accuracy", "precision_at_1": "retrieval",
                 "r_precision": "retrieval", "map_at_r": "retrieval", "roc_auc": "verification", "eer": "verification",
@@ -77,9 +83,25 @@ def _remaining_error(mean: float, higher_better: bool) -> float:
     return 1.0 - mean if higher_better else mean
 
 
-def equivalence_margin(metric: str, config: AnalysisConfig, reference_scores=None) -> float:
+def seed_sd(scores, splits=None) -> tuple[float, int]:
+    """The seed-to-seed sd within a class split, pooled over splits, and its degrees of freedom:
+    √(Σᵢ Σⱼ (xᵢⱼ − x̄ᵢ)² / Σᵢ(nᵢ − 1)) on Σᵢ(nᵢ − 1) df (the sample sd on n − 1 df for one split). The sd over the
+    runs of several splits would also hold the split-to-split spread, which no seed can remove. NaN on 0 df."""
+    values = pd.to_numeric(pd.Series(list(scores)), errors="coerce").astype(float)
+    labels = pd.Series(np.zeros(len(values), dtype=int) if splits is None else list(splits))
+    finite = np.isfinite(values.to_numpy(dtype=float))
+    values, labels = values[finite].reset_index(drop=True), labels[finite].reset_index(drop=True)
+    groups = values.groupby(labels)
+    df = int((groups.size() - 1).sum())
+    if df < 1:
+        return math.nan, df
+    return float(math.sqrt(((values - groups.transform("mean")) ** 2).sum() / df)), df
+
+
+def equivalence_margin(metric: str, config: AnalysisConfig, reference_scores=None, splits=None) -> float:
     """The equivalence margin of a test metric, by its kind: absolute, or relative to the reference's (Fixed
-    AdaCos's) seed-to-seed sd ("0.5sd") or to its remaining error ("5%": of 1 − mean, or of the mean for EER)."""
+    AdaCos's) seed-to-seed sd within a split ("0.5sd", `seed_sd` over `splits`) or to its remaining error ("5%": of
+    1 − mean, or of the mean for EER)."""
     kind = METRIC_KIND.get(metric.removeprefix(TEST_PREFIX))
     if kind is None:
         raise KeyError(f"metric {metric!r} has no kind; known: {', '.join(METRIC_KIND)}")
@@ -89,17 +111,18 @@ def equivalence_margin(metric: str, config: AnalysisConfig, reference_scores=Non
     value, unit = relative_margin(margin)
     reference = finite_values(reference_scores if reference_scores is not None else [])
     if unit == "sd":
-        return value * float(reference.std(ddof=1)) if reference.size >= 2 else math.nan
+        return value * seed_sd(reference_scores, splits)[0] if reference.size >= 2 else math.nan
     return value / 100.0 * _remaining_error(float(reference.mean()), higher_is_better(metric)) if reference.size \
         else math.nan
 
 
-def margin_meaning(margin: float, metric: str, reference_scores) -> dict:
-    """A margin in the metric's own terms: how many of the reference's seed sds, what share of its remaining error."""
+def margin_meaning(margin: float, metric: str, reference_scores, splits=None) -> dict:
+    """A margin in the metric's own terms: how many of the reference's seed sds within a split (`seed_sd`, with its
+    df), what share of its remaining error."""
     reference = finite_values(reference_scores)
-    sd = float(reference.std(ddof=1)) if reference.size >= 2 else math.nan
+    sd, df = seed_sd(reference_scores, splits) if reference.size >= 2 else (math.nan, 0)
     remaining = _remaining_error(float(reference.mean()), higher_is_better(metric)) if reference.size else math.nan
-    return {"margin_seed_sds": margin / sd if sd > 0 else math.nan,
+    return {"seed_sd": sd, "seed_sd_df": df, "margin_seed_sds": margin / sd if sd > 0 else math.nan,
             "margin_error_share": margin / remaining if remaining > 0 else math.nan}
 
 
@@ -115,18 +138,17 @@ def paired_runs(group: pd.DataFrame, reference: pd.DataFrame, metric: str) -> pd
 
 def _over_splits_and_seeds(pairs: pd.DataFrame, confidence: float) -> dict:
     """The mean paired difference over class splits, each split's seeds averaged first (a one-way random-effects
-    model, balanced or not): its t interval on splits − 1 degrees of freedom carries the split-to-split variance,
-    and with it the search-to-search variance of each split's own search, besides the seeds'."""
-    per_split = pairs.groupby("split")["difference"].mean().to_numpy()
-    splits = per_split.size
-    sd = float(per_split.std(ddof=1))
-    standard_error, df = sd / math.sqrt(splits), float(splits - 1)
-    estimate = float(per_split.mean())
-    half = float(stats.t.ppf(0.5 + confidence / 2.0, df)) * standard_error
-    p_value = float(2.0 * stats.t.sf(abs(estimate) / standard_error, df)) if standard_error > 0 else \
-        float(estimate == 0.0)
-    return {"difference": estimate, "low": estimate - half, "high": estimate + half, "p_value": p_value,
-            "standard_error": standard_error, "df": df, "sd": sd}
+    model, balanced or not): its t interval carries the split-to-split variance and, with it, the search-to-search
+    variance of each split's own search, besides the seeds'. Its standard error is standard_error_floor's: the
+    splits' own (on splits − 1 df), never below what the within-split seed noise implies (on its pooled df)."""
+    floored = standard_error_floor(pairs[["split", "seed", "difference"]], confidence)
+    estimate, standard_error, df = floored.estimate, floored.standard_error, floored.df
+    p_value = (float(2.0 * stats.t.sf(abs(estimate) / standard_error, df)) if standard_error > 0
+               else float(estimate == 0.0) if standard_error == 0 else math.nan)
+    # The sd of one split's mean that this standard error implies: what the sample-size formulas take per split.
+    return {"difference": estimate, "low": floored.low, "high": floored.high, "p_value": p_value,
+            "standard_error": standard_error, "df": df, "sd": standard_error * math.sqrt(floored.splits),
+            "se_from": floored.se_from}
 
 
 def _method_differences(group: pd.DataFrame, reference: pd.DataFrame, method: str, metrics: list[str],
@@ -148,31 +170,39 @@ def _method_differences(group: pd.DataFrame, reference: pd.DataFrame, method: st
             test, replicates = "split", splits
         elif len(pairs) >= 2:
             result = paired_difference(pairs[metric].astype(float), pairs[f"{metric}_reference"].astype(float),
-                                       config.confidence)
+                                       config.confidence) | {"se_from": "seeds"}
             test, replicates = "paired", len(pairs)
         else:  # nothing pairs (e.g. different seeds): Welch alone
             result = welch or {"difference": math.nan, "low": math.nan, "high": math.nan, "p_value": math.nan,
                                "standard_error": math.nan, "df": math.nan}
-            result = {**result, "sd": math.nan}
+            result = {**result, "sd": math.nan, "se_from": "Welch"}
             test, replicates = "Welch", min(a.size, b.size)
         standard_error, df, sd = result["standard_error"], result["df"], result["sd"]
-        margin = equivalence_margin(metric, config, b)
+        reference_splits = split_of(reference)
+        margin = equivalence_margin(metric, config, reference[metric], reference_splits)
         tost = (equivalence_test(result["difference"], standard_error, df, margin, alpha)
                 if np.isfinite(standard_error) and np.isfinite(margin) else {"p_value": math.nan, "equivalent": False})
         resolvable = sample_sizes and test != "Welch" and np.isfinite(sd) and sd > 0
         detectable = minimum_detectable_difference(sd, replicates, decision_alpha, config.power) if resolvable \
             else math.nan
+        not_detectable = bool(detectable > METRIC_RANGE)
+        detectable = math.nan if not_detectable else detectable
         to_detect = seeds_to_detect(result["difference"], sd, decision_alpha, config.power) if resolvable else None
         to_show = (seeds_to_show_equivalence(result["difference"], sd, margin, alpha, config.power)
                    if resolvable and np.isfinite(margin) else None)
         needed = [count for count in (to_detect, to_show) if count is not None]
         rows.append({"method": method, "metric": metric, "test": test, "pairs": len(pairs), "splits": splits,
-                     "unit": unit, "difference": result["difference"], "low": result["low"], "high": result["high"],
-                     "p_value": result["p_value"],
-                     "welch_difference": welch.get("difference", math.nan), "welch_low": welch.get("low", math.nan),
-                     "welch_high": welch.get("high", math.nan), "welch_p_value": welch.get("p_value", math.nan),
-                     "margin": margin, **margin_meaning(margin, metric, b), "tost_p_value": tost["p_value"],
-                     "equivalent": bool(tost["equivalent"]), "detectable": detectable, "decision_alpha": decision_alpha,
+                     "unit": unit, "difference": result["difference"], "low": float(within_range(result["low"])),
+                     "high": float(within_range(result["high"])),
+                     "p_value": result["p_value"], "standard_error": standard_error, "df": df,
+                     "se_from": result["se_from"],
+                     "welch_difference": welch.get("difference", math.nan),
+                     "welch_low": float(within_range(welch.get("low", math.nan))),
+                     "welch_high": float(within_range(welch.get("high", math.nan))),
+                     "welch_p_value": welch.get("p_value", math.nan),
+                     "margin": margin, **margin_meaning(margin, metric, reference[metric], reference_splits),
+                     "tost_p_value": tost["p_value"], "equivalent": bool(tost["equivalent"]),
+                     "detectable": detectable, "not_detectable": not_detectable, "decision_alpha": decision_alpha,
                      "seeds_to_resolve": min(needed) if needed else None,
                      "higher_is_better": higher_is_better(metric)})
     frame = pd.DataFrame(rows, columns=[c for c in DIFFERENCE_COLUMNS if c not in ("p_holm", "significant")])

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from study.analysis.common import (
     ADACOS_METHODS,
@@ -17,18 +18,24 @@ from study.analysis.common import (
     REFERENCE_METHOD,
     finite_values,
     mean_or_nan,
-    percentile_pick,
     reaches,
 )
 from study.config import AnalysisConfig
-from study.statistics import difference_ci, mean_ci, paired_difference
+from study.statistics import check_probability, difference_ci, mean_ci, paired_difference
 
 ANGLE_COLUMNS = ("theta_med_deg", "cos_nontarget_mean", "s")
 CROSSING_COLUMNS = ["adacos_method", "arcface_method", "crossing_iteration", "ahead_from_start", "arcface_ahead_from",
                     "adacos_led_before", "last_iteration", "first_iteration", "gap_at_end"]
-CONVERGENCE_COLUMNS = ["method", "basis", "fraction", "target", "median_iteration", "low", "high", "seeds_reached",
-                       "seeds"]
-SPEED_COLUMNS = ["method", "basis", "fraction", "difference", "low", "high", "faster"]
+# low/high: median_interval's distribution-free interval (NaN: not reached, or no interval at all: then coverage is
+# NaN too); coverage: the interval's exact coverage.
+CONVERGENCE_COLUMNS = ["method", "basis", "fraction", "target", "median_iteration", "low", "high", "coverage",
+                       "seeds_reached", "seeds"]
+# difference: method − Fixed AdaCos in median iterations, a point estimate (±inf where one median is not reached, NaN
+# where neither is); reached: whose medians reached the target (both, method, reference, neither); faster_seeds,
+# slower_seeds, tied_seeds: the paired seeds the method reached it sooner, later, at the same evaluation (or neither
+# reached it); p_value: the exact two-sided sign test on them; faster: who, where p < 1 − confidence.
+SPEED_COLUMNS = ["method", "basis", "fraction", "difference", "reached", "faster_seeds", "slower_seeds", "tied_seeds",
+                 "p_value", "faster"]
 
 
 def _aligned_curve(iterations, name: str, *curves) -> tuple[np.ndarray, ...]:
@@ -82,15 +89,50 @@ def _final_stretch_start(steps: np.ndarray, holds: np.ndarray) -> int | None:
     return int(steps[0 if fails.size == 0 else int(fails[-1]) + 1])
 
 
-def _bootstrap_medians(iterations: np.ndarray, picks: np.ndarray) -> np.ndarray:
-    """Median iterations of each bootstrap resample of seeds; a seed that never reached the target is inf."""
-    return np.median(iterations[picks], axis=1)
+def median_interval(values, confidence: float = 0.95) -> tuple[float, float, float]:
+    """A distribution-free interval for the median of n values from their order statistics: [x₍ⱼ₎, x₍ₙ₊₁₋ⱼ₎] with the
+    largest j whose coverage 1 − 2·P(B ≤ j − 1), B ~ Binomial(n, ½), is at least `confidence` (exact for continuous
+    values, conservative with ties; Hollander & Wolfe, ch. 3). It needs only order, so a seed that never reached a
+    target enters as +inf. Returns (low, high, its coverage); all NaN where even [min, max] covers less (at 95%:
+    n ≤ 5). A percentile bootstrap of a median over so few runs has no such guarantee."""
+    check_probability(confidence, "confidence")
+    ordered = np.sort(np.asarray(values, dtype=float))
+    n = ordered.size
+    found = None
+    for j in range(1, (n + 1) // 2 + 1):
+        coverage = 1.0 - 2.0 * float(stats.binom.cdf(j - 1, n, 0.5))
+        if coverage < confidence:
+            break
+        found = j, coverage
+    if found is None:
+        return math.nan, math.nan, math.nan
+    j, coverage = found
+    return float(ordered[j - 1]), float(ordered[n - j]), coverage
+
+
+def paired_sign_test(mine, theirs) -> dict:
+    """Who reaches a target sooner, seed by seed: the exact two-sided sign test (binomial, p = ½) on the paired seeds
+    that differ; a seed that never reached is later than every one that did, two that never did are tied."""
+    mine, theirs = np.asarray(mine, dtype=float), np.asarray(theirs, dtype=float)
+    tied = (mine == theirs) | (np.isinf(mine) & np.isinf(theirs))
+    faster, slower = int(np.sum((mine < theirs) & ~tied)), int(np.sum((mine > theirs) & ~tied))
+    p_value = float(stats.binomtest(faster, faster + slower, 0.5).pvalue) if faster + slower else 1.0
+    return {"faster_seeds": faster, "slower_seeds": slower, "tied_seeds": int(tied.sum()), "p_value": p_value}
+
+
+def _median_difference(mine: np.ndarray, theirs: np.ndarray) -> tuple[float, str]:
+    """Difference of the medians (inf: not reached) and whose median reached: never "difference 0" for neither."""
+    first, second = float(np.median(mine)), float(np.median(theirs))
+    reached = {(True, True): "both", (True, False): "method", (False, True): "reference", (False, False): "neither"}
+    which = reached[(math.isfinite(first), math.isfinite(second))]
+    return (math.nan if which == "neither" else first - second), which
 
 
 def convergence_tables(runs: pd.DataFrame, history: pd.DataFrame, objective: str, methods: list[str],
                        config: AnalysisConfig):
-    """Iterations to targets per run and per method (median over seeds with a bootstrap interval), and which
-    method converges faster than Fixed AdaCos where the interval of the difference of medians excludes zero.
+    """Iterations to targets per run and per method (median over seeds with median_interval's distribution-free
+    interval), and which method converges faster than Fixed AdaCos: the difference of medians as a point estimate,
+    decided by the exact sign test over paired seeds (paired_sign_test).
 
     Two bases: `best`, fractions of the best method's mean final val score (absolute targets, the same for
     every method), and `own`, fractions of each method's own mean final val score (how fast a method gets
@@ -117,20 +159,19 @@ def convergence_tables(runs: pd.DataFrame, history: pd.DataFrame, objective: str
                                  "target": target, "iteration": math.nan if reached is None else reached})
     per_run = pd.DataFrame(run_rows, columns=["method", "seed", "basis", "fraction", "target", "iteration"])
 
-    rng = np.random.default_rng(config.seed)
     method_rows, speed_rows = [], []
     for (method, basis, fraction), group in per_run.groupby(["method", "basis", "fraction"], sort=False):
         # A seed that never reached the target is slower than every seed that did; if that holds for
         # half the seeds or more, the median itself is "not reached".
         iterations = group["iteration"].fillna(np.inf).to_numpy(dtype=float)
         median = float(np.median(iterations))
-        picks = rng.integers(0, iterations.size, size=(config.n_bootstrap, iterations.size))
-        low, high = percentile_pick(_bootstrap_medians(iterations, picks), config.confidence)
+        low, high, coverage = median_interval(iterations, config.confidence)
         method_rows.append({"method": method, "basis": basis, "fraction": fraction,
                             "target": float(group["target"].iloc[0]),
                             "median_iteration": median if np.isfinite(median) else math.nan,
                             "low": low if np.isfinite(low) else math.nan, "high": high if np.isfinite(high) else math.nan,
-                            "seeds_reached": int(group["iteration"].notna().sum()), "seeds": int(iterations.size)})
+                            "coverage": coverage, "seeds_reached": int(group["iteration"].notna().sum()),
+                            "seeds": int(iterations.size)})
         if method == REFERENCE_METHOD:
             continue
         reference = per_run[(per_run["method"] == REFERENCE_METHOD) & (per_run["basis"] == basis)
@@ -138,18 +179,16 @@ def convergence_tables(runs: pd.DataFrame, history: pd.DataFrame, objective: str
         both = group.merge(reference, on="seed", suffixes=("", "_reference"))
         if len(both) < 2:
             continue
+        # Runs at one seed share initialisation and data order: the seeds pair.
         mine = both["iteration"].fillna(np.inf).to_numpy(dtype=float)
         theirs = both["iteration_reference"].fillna(np.inf).to_numpy(dtype=float)
-        # Seeds are resampled jointly: runs at one seed share initialisation and data order.
-        picks = rng.integers(0, len(both), size=(config.n_bootstrap, len(both)))
-        with np.errstate(invalid="ignore"):
-            differences = np.nan_to_num(_bootstrap_medians(mine, picks) - _bootstrap_medians(theirs, picks), nan=0.0,
-                                        posinf=np.inf, neginf=-np.inf)
-            observed = np.nan_to_num(np.median(mine) - np.median(theirs), nan=0.0, posinf=np.inf, neginf=-np.inf)
-        low, high = percentile_pick(differences, config.confidence)
-        faster = method if high < 0 else REFERENCE_METHOD if low > 0 else None
-        speed_rows.append({"method": method, "basis": basis, "fraction": fraction, "difference": float(observed),
-                           "low": float(low), "high": float(high), "faster": faster})
+        difference, reached = _median_difference(mine, theirs)
+        test = paired_sign_test(mine, theirs)
+        significant = test["p_value"] < 1.0 - config.confidence
+        faster = (None if not significant else method if test["faster_seeds"] > test["slower_seeds"]
+                  else REFERENCE_METHOD)
+        speed_rows.append({"method": method, "basis": basis, "fraction": fraction, "difference": difference,
+                           "reached": reached, **test, "faster": faster})
     per_method = pd.DataFrame(method_rows, columns=CONVERGENCE_COLUMNS)
     speed = pd.DataFrame(speed_rows, columns=SPEED_COLUMNS)
     return best, best_method, targets, per_run, per_method, speed

@@ -23,7 +23,7 @@ from study.analysis.convergence import (
     final_gap_tests,
     mean_curves,
 )
-from study.analysis.tuning import _trial_draws, reference_bands, tuning_budget
+from study.analysis.tuning import _trial_draws, reference_bands, seed_luck_over_splits, tuning_budget
 from study.analysis.variance import search_variance
 from study.analysis.verdict import verdict_facts
 from study.config import AnalysisConfig
@@ -39,7 +39,9 @@ class StudyAnalysis:
     methods: list[str]  # display order: the baselines, then each searched loss's tuned method, then any other
     searched_losses: list[str]
     # loss, repeats, trials (finished), complete, pruned, failed, running, seconds, seconds_per_trial,
-    # best_trial, best_value, best_s, best_m (the best of the first repeat: what the tuned runs retrain)
+    # best_trial, best_value, best_s, best_m (the best of the first repeat: what the tuned runs retrain), and
+    # seed_luck, seed_luck_low, seed_luck_high, seed_luck_splits (the best trial's test score against its (s, m)
+    # retrained at fresh seeds, mean over splits with its t interval)
     search_summary: pd.DataFrame
     # method (a searched loss, or an untuned method as the budget-matched control), kind (search | control), n,
     # expected_test (test score of the trial val selects among n), low, high, expected_val (the expected best
@@ -125,6 +127,15 @@ def _landscape(trials: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def _with_seed_luck(summary: pd.DataFrame, landscape: pd.DataFrame, run_scores: pd.DataFrame, objective: str,
+                    confidence: float) -> pd.DataFrame:
+    """The search summary with each searched loss's seed luck (study.analysis.tuning.seed_luck_over_splits)."""
+    luck = [seed_luck_over_splits(landscape, run_scores, loss, f"{TEST_PREFIX}{objective}", confidence)
+            for loss in summary["loss"]]
+    columns = ["seed_luck", "seed_luck_low", "seed_luck_high", "seed_luck_splits"]
+    return pd.concat([summary.reset_index(drop=True), pd.DataFrame(luck, columns=columns)], axis=1)
+
+
 def _one_run_key(frame: pd.DataFrame) -> pd.DataFrame:
     """`frame` with its seed made "split:seed" where it holds several class splits, so that a seed names one run."""
     if "split" not in frame or frame["split"].nunique() < 2:
@@ -177,6 +188,8 @@ def analyse_study(trials: pd.DataFrame, runs: pd.DataFrame, history: pd.DataFram
     default = runs.loc[runs["method"] == "arcface_default"].reindex(columns=["s", "m"])
     default_hyperparameters = {key: float(value) for key, value in default.iloc[0].items()} if len(default) else {}
     run_scores = run_score_table(runs)
+    landscape = _landscape(trials)
+    summary = _with_seed_luck(summary, landscape, run_scores, objective, config.confidence)
     facts = verdict_facts(objective, searched_losses, final, costs, differences, even, summary, tuning_curves, speed,
                           estimator, default_hyperparameters, config, run_scores,
                           _search_variance(trials, runs, primary_loss(searched_losses), objective))
@@ -186,6 +199,6 @@ def analyse_study(trials: pd.DataFrame, runs: pd.DataFrame, history: pd.DataFram
         break_even=even, final=final, costs=costs, run_scores=run_scores, differences=differences,
         best_final_val=best, best_final_method=best_method, targets=targets, convergence_runs=per_run,
         convergence=per_method, convergence_speed=speed, curves=curves, angles=angle_dynamics(keyed_history, methods),
-        crossings=final_gap_tests(keyed_runs, crossings_table(curves), config), landscape=_landscape(trials),
+        crossings=final_gap_tests(keyed_runs, crossings_table(curves), config), landscape=landscape,
         num_classes=num_classes, s_f=fixed_scale_of(num_classes), verdict_facts=facts,
     )

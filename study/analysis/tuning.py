@@ -2,7 +2,10 @@
 
 The curve is the expected test score of the trial that val selects among n (order statistics of
 independent draws, or best-so-far over repeats of a sequential search); the break-even is the fewest
-n at which it reaches what an untuned reference delivers. Scores are "higher is better" throughout.
+n at which it reaches what an untuned reference delivers: the best of as many of its runs picked by val (the
+budget-matched control, the same number of trainings), and beside it one run. The selected trial's seed luck
+(its search score against its values retrained at fresh seeds) lives here too. Scores are "higher is better"
+throughout.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from study.analysis.common import (
     reaches,
     split_of,
     untuned_methods,
+    within_range,
 )
 from study.config import HYPERPARAMETER_FREE_LOSSES, AnalysisConfig
 from study.statistics import check_probability, finite_vector, mean_ci
@@ -236,10 +240,15 @@ INDEPENDENT_SAMPLERS = ("random", "qmc", "grid")
 # low/high: the studentised interval, NaN beyond the n where one is valid (see MIN_EFFECTIVE_TRIALS).
 TUNING_CURVE_COLUMNS = ["method", "kind", "n", "expected_test", "low", "high", "expected_val", "seconds"]
 # trials_low/trials_high: the break-even's interval within the first valid_trials trials (None: beyond them);
-# gain: the whole search's (n = max_trials) gain, gain_n/gain_low/gain_high: at the largest n with a valid interval.
+# reached: its point estimate reaches the target, shown: its interval does (trials_high is a number);
+# gain: the whole search's (n = max_trials) gain, gain_n/gain_low/gain_high: at the largest n with a valid interval;
+# control_*: against the budget-matched control, the best of n reference runs by val, for n ≤ control_n (see
+# break_even_against_control).
 BREAK_EVEN_COLUMNS = ["loss", "reference", "target", "trials", "trials_low", "trials_high", "valid_trials", "seconds",
-                      "reached", "max_trials", "gain", "gain_n", "gain_at_n", "gain_low", "gain_high", "old_target",
-                      "old_trials", "old_val_gain"]
+                      "reached", "shown", "max_trials", "gain", "gain_n", "gain_at_n", "gain_low", "gain_high",
+                      "control_n", "control_splits", "control_trials", "control_trials_low", "control_trials_high",
+                      "control_seconds", "control_gap", "control_low", "control_high", "old_target", "old_trials",
+                      "old_val_gain"]
 
 
 def estimator_description(sampler: str, repeats: int, replacement: bool, splits: int = 1) -> dict:
@@ -356,7 +365,7 @@ def break_even_with_interval(search: dict, reference: dict, confidence: float) -
     gain = curve - target
     variances = np.vstack([search["split_variances"], np.repeat(reference["variances"][:, None], curve.size, axis=1)])
     dfs = np.vstack([search["split_dfs"], np.repeat(reference["dfs"][:, None], curve.size, axis=1)])
-    low, high = _t_bounds(gain, variances.sum(axis=0), _welch_df(variances, dfs), confidence)
+    low, high = within_range(_t_bounds(gain, variances.sum(axis=0), _welch_df(variances, dfs), confidence))
     valid = np.isfinite(low) & np.isfinite(high)
     valid_trials = int(np.flatnonzero(valid).max() + 1) if valid.any() else 0
     found = first_reaching(curve, target)[0]
@@ -366,17 +375,80 @@ def break_even_with_interval(search: dict, reference: dict, confidence: float) -
     at = valid_trials - 1
     return {"target": target, "trials": count_or_none(found), "trials_low": count_or_none(trials_low),
             "trials_high": count_or_none(trials_high), "valid_trials": valid_trials,
-            "reached": bool(np.isfinite(found)), "max_trials": int(curve.size), "gain": float(gain[-1]),
+            "reached": bool(np.isfinite(found)), "shown": bool(np.isfinite(trials_high)),
+            "max_trials": int(curve.size), "gain": float(gain[-1]),
             "gain_n": valid_trials or None, "gain_at_n": float(gain[at]) if valid_trials else math.nan,
             "gain_low": float(low[at]) if valid_trials else math.nan,
             "gain_high": float(high[at]) if valid_trials else math.nan}
 
 
+def break_even_against_control(search_curves: dict, control_curves: dict, confidence: float) -> dict:
+    """The fewest trials n whose val-selected test score reaches the budget-matched control at the same n: the best
+    of n runs of the untuned reference picked by val, the same number of trainings (SPEC, "Break-even").
+
+    `search_curves` and `control_curves` map each class split to its selected-test curve (n = 1, 2, …). The control
+    is measured for n up to its runs per split (control_n): beyond, nothing is compared. Per split the gap
+    gᵢ(n) = searchᵢ(n) − controlᵢ(n); its mean over the k splits has the t interval ḡ ± t_{k−1}·s_g/√k (each split
+    ran its own search and seeds, so the splits are independent draws and the interval carries the search, the
+    seeds and the split). The break-even's interval inverts it as break_even_with_interval does: its lower end is
+    the first n whose upper bound reaches 0, its upper end the first n whose lower bound does (None: not shown
+    within control_n). One split gives the point estimate and no interval.
+    """
+    splits = [split for split in search_curves if split in control_curves]
+    if not splits:
+        return {"control_n": 0, "control_splits": 0, "control_trials": None, "control_trials_low": None,
+                "control_trials_high": None, "control_gap": math.nan, "control_low": math.nan,
+                "control_high": math.nan}
+    longest = min(min(len(search_curves[split]), len(control_curves[split])) for split in splits)
+    gaps = np.stack([np.asarray(search_curves[split][:longest], float) - np.asarray(control_curves[split][:longest],
+                                                                                     float) for split in splits])
+    gap, k = gaps.mean(axis=0), len(splits)
+    if k > 1:
+        half = float(stats.t.ppf(0.5 + confidence / 2.0, k - 1)) * gaps.std(axis=0, ddof=1) / math.sqrt(k)
+        low, high = within_range(gap - half), within_range(gap + half)
+    else:
+        low = high = np.full(longest, np.nan)
+    return {"control_n": int(longest), "control_splits": k, "control_trials": count_or_none(first_reaching(gap, 0.0)[0]),
+            "control_trials_low": count_or_none(first_reaching(high, 0.0)[0]),
+            "control_trials_high": count_or_none(first_reaching(low, 0.0)[0]),
+            "control_gap": float(gap[-1]), "control_low": float(low[-1]), "control_high": float(high[-1])}
+
+
+def seed_luck(landscape: pd.DataFrame, run_scores: pd.DataFrame, loss: str, metric: str) -> pd.Series:
+    """Per class split: the selected trial's test score in the search minus its (s, m) retrained at fresh seeds (the
+    tuned runs' mean test score): how much of what the search reported was that trial's seed."""
+    best = landscape[(landscape["loss"] == loss) & landscape["best"].astype(bool)]
+    tuned = run_scores[run_scores["method"] == f"{loss}_tuned"]
+    if best.empty or tuned.empty or metric not in tuned:
+        return pd.Series(dtype=float)
+    retrained = tuned.assign(split=tuned.get("split", 0)).groupby("split")[metric].mean()
+    selected = best.assign(split=best["split"].fillna(0).astype(int)).set_index("split")["test_value"].astype(float)
+    return (selected - retrained).dropna()
+
+
+def seed_luck_over_splits(landscape: pd.DataFrame, run_scores: pd.DataFrame, loss: str, metric: str,
+                          confidence: float) -> dict:
+    """seed_luck's mean over class splits with its t interval over them (each split its own search and retrained
+    seeds: independent draws); NaN bounds for one split, NaN throughout without a tuned run."""
+    luck = finite_values(seed_luck(landscape, run_scores, loss, metric))
+    if not luck.size:
+        return {"seed_luck": math.nan, "seed_luck_low": math.nan, "seed_luck_high": math.nan, "seed_luck_splits": 0}
+    mean, low, high = mean_ci(luck, confidence)
+    return {"seed_luck": mean, "seed_luck_low": float(within_range(low)), "seed_luck_high": float(within_range(high)),
+            "seed_luck_splits": int(luck.size)}
+
+
 def _curve_rows(method: str, kind: str, combined: dict, seconds_each: float, confidence: float) -> pd.DataFrame:
-    low, high = _t_bounds(combined["curve"], combined["variance"], combined["df"], confidence)
+    low, high = within_range(_t_bounds(combined["curve"], combined["variance"], combined["df"], confidence),
+                             difference=False)
     n = np.arange(1, combined["curve"].size + 1)
     return pd.DataFrame({"method": method, "kind": kind, "n": n, "expected_test": combined["curve"], "low": low,
                          "high": high, "expected_val": combined["val"], "seconds": n * seconds_each})
+
+
+def _seconds(trials: int | None, per_trial: float) -> float | None:
+    """The device-seconds of a search of `trials` trials (None where it was not reached or is unknown)."""
+    return float(trials * per_trial) if trials and np.isfinite(per_trial) else None
 
 
 def tuning_budget(trials: pd.DataFrame, runs: pd.DataFrame, summary: pd.DataFrame, objective: str, sampler: str,
@@ -385,8 +457,9 @@ def tuning_budget(trials: pd.DataFrame, runs: pd.DataFrame, summary: pd.DataFram
 
     The curve is the expected test score of the trial that val selects among n, averaged over the class splits
     (each split's search selects among its own trials); the break-even is the fewest n at which it reaches a
-    reference's mean test score of one run (diverged runs at the floor). Intervals are studentised (see
-    `search_gain`) and conditional on the splits run.
+    reference's mean test score of one run (diverged runs at the floor), its intervals studentised (see
+    `search_gain`) and conditional on the splits run; beside it, the break-even against the budget-matched control,
+    the best of n reference runs by val (`break_even_against_control`, an interval over splits).
     """
     replacement = config.estimator == "with_replacement"
     repeats = int(trials["repeat"].nunique()) if len(trials) else 1
@@ -397,24 +470,28 @@ def tuning_budget(trials: pd.DataFrame, runs: pd.DataFrame, summary: pd.DataFram
         if method not in HYPERPARAMETER_FREE_LOSSES:
             continue
         group = runs[runs["method"] == method]
-        by_split = [_run_draws(part, objective) for _, part in group.groupby(split_of(group), sort=True)]
+        by_split = {split: _run_draws(part, objective) for split, part in group.groupby(split_of(group), sort=True)}
         if not by_split:
             continue
-        combined = _over_splits([_pooled_split(draws, replacement) for draws in by_split])
+        per_split = {split: _pooled_split(draws, replacement) for split, draws in by_split.items()}
+        combined = _over_splits(list(per_split.values()))
         rows.append(_curve_rows(method, "control", combined, mean_or_nan(group["seconds"]), config.confidence))
         if method in ADACOS_METHODS:  # the break-even is against what AdaCos delivers with no tuning
-            references[method] = _reference_over_splits(by_split) | {"val_mean": mean_or_nan(group["val_score"])}
+            references[method] = _reference_over_splits(list(by_split.values())) | {
+                "val_mean": mean_or_nan(group["val_score"]),
+                "control_curves": {split: part["curve"] for split, part in per_split.items()}}
 
     for row in summary.itertuples():
         group = trials[trials["loss"] == row.loss]
-        by_split = [_trial_draws(part) for _, part in group.groupby(split_of(group), sort=True)]
-        by_split = [draws for draws in by_split if not draws.empty]
+        by_split = {split: _trial_draws(part) for split, part in group.groupby(split_of(group), sort=True)}
+        by_split = {split: draws for split, draws in by_split.items() if not draws.empty}
         if not by_split:
-            even += [{"loss": row.loss, "reference": reference, "reached": False, "max_trials": 0}
+            even += [{"loss": row.loss, "reference": reference, "reached": False, "shown": False, "max_trials": 0}
                      for reference in references]
             continue
-        combined = _over_splits([_pooled_split(draws, replacement) if estimator["kind"] == "pooled"
-                                 else _sequential_split(draws) for draws in by_split])
+        per_split = {split: _pooled_split(draws, replacement) if estimator["kind"] == "pooled"
+                     else _sequential_split(draws) for split, draws in by_split.items()}
+        combined = _over_splits(list(per_split.values()))
         per_trial = row.seconds_per_trial
         rows.append(_curve_rows(row.loss, "search", combined, per_trial, config.confidence))
         # The classic quantity, for contrast: expected best val against the reference's mean val, by the same
@@ -422,10 +499,12 @@ def tuning_budget(trials: pd.DataFrame, runs: pd.DataFrame, summary: pd.DataFram
         old_curve = combined["val"]
         for reference, moments in references.items():
             facts = break_even_with_interval(combined, moments, config.confidence)
+            control = break_even_against_control({split: part["curve"] for split, part in per_split.items()},
+                                                 moments["control_curves"], config.confidence)
             old_found = first_reaching(old_curve, moments["val_mean"])[0]
-            even.append({"loss": row.loss, "reference": reference, **facts,
-                         "seconds": float(facts["trials"] * per_trial) if facts["trials"] and np.isfinite(per_trial)
-                         else None,
+            even.append({"loss": row.loss, "reference": reference, **facts, **control,
+                         "seconds": _seconds(facts["trials"], per_trial),
+                         "control_seconds": _seconds(control["control_trials"], per_trial),
                          "old_target": moments["val_mean"], "old_trials": count_or_none(old_found),
                          "old_val_gain": float(old_curve[-1] - moments["val_mean"])})
     curves = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=TUNING_CURVE_COLUMNS)

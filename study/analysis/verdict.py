@@ -14,8 +14,9 @@ from study.config import HYPERPARAMETER_FREE_LOSSES, AnalysisConfig
 from study.results import is_tuned, tuned_method
 
 FACT_KEYS = ("test", "pairs", "splits", "unit", "difference", "low", "high", "p_value", "p_holm", "significant",
-             "welch_difference", "welch_low", "welch_high", "welch_p_value", "margin", "margin_seed_sds",
-             "margin_error_share", "tost_p_value", "equivalent", "detectable", "decision_alpha", "seeds_to_resolve")
+             "standard_error", "df", "se_from", "welch_difference", "welch_low", "welch_high", "welch_p_value",
+             "margin", "seed_sd", "seed_sd_df", "margin_seed_sds", "margin_error_share", "tost_p_value", "equivalent",
+             "detectable", "not_detectable", "decision_alpha", "seeds_to_resolve")
 RECOMMENDATIONS = ("fixed_adacos", "dynamic_adacos", "softmax", "undecided")  # or "<loss>_tuned"
 
 
@@ -38,7 +39,8 @@ def difference_row(differences: pd.DataFrame, method: str | None, metric: str) -
     if row.empty or pd.isna(row["difference"].iloc[0]):
         return None
     row = row.iloc[0]
-    facts = {key: _plain(row[key]) for key in FACT_KEYS}
+    # A column added since a table was written (a committed benchmark cell's) reads as not recorded.
+    facts = {key: _plain(row.get(key)) for key in FACT_KEYS}
     facts["favours_method"] = bool((row["difference"] > 0) == bool(row["higher_is_better"]))
     return facts
 
@@ -129,7 +131,8 @@ def verdict_of(differences: pd.DataFrame, run_scores: pd.DataFrame, objective: s
 
 
 def _plain_dict(values: dict) -> dict:
-    return {key: _plain_dict(value) if isinstance(value, dict) else _plain(value) for key, value in values.items()}
+    return {key: _plain_dict(value) if isinstance(value, dict) else list(value) if isinstance(value, list)
+            else _plain(value) for key, value in values.items()}
 
 
 def verdict_facts(objective: str, searched_losses, final, costs, differences, break_even_table, summary,
@@ -150,8 +153,9 @@ def verdict_facts(objective: str, searched_losses, final, costs, differences, br
         if row.empty:
             return None
         facts = {key: _plain(value) for key, value in row.iloc[0].items()}
-        return facts | {key: count_or_none(facts[key]) for key in ("trials", "trials_low", "trials_high", "old_trials",
-                                                                   "valid_trials", "gain_n")}
+        return facts | {key: count_or_none(facts[key]) for key in (
+            "trials", "trials_low", "trials_high", "old_trials", "valid_trials", "gain_n", "control_n",
+            "control_splits", "control_trials", "control_trials_low", "control_trials_high")}
 
     def control_gain(method):
         curve = tuning_curves[(tuning_curves["method"] == method) & (tuning_curves["kind"] == "control")]
@@ -165,9 +169,12 @@ def verdict_facts(objective: str, searched_losses, final, costs, differences, br
     cost = None
     if even:
         cost = {key: even.get(key) for key in ("trials", "trials_low", "trials_high", "valid_trials", "seconds",
-                                               "reached", "max_trials", "gain", "gain_n", "gain_at_n", "gain_low",
-                                               "gain_high")}
+                                               "reached", "shown", "max_trials", "gain", "gain_n", "gain_at_n",
+                                               "gain_low", "gain_high", "control_n", "control_splits",
+                                               "control_trials", "control_trials_low", "control_trials_high",
+                                               "control_seconds", "control_gap", "control_low", "control_high")}
         cost["search_seconds"] = _plain(search["seconds"].iloc[0]) if len(search) else None
+        cost["search_trials"] = int(search["trials"].iloc[0]) if len(search) else None
     verdict = verdict_of(differences, run_scores, objective, config, {"cost": cost, "search_variance": search_variance})
     speed_row = speed[(speed["method"] == tuned) & (speed["basis"] == "own")
                       & (speed["fraction"] == min(config.convergence_targets))]
@@ -186,5 +193,8 @@ def verdict_facts(objective: str, searched_losses, final, costs, differences, br
         "search_completed_trials": int(search["complete"].iloc[0]) if len(search) else 0,
         "search_repeats": int(search["repeats"].iloc[0]) if len(search) else 0,
         "search_seconds": _plain(search["seconds"].iloc[0]) if len(search) else None,
+        "seed_luck": ({key: _plain(search[key].iloc[0]) for key in ("seed_luck", "seed_luck_low", "seed_luck_high",
+                                                                    "seed_luck_splits")}
+                      if len(search) and "seed_luck" in search else None),
         "convergence": {key: _plain(value) for key, value in speed_row.iloc[0].items()} if len(speed_row) else None,
     }

@@ -13,7 +13,7 @@ import optuna
 import pandas as pd
 
 from study.analysis import (REFERENCE_METHOD, TEST_PREFIX, count_or_none, expected_selected_after_n_trials,
-                            paired_differences, standard_error_floor)
+                            paired_differences, seed_luck, standard_error_floor)
 from study.analysis.verdict import difference_row, recommendation_rule
 from study.data import is_synthetic_source
 from study.losses import fixed_adacos_scale
@@ -42,18 +42,6 @@ def comparison_outcome(differences: pd.DataFrame, method: str, metric: str) -> t
     comparison = difference_row(differences, method, metric)
     _, reason = recommendation_rule(method, comparison, [])
     return reason, comparison
-
-
-def seed_luck(landscape: pd.DataFrame, run_scores: pd.DataFrame, loss: str, metric: str) -> pd.Series:
-    """Per class split: the selected trial's test score in the search minus its (s, m) retrained at fresh seeds (the
-    tuned runs' mean test score): how much of what the search reported was that trial's seed."""
-    best = landscape[(landscape["loss"] == loss) & landscape["best"].astype(bool)]
-    tuned = run_scores[run_scores["method"] == f"{loss}_tuned"]
-    if best.empty or tuned.empty or metric not in tuned:
-        return pd.Series(dtype=float)
-    retrained = tuned.assign(split=tuned.get("split", 0)).groupby("split")[metric].mean()
-    selected = best.assign(split=best["split"].fillna(0).astype(int)).set_index("split")["test_value"].astype(float)
-    return (selected - retrained).dropna()
 
 
 def budget_matched(landscape: pd.DataFrame, run_scores: pd.DataFrame, loss: str, metric: str) -> pd.Series:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -163,6 +164,45 @@ def scope_sentence(plan: dict, rows: pd.DataFrame) -> str:
             + (f" Declared but not finished, so not in these numbers: {', '.join(pending)}." if pending else ""))
 
 
+# What each source stands in for, and what it cannot: the reader judges how far the pooled answer reaches their data.
+SOURCE_ROLES = {
+    "digits": ("scikit-learn's 8×8 handwritten digits: small real images", "many classes, the open protocol, "
+               "realistic resolution"),
+    "mnist": ("MNIST handwriting (mnist5k), and Double MNIST composed from it: real strokes, 100 composed classes "
+              "under the open protocol", "natural images; variation beyond a writer's hand"),
+    "fashion-mnist": ("Zalando's product photographs in grey 28×28, and pairs of them: real photographed objects, "
+                      "100 composed classes under the open protocol", "identities (faces), fine-grained classes, "
+                      "colour"),
+    "glyphs": ("Unicode characters in 16 font faces: up to thousands of classes under the open protocol, the "
+               "stand-in for many-identity data", "real images; its classes differ in shape only"),
+    "strokes": ("random pen-stroke characters: arbitrary shapes whose classes no typeface designed apart",
+                "real images; texture and colour"),
+    "emoji": ("colour emoji (Noto Color Emoji) on random backgrounds: RGB images whose classes differ in colour "
+              "and shape", "natural photographs; within-class variation beyond jitter"),
+}
+
+
+def sources_shown(rows: pd.DataFrame, cells_dir: Path) -> pd.DataFrame:
+    """Every source of the finished cells: what it stands in for, what it cannot, its cells and the device each ran
+    on (as its own report says)."""
+    table = []
+    for source, group in rows.groupby("source", sort=False):
+        role, cannot = SOURCE_ROLES.get(source, ("your own data (`study benchmark --add`)", "other data than yours"))
+        cells = list(dict.fromkeys(group["cell"]))
+        devices = sorted({_device_of(cells_dir / cell) for cell in cells})
+        table.append({"source": source, "real images": "yes" if group["real"].iloc[0] else "no",
+                      "stands in for": role, "cannot stand in for": cannot, "cells": ", ".join(cells),
+                      "device": ", ".join(devices)})
+    return pd.DataFrame(table)
+
+
+def _device_of(cell: Path) -> str:
+    """The device a cell's study trained on, as its report states it ("measured on cpu")."""
+    report = cell / REPORT_DIR / "report.md"
+    found = re.search(r"measured on ([\w:]+)", report.read_text(encoding="utf-8")) if report.is_file() else None
+    return found.group(1) if found else "not stated"
+
+
 # --- tables ----------------------------------------------------------------------------------------------
 
 
@@ -317,6 +357,8 @@ def aggregate_benchmark(plan_path: str | Path, report_dir: str | Path, *, label:
                                            "data sources"),
               *[method_sentence(facts) for facts in pooled.to_dict("records")[1:]], scope_sentence(plan, rows)]
     sections = [Section("Answer", answer),
+                Section("Sources", [Table(sources_shown(rows, cells_dir), "The independent data sources pooled "
+                                                                          "over, and how far each reaches")]),
                 Section("What tuning costs", [*cost_sentences(arcface), FigureRef(
                     "figures/forest_arcface_tuned.png", "Tuned ArcFace − Fixed AdaCos per configuration, grouped "
                     "by source (each its cell's 95% interval; hollow: near the floor, not pooled), the mean over "

@@ -2,7 +2,9 @@
 
 - `formats`: names and numbers as the reader sees them;
 - `verdict`: the sentences of the verdict, chosen by the analysis's numbers;
-- `figures`: every figure;
+- `palette`: each method's colour, line style and marker, the same in every figure (DVC's plots included);
+- `plotting`: what every figure shares (sizes legible on a phone, small multiples, bands, legends, saving);
+- `figures`, `tuning_figures`: the figures of training and final runs, and of what a search buys;
 - `sections`, `reproduction`: the report's sections;
 - `document`: sections rendered to Markdown and to one self-contained HTML page, through templates;
 - `writer`: everything written to disk, metrics.json included.
@@ -11,11 +13,12 @@ Everything is drawn from a `StudyAnalysis` (study.analysis); nothing is computed
 """
 
 from study.report.document import Bullets, FigureRef, Section, Table, render_html, render_markdown
-from study.report.figures import method_styles, new_figure, plain_log_ticks, save_figure
 from study.report.formats import loss_name, method_name, metric_name, trials_interval
+from study.report.palette import method_style, method_styles
+from study.report.plotting import new_figure, plain_log_ticks, readable, save_figure
 from study.report.verdict import verdict, verdict_sentences
 from study.report.writer import metrics_summary, write_report
 
-__all__ = ["Bullets", "FigureRef", "Section", "Table", "loss_name", "method_name", "method_styles", "metric_name",
-           "metrics_summary", "new_figure", "plain_log_ticks", "render_html", "render_markdown", "save_figure", "trials_interval", "verdict",
-           "verdict_sentences", "write_report"]
+__all__ = ["Bullets", "FigureRef", "Section", "Table", "loss_name", "method_name", "method_style", "method_styles",
+           "metric_name", "metrics_summary", "new_figure", "plain_log_ticks", "readable", "render_html",
+           "render_markdown", "save_figure", "trials_interval", "verdict", "verdict_sentences", "write_report"]

@@ -17,10 +17,12 @@ from markupsafe import Markup
 
 @dataclass
 class Table:
-    """A table of already formatted cells, with an optional caption."""
+    """A table of already formatted cells, with an optional caption; in HTML a table of more than LONG_TABLE_ROWS
+    rows is collapsed behind a one-line `summary` (by default its size)."""
 
     frame: pd.DataFrame
     caption: str = ""
+    summary: str = ""
 
 
 @dataclass
@@ -53,6 +55,9 @@ SHORT_CELL = 12
 STACKED_COLUMNS = 4
 # Tables of this many columns or more may be wider than the text column, up to the window's width.
 WIDE_COLUMNS = 8
+# Tables of more rows than this are collapsed in HTML behind a one-line summary: as cards on a 420 px screen the
+# per-metric comparison (40 rows of 15 columns) alone was 37,000 px long.
+LONG_TABLE_ROWS = 10
 _INLINE = MarkdownIt("commonmark", {"html": False})  # raw HTML in a caption is text, not markup
 # In rendered (escaped) cell text: a bracketed interval, or "a ± b"; neither holds a tag.
 _UNBREAKABLE = re.compile(r"\[[^\[\]<>]*\]|[^\s<>]+ ± [^\s<>]+")
@@ -77,6 +82,12 @@ def _cell_html(text) -> str:
     return _UNBREAKABLE.sub(lambda match: f'<span class="nowrap">{match.group(0)}</span>', _inline_html(text))
 
 
+def _table_summary(table: Table) -> str:
+    """The one line a collapsed table shows: its own summary, else how big it is."""
+    rows, columns = table.frame.shape
+    return table.summary or f"Show the table: {rows} rows of {columns} columns"
+
+
 @functools.cache
 def _environment() -> jinja2.Environment:
     """The templates and their filters, set up once per process."""
@@ -86,9 +97,10 @@ def _environment() -> jinja2.Environment:
     environment.filters.update(
         kind=_kind, cell=_markdown_cell, inline=lambda text: Markup(_inline_html(text)),
         cell_html=lambda text: Markup(_cell_html(text)),
-        rows=lambda frame: list(frame.itertuples(index=False)), columns=lambda frame: list(frame.columns))
+        rows=lambda frame: list(frame.itertuples(index=False)), columns=lambda frame: list(frame.columns),
+        summary=_table_summary)
     environment.globals.update(SHORT_CELL=SHORT_CELL, STACKED_COLUMNS=STACKED_COLUMNS,
-                               WIDE_COLUMNS=WIDE_COLUMNS, zip=zip)
+                               WIDE_COLUMNS=WIDE_COLUMNS, LONG_TABLE_ROWS=LONG_TABLE_ROWS, zip=zip)
     return environment
 
 

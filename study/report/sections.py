@@ -4,6 +4,7 @@ convergence, the convergence claim, angle dynamics, the landscape and the reprod
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 
@@ -14,7 +15,9 @@ import study.report.formats as fmt
 from study.report.document import Bullets, Section, Table
 from study.report.formats import loss_name, method_name, metric_name, trials_interval
 from study.report.reproduction import reproduction_section
-from study.report.verdict import key_numbers, verdict_sentences
+from study.report.beside import BENCHMARK_NUMBERS, benchmark_section, beside_benchmark
+from study.report.verdict import (break_even_intervals, detectable_words, interval_notes, key_numbers,
+                                  verdict_sentences)
 
 
 def _splits_words(seeds) -> str:
@@ -97,15 +100,25 @@ def tuning_section(analysis: StudyAnalysis, figures: dict) -> Section:
         "this budget-matched control separates what tuning s and m buys from what picking among n trainings buys.",
     ]
     blocks += [figures[name] for name in ("tuning_trials", "tuning_seconds") if name in figures]
-    rows = []
+    rows, intervals = [], []
     for row in analysis.break_even.itertuples():
-        reached = bool(row.reached)
         interval = trials_interval(row.trials_low, row.trials_high, row.max_trials, row.valid_trials)
+        control_n = count_or_none(row.control_n) or 0
+        control_valid = control_n if (count_or_none(row.control_splits) or 0) > 1 else 0
+        control_interval = trials_interval(row.control_trials_low, row.control_trials_high, control_n, control_valid)
+        intervals += [(row.control_trials_low, row.control_trials_high, control_valid)] if control_n else []
+        intervals.append((row.trials_low, row.trials_high, row.valid_trials))
         rows.append({"searched loss": loss_name(row.loss), "reference": method_name(row.reference),
+                     f"against the best of n of its seeds by val: break-even trials [{confidence}]":
+                         (f"{_trials_cell(row.control_trials, row.control_trials_high, control_n)} {control_interval}"
+                          if control_n else "n/a (no seeds)"),
+                     f"gap at n = seeds [{confidence}]": (f"{fmt.signed(row.control_gap)} "
+                                                          f"{fmt.interval(row.control_low, row.control_high)}"
+                                                          if control_n else "n/a"),
                      f"target: its mean test {objective} of one run": fmt.score(row.target),
-                     "break-even trials": fmt.count(row.trials) if reached else f"not within {row.max_trials}",
-                     f"{confidence} interval": interval,
-                     "device-seconds": fmt.seconds(row.seconds) if reached else "n/a",
+                     f"break-even trials against one run [{confidence}]":
+                         f"{_trials_cell(row.trials, row.trials_high, row.max_trials)} {interval}",
+                     "device-seconds": fmt.seconds(row.seconds) if bool(row.reached) else "n/a",
                      f"gain of the whole search on test [{confidence}]":
                          f"{fmt.signed(row.gain)} {fmt.interval(row.gain_low, row.gain_high)}",
                      "old: expected best val − mean val": fmt.signed(row.old_val_gain),
@@ -113,16 +126,42 @@ def tuning_section(analysis: StudyAnalysis, figures: dict) -> Section:
                      f"not within {row.max_trials}"})
     if rows:
         blocks.append(Table(pd.DataFrame(rows), "Break-even: the fewest trials whose val-selected test score reaches "
-                                                "the reference's mean test score of one run"))
-        blocks.append("The last two columns are the classic quantities, for contrast: the expected *maximum* of n val "
-                      "scores against the reference's *mean* val score. The maximum includes the best of n draws of "
-                      "seed noise, so it shows a gain and an early break-even even where tuning buys nothing on "
-                      "held-out data.")
+                                                "the budget-matched control (the best of as many runs of the reference "
+                                                "picked by val) and, beside it, the reference's mean test score of one "
+                                                "run"))
+        notes = interval_notes(intervals)
+        blocks.append(
+            "A break-even is stated as reached only where its interval shows it; a number marked \"point estimate\" "
+            "is where the curve's estimate crosses, with an interval that does not confirm it. The budget-matched "
+            "control exists for n up to the reference's seeds per class split (the same number of trainings); its "
+            "interval is a t interval over the class splits of the per-split gap (each split ran its own search and "
+            "seeds). The last two columns are the classic quantities, for contrast: the expected *maximum* of n val "
+            "scores against the reference's *mean* val score. The maximum includes the best of n draws of seed noise, "
+            "so it shows a gain and an early break-even even where tuning buys nothing on held-out data."
+            + (f" {notes}" if notes else ""))
+        luck = analysis.search_summary.dropna(subset=["seed_luck"]) if "seed_luck" in analysis.search_summary \
+            else analysis.search_summary.iloc[:0]
+        if len(luck):
+            blocks.append("Seed luck, the test score of the trial each search selected against its (s, m) retrained "
+                          "at fresh seeds (the tuned runs' mean on the same split): " + "; ".join(
+                              f"{loss_name(row.loss)} {fmt.signed(row.seed_luck)} "
+                              + (f"{fmt.interval(row.seed_luck_low, row.seed_luck_high)} ({confidence} t interval "
+                                 f"over {row.seed_luck_splits} class splits)" if row.seed_luck_splits > 1
+                                 else "(one class split: no interval)") for row in luck.itertuples())
+                          + ". A search's own best score holds that much of its trial's seed, which a user who "
+                            "retrains the found values does not keep.")
     else:
         blocks.append("No loss was searched, so there is no tuning curve.")
     if "tuning_val" in figures:
         blocks.append(figures["tuning_val"])
     return Section("Tuning cost versus accuracy", blocks)
+
+
+def _trials_cell(trials, high, limit) -> str:
+    """A break-even in a table: '3', '4 (point estimate)' where the interval does not show it, or 'not within 12'."""
+    if count_or_none(trials) is None:
+        return f"not within {limit}"
+    return fmt.count(trials) + ("" if count_or_none(high) is not None else " (point estimate)")
 
 
 def _difference_cell(row) -> str:
@@ -160,8 +199,7 @@ def final_section(analysis: StudyAnalysis, figures: dict) -> Section:
                          f"− Fixed AdaCos [{ci}]": "reference" if method == REFERENCE_METHOD else
                          "n/a" if row is None else _difference_cell(row),
                          "p (Holm)": "" if row is None or fmt.missing(row["p_holm"]) else f"{row['p_holm']:.3g}",
-                         "detectable at 80% power": "" if row is None or fmt.missing(row["detectable"]) else
-                         f"{row['detectable']:.4f}",
+                         "detectable at 80% power": "" if row is None else detectable_words(row),
                          "tuning trials": fmt.count(cost["tuning_trials"]) if cost is not None else "n/a",
                          "tuning device-seconds": fmt.seconds(cost["tuning_seconds"]) if cost is not None else "n/a",
                          "one run": fmt.seconds(cost["run_seconds"]) if cost is not None else "n/a"})
@@ -175,15 +213,16 @@ def final_section(analysis: StudyAnalysis, figures: dict) -> Section:
         "p": "n/a" if fmt.missing(row.p_value) else f"{row.p_value:.3g}",
         "p (Holm)": "n/a" if fmt.missing(row.p_holm) else f"{row.p_holm:.3g}",
         "Welch": f"{fmt.signed(row.welch_difference)} {fmt.interval(row.welch_low, row.welch_high)}",
-        "margin": f"±{row.margin:.3g}", "margin in seed sds": "n/a" if fmt.missing(row.margin_seed_sds) else
-        f"{row.margin_seed_sds:.2g}", "margin, share of remaining error": "n/a" if fmt.missing(row.margin_error_share)
+        "margin": f"±{row.margin:.3g}", "margin in seed sds within a split": "n/a"
+        if fmt.missing(row.margin_seed_sds) else f"{row.margin_seed_sds:.2g} (sd {row.seed_sd:.4f}, {row.seed_sd_df} df)",
+        "margin, share of remaining error": "n/a" if fmt.missing(row.margin_error_share)
         else f"{row.margin_error_share:.1%}",
         "TOST p": "n/a" if fmt.missing(row.tost_p_value) else f"{row.tost_p_value:.3g}",
         "verdict": ("counts (significant, beyond the margin)" if row.significant and abs(row.difference) >= row.margin
                     else "significant, within the margin" if row.significant and row.equivalent
                     else "significant, not shown to reach the margin" if row.significant
                     else "equivalent" if row.equivalent else "undecided"),
-        "detectable": "n/a" if fmt.missing(row.detectable) else f"{row.detectable:.4f}",
+        "detectable": detectable_words(row._asdict()),
         "seeds (or splits) to resolve": "n/a" if pd.isna(row.seeds_to_resolve) else
         f"{int(row.seeds_to_resolve):,} {row.unit}",
         "direction": "higher is better" if row.higher_is_better else "lower is better",
@@ -194,13 +233,16 @@ def final_section(analysis: StudyAnalysis, figures: dict) -> Section:
         f"difference to Fixed AdaCos is paired by seed (same initialisation and data order), with Welch's unpaired "
         f"interval beside it. With several class splits, each split's seeds are averaged first and the interval is "
         f"a t interval over splits (a one-way random-effects model): it carries the split-to-split variance and, "
-        f"since each split ran its own search, the search-to-search variance. Each method's differences on the "
+        f"since each split ran its own search, the search-to-search variance; its standard error never falls below "
+        f"what the within-split seed noise implies (with few splits their own spread can, by chance). Each method's "
+        f"differences on the "
         f"{len(metrics)} test metrics are one family: p-values are Holm-corrected and \"significant\" means Holm "
         f"p < {alpha:.2g}. A difference counts only when it is significant and at least the metric's margin "
-        f"(analysis.equivalence_margin; the table gives each margin in Fixed AdaCos's seed sds and as a share of "
-        f"its remaining error); it is called equivalent when two one-sided tests put it inside the margin; "
-        f"otherwise it is undecided, and the table says the smallest difference the study detects with 80% power "
-        f"at Holm's strictest level and about how many seeds (or splits) would resolve it. Diverged runs are left "
+        f"(analysis.equivalence_margin; the table gives each margin in Fixed AdaCos's seed-to-seed sd within a split, "
+        f"pooled over splits, and as a share of its remaining error); it is called equivalent when two one-sided "
+        f"tests put it inside the margin; otherwise it is undecided, and the table says the smallest difference the "
+        f"study detects with 80% power at Holm's strictest level (\"not detectable\" where none inside the metric's "
+        f"range is) and about how many seeds (or splits) would resolve it. Diverged runs are left "
         "out of the means and counted. Tuning cost is the whole search behind a tuned method, failed and pruned "
         "trials included.",
         Table(pd.DataFrame(headline), f"Test {metric_name(objective)}, tuning cost and the difference to Fixed AdaCos"),
@@ -240,31 +282,50 @@ def convergence_section(analysis: StudyAnalysis, figures: dict) -> Section:
             for found in analysis.convergence[(analysis.convergence["method"] == method)
                                               & (analysis.convergence["basis"] == basis)].itertuples():
                 column = f"to {found.fraction:.0%}" + (f" ({found.target:.4f})" if basis == "best" else "")
-                row[column] = (f"{fmt.iterations(found.median_iteration)} [{fmt.iterations(found.low)}, "
-                               f"{fmt.iterations(found.high)}] ({found.seeds_reached}/{found.seeds} seeds)")
+                interval = ("(no interval; " if fmt.missing(found.coverage) else
+                            f"[{fmt.iterations(found.low)}, {fmt.iterations(found.high)}] ({found.coverage:.1%}; ")
+                row[column] = (f"{fmt.iterations(found.median_iteration)} {interval}"
+                               f"{found.seeds_reached}/{found.seeds} seeds)")
             speed = analysis.convergence_speed[(analysis.convergence_speed["method"] == method)
                                                & (analysis.convergence_speed["basis"] == basis)]
             for found in speed.itertuples():
-                judged = "faster" if found.faster == method else "slower" if pd.notna(found.faster) else "n.s."
-                row[f"− Fixed AdaCos at {found.fraction:.0%}"] = (
-                    f"{fmt.signed_iterations(found.difference)} [{fmt.signed_iterations(found.low)}, "
-                    f"{fmt.signed_iterations(found.high)}] ({judged})")
+                row[f"− Fixed AdaCos at {found.fraction:.0%}"] = _speed_cell(found, method)
             rows.append(row)
-        tables.append(Table(pd.DataFrame(rows).fillna("—"), f"Median iterations to fractions {title}, with "
-                                                            f"{confidence} bootstrap intervals over seeds"))
+        tables.append(Table(pd.DataFrame(rows).fillna("—"), f"Median iterations to fractions {title}, each with its "
+                                                            "distribution-free interval and that interval's exact "
+                                                            "coverage"))
     blocks = [
         "Iterations to a target, per run the first evaluated iteration at or above it; per method the median over "
-        "seeds with a percentile-bootstrap interval over seeds. A seed that never reached the target counts as "
-        "slower than every seed that did, so a median is \"not reached\" when half the seeds or more missed it. "
-        "Two kinds of target: fractions of each method's *own* mean final val score (how fast it gets near where it "
-        f"ends), and fractions of the best method's ({best}). A method is called faster or slower than Fixed AdaCos "
-        "only where the bootstrap interval of the difference of medians (seeds resampled together, since runs at "
-        "one seed pair) excludes zero.",
+        "seeds. A seed that never reached the target counts as slower than every seed that did, so a median is "
+        "\"not reached\" when half the seeds or more missed it. Two kinds of target: fractions of each method's "
+        f"*own* mean final val score (how fast it gets near where it ends), and fractions of the best method's "
+        f"({best}). Each median's interval is distribution-free, from the seeds' order statistics, and covers "
+        "the true median with at least the exact probability printed beside it (binomial, whatever the "
+        f"distribution; at least {confidence}); with fewer than 6 seeds no such interval reaches {confidence}, and "
+        "none is printed (\"no interval\"). A bootstrap of a median over so few runs has no such guarantee, so none "
+        "is used. The difference to Fixed AdaCos is the difference of the medians, a point estimate without an "
+        "interval (\"neither reached\" where neither median run reaches the target, never a difference of 0); a "
+        "method is called faster or slower only where the exact sign test over paired seeds (runs at one seed "
+        f"share initialisation and data order) rejects at {1 - analysis.confidence:.2g}.",
         *tables,
     ]
     if "convergence" in figures:
         blocks.append(figures["convergence"])
     return Section("Convergence", blocks)
+
+
+def _speed_cell(found, method: str) -> str:
+    """'+10 (point estimate); sooner on 1, later on 5 of 8 seeds, sign test p = 0.22 (n.s.)'."""
+    if found.reached == "neither":
+        difference = "neither reached"
+    elif found.reached == "both":
+        difference = f"{fmt.signed_iterations(found.difference)} (point estimate)"
+    else:
+        difference = f"only {'this method' if found.reached == 'method' else 'Fixed AdaCos'} reached"
+    judged = "faster" if found.faster == method else "slower" if isinstance(found.faster, str) else "n.s."
+    pairs = found.faster_seeds + found.slower_seeds + found.tied_seeds
+    return (f"{difference}; sooner on {found.faster_seeds}, later on {found.slower_seeds} of {pairs} seeds, sign test "
+            f"p = {fmt.p_value(found.p_value)} ({judged})")
 
 
 def _crossing_sentence(pair, objective: str) -> str:
@@ -400,26 +461,34 @@ def answer_section(analysis: StudyAnalysis, figures: dict) -> Section:
     numbers = key_numbers(analysis)
     if len(numbers):
         blocks.append(Table(numbers, "The numbers behind the recommendation"))
+        notes = interval_notes(break_even_intervals(analysis.verdict_facts["break_even"]))
+        if notes:
+            blocks.append(notes)  # where the notation first appears
     if len(sentences) > 1:
         blocks.append(" ".join(sentences[1:]))
     return Section("Verdict", blocks)
 
 
 def report_sections(analysis: StudyAnalysis, params: StudyParams, manifest: dict, environment: dict,
-              figures: dict, reproduction: pd.DataFrame | None = None) -> list[Section]:
+                    figures: dict, reproduction: pd.DataFrame | None = None,
+                    benchmark_numbers: Path = BENCHMARK_NUMBERS) -> list[Section]:
+    """Every section of the report, the verdict first and the study beside the benchmark (`benchmark_numbers`, the
+    committed benchmark's aggregate) second."""
     objective = metric_name(analysis.objective)
     answers = (
         "ArcFace has two hyperparameters, the scale s and the margin m, that practitioners tune over many runs; "
         "AdaCos claims to need none (a fixed scale from the class count, or one that adapts every step). This report "
         f"measures, on this data, what a search of n trials buys on the held-out test split (the test {objective} of "
-        "the trial val selects) and after how many trials it matches Fixed AdaCos, how tuned ArcFace retrained at "
-        f"fresh seeds compares with Fixed AdaCos on every test metric (paired by seed, with "
+        "the trial val selects) and after how many trials it matches Fixed AdaCos, at an equal number of trainings "
+        "(the best of n Fixed AdaCos seeds picked by val) and against one Fixed AdaCos run, how tuned ArcFace "
+        f"retrained at fresh seeds compares with Fixed AdaCos on every test metric (paired by seed, with "
         f"{analysis.confidence:.0%} intervals, Holm-corrected, and equivalence tests), how ArcFace at its usual "
         "defaults fares, and how many iterations each method needs to converge. Val selects; test only reports."
     )
     figures_after_answer = {name: figure for name, figure in figures.items() if name != "tuning_trials"}
     return [
         answer_section(analysis, figures),
+        benchmark_section(beside_benchmark(analysis, benchmark_numbers)),
         Section("What this answers", [answers]),
         setup_section(analysis, params, manifest),
         tuning_section(analysis, figures_after_answer),

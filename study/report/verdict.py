@@ -1,4 +1,5 @@
-"""The verdict: sentences chosen by the analysis's numbers, the recommendation first, and the numbers behind it."""
+"""The verdict: the answer in plain order (the difference, whether it matters, what to use, what it costs), the
+statistics behind it, then the numbers, each sentence chosen by the analysis's numbers."""
 
 from __future__ import annotations
 
@@ -6,25 +7,19 @@ import math
 
 import pandas as pd
 
-from study.analysis import REFERENCE_METHOD, StudyAnalysis
+from study.analysis import REFERENCE_METHOD, StudyAnalysis, count_or_none
 import study.report.formats as fmt
 from study.report.formats import loss_name, method_name, metric_name, trials_interval
 
 
-def _break_even_clause(even: dict, seconds_word: bool = True) -> str:
-    """'after 5 trials (95% interval [2, 12]; about 40 s)' or 'not within 32 trials (…)'."""
-    interval = trials_interval(even["trials_low"], even["trials_high"], even["max_trials"], even.get("valid_trials"))
-    if even["reached"]:
-        cost = f"; about {fmt.seconds(even['seconds'])} of device time" if seconds_word and even["seconds"] else ""
-        return f"after {fmt.plural(even['trials'], 'trial')} (interval {interval}{cost})"
-    return f"not within the {fmt.plural(even['max_trials'], 'trial')} run (interval {interval})"
-
-
 def _how_paired(row: dict) -> str:
-    """How a difference was estimated: over class splits, paired by seed, or Welch."""
+    """How a difference was estimated: over class splits (its standard error floored at the seed noise where that is
+    larger), paired by seed, or Welch."""
     if row["test"] == "split":
+        floor = ("; its standard error is the floor the within-split seed noise sets, larger than the splits' own"
+                 if row.get("se_from") == "seed floor" else "")
         return (f"over {row['splits']} class splits of {row['pairs'] // max(row['splits'], 1)} seeds, paired by split "
-                "and seed, so the interval carries split and search variance")
+                f"and seed, so the interval carries split and search variance{floor}")
     if row["test"] == "paired":
         return f"paired over {row['pairs']} seeds of one split"
     return "Welch, unpaired"
@@ -37,14 +32,32 @@ def _comparison_clause(row: dict, confidence: float) -> str:
             f"p = {fmt.p_value(row['p_holm'])} after Holm)")
 
 
-def margin_words(row: dict) -> str:
-    """The margin in the metric's own terms: '±0.01 (0.5 of Fixed AdaCos's seed sd, 1.6% of its remaining error)'."""
+def margin_meaning_words(row: dict, with_sd: bool = True) -> str:
+    """The margin in the metric's own terms: '0.44 of Fixed AdaCos's seed-to-seed sd within a split (0.0229 on 4
+    df), 1.6% of its remaining error' ('' where neither is known); `with_sd` False leaves out the sd itself."""
     parts = []
     if not fmt.missing(row.get("margin_seed_sds")):
-        parts.append(f"{row['margin_seed_sds']:.2g} of Fixed AdaCos's seed-to-seed sd")
+        parts.append(f"{row['margin_seed_sds']:.2g} of Fixed AdaCos's seed-to-seed sd within a split"
+                     + (f" ({row['seed_sd']:.4f} on {row['seed_sd_df']} df)" if with_sd else ""))
     if not fmt.missing(row.get("margin_error_share")):
         parts.append(f"{row['margin_error_share']:.1%} of its remaining error")
-    return f"±{row['margin']:.3g}" + (f" ({', '.join(parts)})" if parts else "")
+    return ", ".join(parts)
+
+
+def margin_words(row: dict) -> str:
+    """The margin with its meaning: '±0.01 (0.44 of Fixed AdaCos's seed-to-seed sd within a split (0.0229 on 4
+    df), 1.6% of its remaining error)'."""
+    meaning = margin_meaning_words(row)
+    return f"±{row['margin']:.3g}" + (f" ({meaning})" if meaning else "")
+
+
+def detectable_words(row) -> str:
+    """The smallest difference a comparison detects, as printed: '0.0065', or 'not detectable with these splits' where
+    no difference inside the metric's range is (a number beyond it would mean nothing)."""
+    unit = row.get("unit") or "seeds"
+    if row.get("not_detectable") is True or row.get("not_detectable") == 1:
+        return f"not detectable with these {unit}"
+    return "n/a" if fmt.missing(row.get("detectable")) or pd.isna(row.get("detectable")) else f"{row['detectable']:.4f}"
 
 
 def _judgement(row: dict) -> str:
@@ -60,6 +73,28 @@ def _judgement(row: dict) -> str:
     return f"neither significant nor equivalent within ±{row['margin']:g}"
 
 
+def _reach_clause(trials, shown: bool, interval: str, target: str, limit: str, seconds=None) -> str:
+    """'matches {target} after 3 trials (interval [2, 5]; about 40 s of device time)', or its point estimate only, or
+    not within `limit`: "reached" is said only where the interval shows it."""
+    if trials is None:
+        return f"does not match {target} within {limit}" + ("" if "no valid" in interval else f" (interval {interval})")
+    cost = f"; about {fmt.seconds(seconds)} of device time" if seconds else ""
+    if shown:
+        return f"matches {target} after {fmt.plural(trials, 'trial')} (interval {interval}{cost})"
+    return (f"matches {target} after {fmt.plural(trials, 'trial')} by its point estimate only: the interval ({interval}) "
+            "does not show it")
+
+
+def _control_interval(even: dict) -> str:
+    """The budget-matched break-even's interval in trials; no interval from one class split."""
+    valid = even["control_n"] if (even.get("control_splits") or 0) > 1 else 0
+    return trials_interval(even["control_trials_low"], even["control_trials_high"], even["control_n"], valid)
+
+
+def _one_run_interval(even: dict) -> str:
+    return trials_interval(even["trials_low"], even["trials_high"], even["max_trials"], even.get("valid_trials"))
+
+
 def _gain_clause(even: dict, confidence: float) -> str:
     """What the search buys over one Fixed AdaCos run: at the largest n with a valid interval, and at all N trials."""
     whole = (f"the whole search of {fmt.plural(even['max_trials'], 'trial')} buys {fmt.signed(even['gain'])} over one "
@@ -73,45 +108,78 @@ def _gain_clause(even: dict, confidence: float) -> str:
             f"valid interval for; {whole}, with no valid interval (its estimate rests on the top few trials).")
 
 
+def _cost_sentences(facts: dict, searched: str, metric: str, confidence: float) -> list[str]:
+    """What a search costs: against the budget-matched control (the best of n Fixed AdaCos seeds by val, the same
+    number of trainings), beside one Fixed AdaCos run, the selected trial's seed luck and the classic quantity."""
+    even = facts["break_even"]
+    sentences = []
+    if even.get("control_n"):
+        n, splits = even["control_n"], even.get("control_splits") or 0
+        gap = fmt.signed(even["control_gap"]) + (f" {fmt.interval(even['control_low'], even['control_high'])}"
+                                                 if splits > 1 else "")
+        over = (f"mean over {splits} class splits, {confidence:.0%} t interval over them" if splits > 1
+                else "one class split: no interval")
+        reach = _reach_clause(even["control_trials"], even["control_trials_high"] is not None, _control_interval(even),
+                              "that control", f"the {fmt.plural(n, 'training')} it ran per split",
+                              even.get("control_seconds"))
+        extend = "" if even["control_trials_high"] is not None else "; more runs.seeds would compare at larger n"
+        sentences.append(
+            f"What tuning costs: at an equal number of trainings, the trial val selects among {n} {searched} trials "
+            f"scores {gap} on test {metric} against the best of {n} Fixed AdaCos seeds picked by val ({over}); the "
+            f"search {reach}{extend}.")
+    control = facts["control"]
+    if control:
+        sentences.append(f"Keeping the best of {control['seeds']} Fixed AdaCos seeds by val buys "
+                         f"{fmt.signed(control['gain'])} over one run, with no hyperparameter to tune.")
+    reach = _reach_clause(even["trials"], bool(even.get("shown")), _one_run_interval(even), "it",
+                          f"the {fmt.plural(even['max_trials'], 'trial')} run", even["seconds"])
+    sentences.append(f"Beside it, the one-run target: against one Fixed AdaCos run ({fmt.score(even['target'])} on "
+                     f"test {metric}), the trial val selects among n {searched} trials {reach}; "
+                     + _gain_clause(even, confidence))
+    luck = facts.get("seed_luck")
+    if luck and not fmt.missing(luck["seed_luck"]):
+        interval = (f" {fmt.interval(luck['seed_luck_low'], luck['seed_luck_high'])} (mean over "
+                    f"{luck['seed_luck_splits']} class splits, {confidence:.0%} t interval)"
+                    if luck["seed_luck_splits"] > 1 else " (one class split: no interval)")
+        sentences.append(f"Seed luck: the trial the search selected scored {fmt.signed(luck['seed_luck'])}{interval} on "
+                         f"test {metric} against its own (s, m) retrained at fresh seeds: that much of the search's "
+                         "own score was its training seed, which a user retraining the found values does not keep.")
+    if not fmt.missing(even["old_val_gain"]) and even["old_val_gain"] > 0:
+        old = (f"after {fmt.plural(even['old_trials'], 'trial')}" if even["old_trials"] is not None
+               else f"not within {even['max_trials']}")
+        sentences.append(f"The classic expected-best val curve claims {fmt.signed(even['old_val_gain'])} over Fixed "
+                         f"AdaCos's mean val and a break-even {old}; it includes the maximum of n draws of seed noise, "
+                         "so it is not what a user gets on held-out data.")
+    elif not fmt.missing(even["old_val_gain"]):
+        sentences.append(f"Even the classic expected-best val curve, which includes the maximum of seed noise, ends "
+                         f"below Fixed AdaCos's mean val ({fmt.signed(even['old_val_gain'])}).")
+    return sentences
+
+
 def verdict(analysis: StudyAnalysis) -> str:
-    """The verdict: the recommendation and the numbers behind it, every clause chosen by the analysis's numbers."""
+    """The verdict: the answer in plain words, the statistics behind it, then the rest, each chosen by the numbers."""
     return " ".join(verdict_sentences(analysis))
 
 
 def verdict_sentences(analysis: StudyAnalysis) -> list[str]:
-    """The verdict's sentences, the recommendation first."""
+    """The verdict's sentences: the lead (the difference, whether it matters, what to use, what it costs), then the
+    statistics behind it, then what the search costs, the other metrics, the defaults and convergence."""
     facts = analysis.verdict_facts
     metric = metric_name(facts["metric"])
     searched = loss_name(facts["tuned_loss"]) if facts["tuned_loss"] else "the searched loss"
     tuned = f"tuned {searched}"
     row = facts["tuned"]
     confidence = analysis.confidence
-    sentences = [_recommendation_sentences(facts, searched, metric, confidence)]
+    sentences = [lead_sentence(facts, searched, metric)]
+    if row:
+        sentences.append(statistics_sentence(facts, confidence))
     variance = variance_sentence(facts)
     if variance:
         sentences.append(variance)
 
     even = facts["break_even"]
     if even and even["max_trials"]:
-        reach = ("scores on test {metric} what one Fixed AdaCos run scores ({target}) {clause}" if even["reached"]
-                 else "does not reach on test {metric} what one Fixed AdaCos run scores ({target}): {clause}")
-        sentence = (f"What a search buys: the trial that val selects among n {searched} trials "
-                    + reach.format(metric=metric, target=fmt.score(even["target"]), clause=_break_even_clause(even))
-                    + "; " + _gain_clause(even, confidence))
-        control = facts["control"]
-        if control:
-            sentence += (f" For comparison, keeping the best of {control['seeds']} Fixed AdaCos seeds by val buys "
-                         f"{fmt.signed(control['gain'])} over one run, with no hyperparameter to tune.")
-        if not fmt.missing(even["old_val_gain"]) and even["old_val_gain"] > 0:
-            old = (f"after {fmt.plural(even['old_trials'], 'trial')}" if even["old_trials"] is not None
-                   else f"not within {even['max_trials']}")
-            sentence += (f" The classic expected-best val curve claims {fmt.signed(even['old_val_gain'])} over Fixed "
-                         f"AdaCos's mean val and a break-even {old}; it includes the maximum of n draws of seed "
-                         "noise, so it is not what a user gets on held-out data.")
-        elif not fmt.missing(even["old_val_gain"]):
-            sentence += (f" Even the classic expected-best val curve, which includes the maximum of seed noise, ends "
-                         f"below Fixed AdaCos's mean val ({fmt.signed(even['old_val_gain'])}).")
-        sentences.append(sentence)
+        sentences += _cost_sentences(facts, searched, metric, confidence)
 
     if row and facts["other_metrics"]:
         sentences.append(_other_metrics_sentence(facts, tuned))
@@ -129,74 +197,140 @@ def verdict_sentences(analysis: StudyAnalysis) -> list[str]:
 
     speed = facts["convergence"]
     if speed:
-        fraction = f"{speed['fraction']:.0%}"
-        if speed["faster"]:
-            who = "Fixed AdaCos" if speed["faster"] == REFERENCE_METHOD else tuned
-            verb = f"{who} converges faster"
-        else:
-            verb = "neither converges measurably faster"
-        sentences.append(
-            f"To reach {fraction} of its own final val score, {tuned} needs {fmt.signed_iterations(speed['difference'])} "
-            f"iterations against Fixed AdaCos in the median ({confidence:.0%} bootstrap interval "
-            f"[{fmt.signed_iterations(speed['low'])}, {fmt.signed_iterations(speed['high'])}] over seeds): {verb}.")
+        sentences.append(convergence_sentence(speed, tuned))
     return sentences
 
 
-def _recommendation_sentences(facts: dict, searched: str, metric: str, confidence: float) -> str:
-    """The recommendation first, then the comparison that decides it, by the rule the sentence states."""
+def convergence_sentence(speed: dict, tuned: str) -> str:
+    """Iterations to a fraction of each method's own final val score, tuned − Fixed AdaCos: the difference of medians
+    as a point estimate (or who never reached it), and who is faster by the exact sign test over paired seeds."""
+    fraction = f"{speed['fraction']:.0%}"
+    if speed["reached"] == "neither":
+        where = "neither median run reaches it"
+    elif speed["reached"] == "both":
+        where = f"{tuned} needs {fmt.signed_iterations(speed['difference'])} iterations against Fixed AdaCos in the median"
+    else:
+        who = tuned if speed["reached"] == "method" else "Fixed AdaCos"
+        where = f"only {who}'s median run reaches it"
+    pairs = speed["faster_seeds"] + speed["slower_seeds"] + speed["tied_seeds"]
+    count = (f"{tuned} is sooner on {speed['faster_seeds']} and later on {speed['slower_seeds']} of {pairs} paired "
+             f"seeds (exact sign test p = {fmt.p_value(speed['p_value'])})")
+    if speed["faster"]:
+        verdict_words = f"{'Fixed AdaCos' if speed['faster'] == REFERENCE_METHOD else tuned} converges faster"
+    else:
+        verdict_words = "neither converges measurably faster"
+    return (f"To reach {fraction} of its own final val score, {where} (a point estimate); {count}: "
+            f"{verdict_words}.")
+
+
+def _difference_words(row: dict, tuned: str, metric: str) -> str:
+    """'Tuned ArcFace scores 0.0045 above Fixed AdaCos on test MAP@R' (below, for a negative difference)."""
+    size = abs(row["difference"])
+    side = "above" if row["favours_method"] else "below"
+    if size == 0:
+        return f"{tuned[0].upper()}{tuned[1:]} scores the same as Fixed AdaCos on test {metric}"
+    return f"{tuned[0].upper()}{tuned[1:]} scores {size:.4f} {side} Fixed AdaCos on test {metric}"
+
+
+def _matters(row: dict) -> str:
+    """Whether the difference matters against the margin, in words, by the rule the recommendation uses."""
+    meaning = margin_meaning_words(row, with_sd=False)
+    margin = f"the ±{row['margin']:.3g} that matters" + (f" ({meaning})" if meaning else "")
+    if fmt.missing(row["low"]):
+        return f"and with one seed per method nothing can be judged against {margin}"
+    if row["significant"] and abs(row["difference"]) >= row["margin"]:
+        return f"at least {margin}"
+    if row["significant"] and row["equivalent"]:
+        return f"a real difference, but inside {margin}"
+    if row["significant"]:
+        return f"a real difference, not shown to reach {margin}"
+    if row["equivalent"]:
+        return f"inside {margin}"
+    return f"and this study cannot yet tell whether that reaches {margin}"
+
+
+def _search_cost(facts: dict, searched: str) -> str:
+    """'the ArcFace search cost 48 trials and 334 s of device time' (or nothing where no search finished)."""
+    trials, seconds = facts.get("search_trials"), facts.get("search_seconds")
+    if not trials:
+        return ""
+    return (f"the {searched} search cost {fmt.plural(trials, 'trial')}"
+            + (f" and {fmt.seconds(seconds)} of device time" if not fmt.missing(seconds) else ""))
+
+
+def lead_sentence(facts: dict, searched: str, metric: str) -> str:
+    """The answer in plain order, with no statistic in it: the difference, whether it matters against the margin,
+    what to use, and what it costs (the statistics follow in statistics_sentence)."""
     row, reason = facts["tuned"], facts["reason"]
     tuned = f"tuned {searched}"
+    cost = _search_cost(facts, searched)
     if reason == "no_tuned_comparison":
-        return (f"Recommendation: undecided. No {tuned} runs finished with a test {metric} to compare with Fixed "
-                "AdaCos, so this study cannot say whether tuning pays.")
-    comparison = f"On test {metric}, {tuned} − Fixed AdaCos = {_comparison_clause(row, confidence)}"
-    margin = margin_words(row)
+        return (f"No {tuned} runs finished with a test {metric} to compare with Fixed AdaCos, so this study cannot "
+                "say whether tuning pays: undecided.")
+    said = f"{_difference_words(row, tuned, metric)}, {_matters(row)}"
     if reason == "tuning_better_beyond_margin":
-        return (f"Recommendation: tune {searched}. {comparison}: a significant gain at least the margin {margin}, so "
-                f"the search pays for itself on this data{_cost_clause(facts)}.")
-    if reason == "adacos_significantly_better":
-        return (f"Recommendation: use Fixed AdaCos. {comparison}: Fixed AdaCos is significantly better, and it "
-                "costs no tuning.")
-    if reason in ("equivalent", "gain_within_margin"):
-        real = " The gain is significant but smaller than what matters." if reason == "gain_within_margin" else ""
-        return (f"Recommendation: use Fixed AdaCos. {comparison}.{real} The two are equivalent within {margin}, "
-                f"by two one-sided tests (p = {fmt.p_value(row['tost_p_value'])}), and Fixed AdaCos costs no tuning.")
+        even = facts.get("cost") or {}
+        matched, shown = "", even.get("control_trials_high")
+        if shown:
+            seconds = (f" (about {fmt.seconds(even['control_seconds'])})"
+                       if even.get("control_seconds") and shown == even.get("control_trials") else "")
+            matched = (f"; from {fmt.plural(shown, 'trial')}{seconds} its val-selected trial beats the best of as "
+                       "many Fixed AdaCos seeds picked by val")
+        elif even.get("control_n"):
+            n = even["control_n"]
+            matched = (f"; at {fmt.plural(n, 'trial')} its val-selected trial is not shown to beat the best of {n} "
+                       "Fixed AdaCos seeds picked by val")
+        return f"{said}: tune {searched}; {cost or 'its search cost is not recorded'}{matched}."
     if reason == "alternative_better_than_fixed_adacos":
         alternative = method_name(facts["recommendation"])
-        return (f"Recommendation: use {alternative}. {comparison}: {_judgement(row)}; {alternative} is "
-                f"significantly better than Fixed AdaCos on test {metric} by at least the margin and, like it, costs "
-                "no tuning.")
+        return (f"{said}; {alternative} beats Fixed AdaCos by at least its margin: use {alternative}, which needs "
+                f"no tuning{'; ' + cost if cost else ''}.")
+    if reason in ("adacos_significantly_better", "equivalent", "gain_within_margin"):
+        return f"{said}: use Fixed AdaCos, which needs no tuning{'; ' + cost if cost else ''}."
+    resolve = ""
+    if row.get("seeds_to_resolve"):
+        resolve = f"; about {row['seeds_to_resolve']:,} {row.get('unit') or 'seeds'} would settle it"
+    return f"{said}: undecided{'; ' + cost if cost else ''}{resolve}."
+
+
+def statistics_sentence(facts: dict, confidence: float) -> str:
+    """The statistics behind the lead: the interval and how it was made, the equivalence test against the margin and
+    the Holm-corrected test against zero, reconciled where they seem to disagree."""
+    row = facts["tuned"]
     if fmt.missing(row["low"]):
-        return (f"Recommendation: undecided. {comparison}: with one seed per method nothing is known about "
-                "seed-to-seed spread, so no difference can be judged; list more seeds in runs.seeds.")
-    unit = row.get("unit") or "seeds"
-    more = (f"about {row['seeds_to_resolve']:,} {unit} would resolve a difference of this size (to significance or "
-            "to equivalence)" if row["seeds_to_resolve"] else f"no practical number of {unit} would resolve it")
-    detectable = "n/a" if row["detectable"] is None else f"{row['detectable']:.4f}"
-    found = ("a significant gain that is not shown to reach the margin " + margin if reason == "gain_not_shown_relevant"
-             else f"neither a significant difference nor equivalence within {margin}")
-    replicates = row["splits"] if unit == "splits" else row["pairs"]
-    return (f"Recommendation: undecided. {comparison}: {found}; TOST p = {fmt.p_value(row['tost_p_value'])}. That "
-            f"is not \"no difference\": with {replicates} {unit} the smallest difference this study detects with "
-            f"{facts.get('power', 0.8):.0%} power at the level Holm's first step uses (α = "
-            f"{fmt.p_value(row['decision_alpha'])}) is {detectable}, and {more}.")
-
-
-def _cost_clause(facts: dict) -> str:
-    """'; it breaks even with one Fixed AdaCos run after 3 trials ([2, 6], about 40 s of device time)'."""
-    cost = facts.get("cost")
-    if not cost or not cost.get("max_trials"):
-        return ""
-    interval = trials_interval(cost["trials_low"], cost["trials_high"], cost["max_trials"], cost.get("valid_trials"))
-    if not cost["reached"]:
-        return f"; but its val-selected trial did not match one Fixed AdaCos run within {cost['max_trials']} trials"
-    seconds = f", about {fmt.seconds(cost['seconds'])} of device time" if cost.get("seconds") else ""
-    return (f"; it matches one Fixed AdaCos run after {fmt.plural(cost['trials'], 'trial')} ({interval}{seconds}), "
-            f"and the whole search cost {fmt.seconds(cost['search_seconds'])}" if cost.get("search_seconds") else "")
+        return (f"The statistics: {fmt.signed(row['difference'])} with no interval (one seed per method: nothing is "
+                "known about seed-to-seed spread; list more seeds in runs.seeds).")
+    family = facts["other_metrics"] + 1
+    tost = (f"equivalent within ±{row['margin']:.3g} by two one-sided tests (p = {fmt.p_value(row['tost_p_value'])})"
+            if row["equivalent"] else
+            f"not shown equivalent within ±{row['margin']:.3g} (two one-sided tests, p = "
+            f"{fmt.p_value(row['tost_p_value'])})")
+    holm = (f"against zero, p = {fmt.p_value(row['p_holm'])} after Holm's correction over the "
+            f"{fmt.plural(family, 'test metric')}: " + ("significant" if row["significant"] else "not significant"))
+    excludes_zero = row["low"] > 0 or row["high"] < 0
+    if excludes_zero and not row["significant"]:
+        holm += (" (the interval is one metric's own, uncorrected: it excludes zero, but corrected for the "
+                 f"{family} metrics the difference from zero is not significant)")
+    sentence = (f"The statistics: {confidence:.0%} CI {fmt.interval(row['low'], row['high'])}, {_how_paired(row)}; "
+                f"{tost}; {holm}.")
+    if not (row["significant"] or row["equivalent"]):
+        unit = row.get("unit") or "seeds"
+        replicates = row["splits"] if unit == "splits" else row["pairs"]
+        detectable = detectable_words(row)
+        found = (f"is none inside the metric's range: {detectable}" if row.get("not_detectable")
+                 else f"is {detectable}")
+        sentence += (f" That is not \"no difference\": with {replicates} {unit} the smallest difference this study "
+                     f"detects with {facts.get('power', 0.8):.0%} power at the level Holm's first step uses (α = "
+                     f"{fmt.p_value(row['decision_alpha'])}) {found}"
+                     + (f", and about {row['seeds_to_resolve']:,} {unit} would resolve a difference of this size (to "
+                        "significance or to equivalence)." if row["seeds_to_resolve"] else
+                        f", and no practical number of {unit} would resolve it."))
+    return sentence
 
 
 def variance_sentence(facts: dict) -> str | None:
-    """Which source of variance dominates the tuned − Fixed AdaCos difference one user meets."""
+    """Which source of variance dominates the tuned − Fixed AdaCos difference one user meets, flagged as point
+    estimates (moment estimates with no interval), with the shares that were truncated at zero named."""
     sources = facts.get("variance_sources")
     if not sources or not sources.get("dominant"):
         return None
@@ -204,8 +338,15 @@ def variance_sentence(facts: dict) -> str | None:
     shares = ", ".join(f"{names[source]} {share:.0%}" for source, share in sources["shares"].items()
                        if share is not None)
     missing = " (the split's share is not measured: one split ran; set data.seeds)" if sources["split"] is None else ""
+    truncated = sources.get("truncated") or []
+    one = len(truncated) == 1
+    floor = (f"; the estimate{'' if one else 's'} for {fmt.listing([names[source] for source in truncated])} came out "
+             f"below zero and {'is' if one else 'are'} shown as 0%: beyond seed noise, these data show no spread from "
+             f"{'it' if one else 'them'}") if truncated else ""
     return (f"Of the variance of the tuned − Fixed AdaCos difference one user meets (one split, one search, one "
-            f"seed), {shares}{missing}: {names[sources['dominant']]} dominates.")
+            f"seed), {shares}{missing}: {names[sources['dominant']]} dominates. These shares are point estimates "
+            f"(moment estimates from {fmt.plural(sources['splits'], 'split')}, with no interval: none was "
+            f"coverage-checked){floor}.")
 
 
 def _other_metrics_sentence(facts: dict, tuned: str) -> str:
@@ -249,10 +390,26 @@ def key_numbers(analysis: StudyAnalysis) -> pd.DataFrame:
                                                  f"{fmt.p_value(row['p_holm'])}; margin {margin_words(row)}"})
     even = facts["break_even"]
     if even and even["max_trials"]:
+        if even.get("control_n"):
+            n, splits = even["control_n"], even.get("control_splits") or 0
+            over = (f"t interval over {splits} class splits of the gap at each n ≤ {n}, inverted" if splits > 1
+                    else "one class split: no interval")
+            rows.append({"number": f"{searched} trials until the val-selected trial matches the best of as many Fixed "
+                                   "AdaCos seeds by val (the same number of trainings)",
+                         "value": _trials_value(even["control_trials"], even["control_trials_high"] is not None, n,
+                                                "trainings compared"),
+                         f"{confidence} interval": _control_interval(even),
+                         "what the interval covers": over + (f"; about {fmt.seconds(even['control_seconds'])} of "
+                                                             "device time" if even.get("control_seconds") else "")})
+            rows.append({"number": f"test {metric}: the val-selected of {n} {searched} trials − the best of {n} Fixed "
+                                   "AdaCos seeds by val",
+                         "value": fmt.signed(even["control_gap"]),
+                         f"{confidence} interval": fmt.interval(even["control_low"], even["control_high"]),
+                         "what the interval covers": over.removesuffix(", inverted").replace(f"at each n ≤ {n}",
+                                                                                            f"at n = {n}")})
         rows.append({"number": f"{searched} trials until the val-selected trial matches one Fixed AdaCos run on test",
-                     "value": fmt.count(even["trials"]) if even["reached"] else f"not within {even['max_trials']}",
-                     f"{confidence} interval": trials_interval(even["trials_low"], even["trials_high"],
-                                                                even["max_trials"], even.get("valid_trials")),
+                     "value": _trials_value(even["trials"], bool(even.get("shown")), even["max_trials"], "trials"),
+                     f"{confidence} interval": _one_run_interval(even),
                      "what the interval covers": f"the gain's interval inverted over the n that have one "
                                                  f"(n ≤ {even.get('valid_trials') or 0}); a new search on these splits"
                                                  + (f"; about {fmt.seconds(even['seconds'])} of device time"
@@ -266,11 +423,18 @@ def key_numbers(analysis: StudyAnalysis) -> pd.DataFrame:
                                                   "Fixed AdaCos's seed noise" if at else "no valid interval")
                      + (f"; the whole search of {even['max_trials']} buys {fmt.signed(even['gain'])}, with no valid "
                         "interval" if at and at < even["max_trials"] else "")})
-    if row and row["detectable"] is not None:
+    luck = facts.get("seed_luck")
+    if luck and not fmt.missing(luck["seed_luck"]):
+        rows.append({"number": f"seed luck: the selected trial's test {metric} − its (s, m) retrained at fresh seeds",
+                     "value": fmt.signed(luck["seed_luck"]),
+                     f"{confidence} interval": fmt.interval(luck["seed_luck_low"], luck["seed_luck_high"]),
+                     "what the interval covers": (f"t interval over {luck['seed_luck_splits']} class splits"
+                                                  if luck["seed_luck_splits"] > 1 else "one class split: no interval")})
+    if row and (row["detectable"] is not None or row.get("not_detectable")):
         unit = row.get("unit") or "seeds"
         replicates = row["splits"] if unit == "splits" else row["pairs"]
         rows.append({"number": f"smallest difference in test {metric} these {replicates} {unit} detect "
-                               f"({facts['power']:.0%} power)", "value": f"{row['detectable']:.4f}",
+                               f"({facts['power']:.0%} power)", "value": detectable_words(row),
                      f"{confidence} interval": "—",
                      "what the interval covers": f"t-test at α = {fmt.p_value(row['decision_alpha'])} (Holm's "
                                                  "strictest step, the level the decision may need)"
@@ -283,3 +447,44 @@ def key_numbers(analysis: StudyAnalysis) -> pd.DataFrame:
                      f"{confidence} interval": fmt.interval(default["low"], default["high"]),
                      "what the interval covers": f"{_how_paired(default)}; {_judgement(default)}"})
     return pd.DataFrame(rows)
+
+
+def _trials_value(trials, shown: bool, limit: int, unit: str) -> str:
+    """A break-even as a table cell: '3', '4 (point estimate; the interval does not show it)' or 'not within 12'."""
+    if trials is None:
+        return f"not within {limit} {unit}"
+    return fmt.count(trials) if shown else f"{trials} (point estimate; the interval does not show it)"
+
+
+def break_even_intervals(even: dict | None) -> list[tuple]:
+    """The (low, high, shown-up-to) of every break-even interval the verdict prints, for interval_notes."""
+    if not even or not even.get("max_trials"):
+        return []
+    intervals = [(even["trials_low"], even["trials_high"], even.get("valid_trials") or 0)]
+    if even.get("control_n"):
+        valid = even["control_n"] if (even.get("control_splits") or 0) > 1 else 0
+        intervals.insert(0, (even["control_trials_low"], even["control_trials_high"], valid))
+    return intervals
+
+
+def interval_notes(intervals) -> str | None:
+    """One line that explains each break-even interval notation in `intervals` ((low, high, V) triples, V the trials
+    an interval is given for), in order of first use: '[2, not within 3]: at least 2 trials; …'. None where every
+    interval is a plain [low, high]."""
+    notes = []
+    for low, high, valid in intervals:
+        low, high, valid = count_or_none(low), count_or_none(high), count_or_none(valid) or 0
+        if not valid:
+            note = ("[no valid interval]: too few trials (or class splits) carry an interval here, so none is "
+                    "printed")
+        elif low is None:
+            note = (f"[beyond {valid}]: not even the interval's lower end is within the first {valid} trials, the ones "
+                    "an interval is given for")
+        elif high is None:
+            note = (f"[{low}, not within {valid}]: at least {fmt.plural(low, 'trial')}; where the interval ends is not "
+                    f"shown within the first {valid}, the ones an interval is given for")
+        else:
+            continue
+        if note not in notes:
+            notes.append(note)
+    return ("Interval notation: " + "; ".join(notes) + ".") if notes else None

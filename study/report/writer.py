@@ -17,8 +17,11 @@ from study.published import published_setup
 import study.report.formats as fmt
 from study.report.document import FigureRef, render_html, render_markdown
 from study.report.figures import (figure_angles, figure_convergence, figure_crossings, figure_dynamic_scale,
-                                  figure_expected_best_val, figure_final_test, figure_landscape, figure_tuning,
-                                  break_even_note, measurement_conditions, method_styles)
+                                  figure_final_test, figure_landscape)
+from study.report.palette import method_styles
+from study.report.tuning_figures import (break_even_note, figure_expected_best_val, figure_tuning,
+                                         measurement_conditions)
+from study.report.beside import BENCHMARK_NUMBERS
 from study.report.sections import report_sections
 from study.results import write_bytes, write_csv, write_json
 
@@ -63,7 +66,16 @@ def metrics_summary(analysis: StudyAnalysis, reproduction: pd.DataFrame | None =
                                      "high": count_or_none(reference.trials_high),
                                      "valid_trials": count_or_none(reference.valid_trials),
                                      "seconds": number(reference.seconds), "reached": bool(reference.reached),
-                                     "max_trials": int(reference.max_trials), "target": number(reference.target)}
+                                     "shown": bool(reference.shown) if not pd.isna(reference.shown) else False,
+                                     "max_trials": int(reference.max_trials), "target": number(reference.target),
+                                     # against the best of n reference seeds by val, n ≤ control_n
+                                     "control": {"n": count_or_none(reference.control_n),
+                                                 "trials": count_or_none(reference.control_trials),
+                                                 "low": count_or_none(reference.control_trials_low),
+                                                 "high": count_or_none(reference.control_trials_high),
+                                                 "gap": number(reference.control_gap),
+                                                 "gap_low": number(reference.control_low),
+                                                 "gap_high": number(reference.control_high)}}
                for reference in group.itertuples()}
         for loss, group in analysis.break_even.groupby("loss", sort=False)
     }
@@ -130,12 +142,13 @@ def _tuning_wide(analysis: StudyAnalysis, kind: str) -> pd.DataFrame:
 
 
 def write_report(analysis: StudyAnalysis, params: StudyParams, manifest: dict, environment: dict,
-                 out_dir: Path) -> dict[str, Path]:
+                 out_dir: Path, benchmark_numbers: Path = BENCHMARK_NUMBERS) -> dict[str, Path]:
     """Write figures/, tables/, report.md, report.html (when params.report.html), metrics.json and headline.json;
     return their paths.
 
     `environment` is printed in the reproducibility footer as given (git revision, params hash, package
-    versions, device...). The returned dict maps each file's path relative to out_dir to its full path.
+    versions, device...); `benchmark_numbers` is the benchmark's aggregate the report sets the study beside. The
+    returned dict maps each file's path relative to out_dir to its full path.
     All of it is written into a staging folder first and swapped in only once complete: a run that fails
     leaves the previous report as it was, and stale files of the previous report go only with it.
     """
@@ -146,7 +159,7 @@ def write_report(analysis: StudyAnalysis, params: StudyParams, manifest: dict, e
     shutil.rmtree(staging, ignore_errors=True)  # what an earlier, killed run left
     staging.mkdir(parents=True)
     try:
-        written = _write_all(analysis, params, manifest, environment, staging)
+        written = _write_all(analysis, params, manifest, environment, staging, benchmark_numbers)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -212,7 +225,7 @@ def _exchange(first: Path, second: Path) -> bool:
 
 
 def _write_all(analysis: StudyAnalysis, params: StudyParams, manifest: dict, environment: dict,
-               out_dir: Path) -> dict[str, Path]:
+               out_dir: Path, benchmark_numbers: Path = BENCHMARK_NUMBERS) -> dict[str, Path]:
     """Every file of the report, written into `out_dir`."""
     figures_dir, tables_dir = out_dir / "figures", out_dir / "tables"
     dpi = params.report.dpi
@@ -240,7 +253,9 @@ def _write_all(analysis: StudyAnalysis, params: StudyParams, manifest: dict, env
                          "behind: the other panels' curves): the expected test score of the run val selects among n "
                          "tuning trials, or among n seeds of an untuned method (the budget-matched control). Bands are "
                          f"{confidence} studentised intervals, drawn only where valid (a panel's title says when they "
-                         "stop). The dotted line is Fixed AdaCos's mean test score of one run, the break-even target. "
+                         "stop). The dotted line is Fixed AdaCos's mean test score of one run, the one-run target; "
+                         "at an equal number of trainings, compare a search with Fixed AdaCos's own curve (the "
+                         "budget-matched control). "
                          + break_even_note(analysis),
         "tuning_seconds": "The same against the device-seconds those runs cost (log scale), measured on "
                           f"{measurement_conditions(params, environment)}: the seconds compare methods within this "
@@ -292,7 +307,7 @@ def _write_all(analysis: StudyAnalysis, params: StudyParams, manifest: dict, env
         write_csv(frame, tables_dir / name)
         written[f"tables/{name}"] = tables_dir / name
 
-    sections = report_sections(analysis, params, manifest, environment, figures, reproduction)
+    sections = report_sections(analysis, params, manifest, environment, figures, reproduction, benchmark_numbers)
     markdown_path = out_dir / "report.md"
     markdown_path.write_text(render_markdown(params.report.title, sections), encoding="utf-8")
     written["report.md"] = markdown_path

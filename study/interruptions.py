@@ -1,0 +1,148 @@
+"""Interruptions: Ctrl-C, SIGTERM, SIGHUP, or the process that started this one gone (DVC killed, or a packed worker's
+stage). Not a crash: the process fails its running trial as interrupted, winds down once, and ends with one line
+saying what it kept and how to resume, and the exit status of the signal (`interruptible`, `ends_as_interrupted`)."""
+
+from __future__ import annotations
+
+import _thread
+import contextlib
+import os
+import shlex
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Iterator
+
+import optuna
+
+
+# How often a process looks for the process that started it; how long a process whose parent is gone may take to
+# wind down before it is ended outright.
+PARENT_POLL_SECONDS, WIND_DOWN_SECONDS = 0.5, 30
+INTERRUPTING_SIGNALS = {signal.SIGINT: "interrupted", signal.SIGTERM: "stopped by SIGTERM",
+           signal.SIGHUP: "stopped by SIGHUP (its terminal closed)"}
+
+
+class Interrupted(KeyboardInterrupt):
+    """The process was interrupted: Ctrl-C, SIGTERM or SIGHUP, or the process that started it is gone. `cause` says
+    which in words, `signum` gives the exit status (128 + signum: 130 for Ctrl-C), `kept` what the work kept."""
+
+    def __init__(self, cause: str, signum: int):
+        super().__init__(cause)
+        self.cause, self.signum, self.kept = cause, signum, ""
+
+
+@contextlib.contextmanager
+def interruptible(parent: int | None = None, parent_name: str = "the process that started it") -> Iterator[None]:
+    """Within the block, SIGINT (Ctrl-C), SIGTERM and SIGHUP raise `Interrupted` in the main thread, once: later ones
+    are ignored while the process winds down (its trial failed, its packed workers stopped, its tables written), which
+    a second Ctrl-C must not cut short. A SIGINT or SIGHUP ignored when the block starts (a background job's, nohup's)
+    stays ignored. With `parent`, the end of that process (DVC killed by kill -9 or SIGTERM, a packed worker's stage
+    gone) interrupts this one as SIGTERM would, and ends it outright if it has not wound down WIND_DOWN_SECONDS later.
+    The previous handlers are back after the block (a no-op outside the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    state = {"signum": None, "cause": None, "deferred": False}
+
+    def interrupt(signum, frame):
+        if state["signum"] is not None:
+            return  # winding down already
+        if _writing_storage(frame):  # raised there, it would tear a journal line or leave its lock held
+            if not state["deferred"]:
+                state["deferred"] = True
+                threading.Thread(target=_interrupt_again, args=(signum, state), daemon=True).start()
+            return
+        state["signum"] = signum
+        raise Interrupted(state["cause"] or INTERRUPTING_SIGNALS[signum], signum)
+
+    previous = {signum: signal.getsignal(signum) for signum in INTERRUPTING_SIGNALS}
+    handled = [signum for signum in INTERRUPTING_SIGNALS if signum == signal.SIGTERM or previous[signum] != signal.SIG_IGN]
+    for signum in handled:
+        signal.signal(signum, interrupt)
+    stop = threading.Event()
+    if parent is not None:
+        threading.Thread(target=_interrupt_when_gone, args=(parent, parent_name, state, stop), daemon=True).start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for signum in handled:
+            signal.signal(signum, signal.SIG_DFL if previous[signum] is None else previous[signum])
+
+
+# Code that an interruption must not cut short: Optuna's storages (a journal line and its lock, a database session) and
+# this project's own storage and result files, each written whole.
+_STORAGE_CODE = (str(Path(optuna.storages.__file__).parent), str(Path(__file__).with_name("storage.py")),
+                 str(Path(__file__).with_name("results.py")))
+DEFER_SECONDS = 0.05
+
+
+def _writing_storage(frame) -> bool:
+    """Whether the main thread, at `frame`, is inside the storage's code (see _STORAGE_CODE)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(_STORAGE_CODE):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _interrupt_again(signum: int, state: dict) -> None:
+    """Deliver a deferred interruption to the main thread again in a moment, once it may have left the storage."""
+    time.sleep(DEFER_SECONDS)
+    state["deferred"] = False
+    _thread.interrupt_main(signum)
+
+
+def _interrupt_when_gone(parent: int, parent_name: str, state: dict, stop: threading.Event) -> None:
+    """Interrupt the main thread, as SIGTERM, once `parent` is no longer this process's parent (it died: this process
+    was handed to init or a subreaper); end the process if it has not wound down WIND_DOWN_SECONDS later."""
+    while os.getppid() == parent:
+        if stop.wait(PARENT_POLL_SECONDS):
+            return
+    state["cause"] = f"{parent_name} (pid {parent}) is gone"
+    _thread.interrupt_main(signal.SIGTERM)
+    if not stop.wait(WIND_DOWN_SECONDS):
+        os._exit(128 + signal.SIGTERM)
+
+
+def _say(line: str) -> None:
+    """Print `line` to stderr, if stderr still leads anywhere (a killed DVC may have taken its pipe along)."""
+    with contextlib.suppress(OSError, ValueError):
+        print(line, file=sys.stderr, flush=True)
+
+
+def how_to_resume() -> str:
+    """What a user runs to resume this process's work: `dvc repro` for a stage DVC started, else its own command."""
+    if "DVC_STAGE" in os.environ:  # DVC sets it for every stage's command
+        return "run dvc repro again to resume"
+    spec = getattr(sys.modules["__main__"], "__spec__", None)
+    command = ["python", "-m", spec.name] if spec is not None else [Path(sys.argv[0]).name]
+    return f"run `{shlex.join(command + sys.argv[1:])}` again to resume"
+
+
+@contextlib.contextmanager
+def ends_as_interrupted() -> Iterator[None]:
+    """A stage (or worker) interrupted (see `interruptible`) ends with one line, what it kept (`Interrupted.kept`, set
+    on the way out by the code that knows) and how to resume, and the exit status of the signal, 130 for Ctrl-C, not a
+    traceback. A stage that DVC started ends the same way when DVC itself is killed, instead of training on unseen."""
+    parent = os.getppid() if "DVC_STAGE" in os.environ else None
+    with interruptible(parent, "dvc"):
+        try:
+            yield
+        except Interrupted as interruption:
+            _say(f"{interruption.cause}: {interruption.kept or 'every finished trial is kept'}; {how_to_resume()}")
+            raise SystemExit(128 + interruption.signum) from None
+
+
+def end_by(signum: int) -> None:
+    """End this process by `signum` at its default action, as an uninterrupted signal would have: its exit status
+    says which signal stopped it (a packed worker's stage names it)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+    os._exit(128 + signum)  # not reached: the signal's default action ends the process
