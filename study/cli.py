@@ -175,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "and pytorch-metric-learning's ArcFace; train() against a bare PyTorch loop; trials per hour with "
                     "K runs packed on the device (train.parallel); and each backbone's images per second. Prints a "
                     "table and writes JSON named after the device and date.")
-    bench.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (under 2 minutes on a CPU)")
+    bench.add_argument("--quick", action="store_true", help="smaller sizes and fewer repeats (its measured time is in docs/running.md)")
     bench.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     bench.add_argument("--out", default="benchmarks/results", help="where the JSON goes (default: benchmarks/results)")
     bench.set_defaults(handler=_bench_command)
