@@ -342,6 +342,18 @@ def is_storage_fault(error: BaseException) -> bool:
     return isinstance(error, (sqlalchemy.exc.DBAPIError, optuna.exceptions.StorageInternalError))
 
 
+def _storage_fault_in(error: BaseException) -> BaseException | None:
+    """The storage fault `error` is, or that it was raised while handling: Optuna's own "Should not reach" assertion
+    replaces the full disk that failed a trial's last write."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if is_storage_fault(error):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
 @contextlib.contextmanager
 def storage_faults(search: SearchConfig, journal: str | Path) -> Iterator[None]:
     """Turn a storage's failure into a StorageFault of one line: a write refused (read-only, full disk, no
@@ -351,8 +363,9 @@ def storage_faults(search: SearchConfig, journal: str | Path) -> Iterator[None]:
     url = storage_url(search)
     try:
         yield
-    except Exception as error:
-        if not is_storage_fault(error):
+    except Exception as raised:
+        error = _storage_fault_in(raised)
+        if error is None:
             raise
         if isinstance(error, OSError):
             raise StorageFault(masked(fault_message(error, journal), url)) from None

@@ -8,7 +8,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY_FILES = ["dvc.yaml", "params.yaml", "stages", "study", ".dvc/config", ".dvc/plots", ".dvcignore",
-               "reports/plots_template.html"]
+               "reports/plots_template.html", "reports/benchmark/benchmark.json"]
 
 
 def copy_study(root: Path, names=STUDY_FILES) -> Path:

@@ -208,11 +208,13 @@ def test_a_killed_worker_sharing_a_database_has_its_trial_failed_and_retried(tmp
     run_search(study, "arcface", params, sets)
 
     table = trials_table("arcface", [study], "accuracy")
-    dead = table[table["trial"] == running[0].number].iloc[0]
+    dead = table[table["optuna_trial"] == running[0].number].iloc[0]
     shown = table[["trial", "seed", "state", "status", "reason", "worker"]].to_string()
     assert dead["state"] == "FAIL" and dead["status"] == "interrupted" and "heartbeat" in dead["reason"], shown
     assert (table["state"] == "COMPLETE").sum() == 8 and "RUNNING" not in set(table["state"]), shown
-    retry = table[(table["seed"] == dead["seed"]) & (table["trial"] != dead["trial"])]
+    # The retry keeps the dead trial's place in the search (its `trial` slot) under a new Optuna number.
+    retry = table[(table["seed"] == dead["seed"]) & (table["optuna_trial"] != dead["optuna_trial"])]
+    assert (retry["trial"] == dead["trial"]).all()
     assert len(retry) == 1 and retry["state"].item() == "COMPLETE"
     assert retry["s"].item() == dead["s"] and retry["m"].item() == dead["m"]
     complete = table[table["state"] == "COMPLETE"]

@@ -76,7 +76,11 @@ def test_a_null_study_through_dvc_repro_recommends_no_tuning_and_reruns_only_wha
 
     reports = root / "reports"
     report = (reports / "report.md").read_text()
-    assert report.split("\n## ")[1].startswith("Verdict\n\n**Recommendation: ")  # the answer first
+    verdict = report.split("\n## ")[1]
+    # The answer first, in plain order: the difference, whether it matters, what to use; the statistics after it.
+    assert verdict.startswith("Verdict\n\n**Tuned ArcFace scores ")
+    lead = verdict.split("**")[1]
+    assert "use Fixed AdaCos" in lead and "CI" not in lead and " p = " not in lead
     for heading in ("Tuning cost versus accuracy", "Final comparison on test", "Convergence"):
         assert heading in report
     html = (reports / "report.html").read_text()
@@ -88,8 +92,9 @@ def test_a_null_study_through_dvc_repro_recommends_no_tuning_and_reruns_only_wha
             assert image.size[0] > 100
     metrics = json.loads((reports / "metrics.json").read_text())
     runs = pd.read_csv(root / "results" / "evaluation" / "runs.csv")
-    assert set(runs["method"]) == {"fixed_adacos", "dynamic_adacos", "softmax", "arcface_default", "arcface_tuned"}
-    assert len(runs) == 15 and runs["test_accuracy"].notna().all()
+    assert set(runs["method"]) == {"fixed_adacos", "dynamic_adacos", "p2sgrad", "softmax", "arcface_default",
+                                   "arcface_tuned"}
+    assert len(runs) == 18 and runs["test_accuracy"].notna().all()
     trials = _trials(root)
     assert len(trials) == 8 and (trials["state"] == "COMPLETE").all()
     assert trials["s"].between(0.99 * s_f, 1.01 * s_f).all() and trials["m"].between(0, 0.01).all()
