@@ -22,7 +22,7 @@ from conftest import changed_studies, dvc_study
 from study.cli import main
 from study.config import load_params
 from study.data import source_of, split_counts
-from study.validation import planned_source
+from study.validation import DataProblem, planned_source
 
 COPIED = ["dvc.yaml", "params.yaml", ".dvcignore", "stages", "study", "presets"]
 
@@ -70,8 +70,13 @@ def test_the_full_benchmark_covers_what_the_issue_asks():
 def test_each_cell_has_exactly_its_training_class_count():
     for cell in load_plan("full").cells:
         data = cell.params.data
-        source = planned_source(data)
-        if source is None:  # an optional source not installed here
+        try:
+            source = planned_source(data)
+        except DataProblem:  # optional data not installed here: Debian's Fashion-MNIST or its emoji font
+            if source_of(data.dataset) in ("fashion-mnist", "emoji"):
+                continue
+            raise
+        if source is None:  # known only once prepare downloads it
             continue
         total = data.classes or source[1].num_classes
         if data.protocol == "closed":
