@@ -654,3 +654,20 @@ def test_the_aggregate_writes_its_tables_json_and_figures(aggregate):
     for name in ("methods.png", "forest_arcface_tuned.png", "forest_cosface_tuned.png", "tuners.png"):
         with Image.open(report_dir / "figures" / name) as image:
             assert image.format == "PNG" and image.size[0] > 500
+
+
+def test_the_training_length_sentence_reads_each_convergence_as_reached_or_not():
+    import math
+
+    from study.benchmark.report import longer_sentences
+
+    row = {"configuration": "glyphs-open-c100", "method": "arcface_tuned", "short_iterations": 234,
+           "long_iterations": 2340, "short_difference": -0.0074, "long_difference": 0.0535, "change": 0.0609,
+           "change_low": 0.0292, "change_high": 0.0925, "reference_short_converged_at": math.nan,
+           "reference_long_converged_at": math.nan, "short_converged_at": math.nan, "long_converged_at": 880.0}
+    sentence, = longer_sentences(pd.DataFrame([row]))
+    assert "moves from -0.0074 to +0.0535 (change +0.0609 [+0.0292, +0.0925])" in sentence  # resolved: no caveat
+    assert "by Fixed AdaCos in neither, by tuned ArcFace only in the long one, after 880 iterations" in sentence
+    sentence, = longer_sentences(pd.DataFrame([{**row, "change_low": -0.01, "reference_short_converged_at": 50.0,
+                                                "reference_long_converged_at": 80.0}]))
+    assert "not resolved" in sentence and "by Fixed AdaCos after 50 and 80 iterations" in sentence

@@ -136,11 +136,21 @@ def longer_sentences(longer: pd.DataFrame) -> list[str]:
             f"{fmt.iterations(row.short_iterations)}, tuned ArcFace − Fixed AdaCos moves from "
             f"{fmt.signed(row.short_difference)} to {fmt.signed(row.long_difference)} (change "
             f"{fmt.signed(row.change)} {fmt.interval(row.change_low, row.change_high)}"
-            f"{'' if resolved else ', not resolved'}); Fixed AdaCos reaches 95% of its best val score after "
-            f"{fmt.iterations(row.reference_short_converged_at)} and {fmt.iterations(row.reference_long_converged_at)} "
-            f"iterations, tuned ArcFace after {fmt.iterations(row.short_converged_at)} and "
-            f"{fmt.iterations(row.long_converged_at)}.")
+            f"{'' if resolved else ', not resolved'}); 95% of its own best val score is reached, in the short and the "
+            f"long regime, by Fixed AdaCos {_reached(row.reference_short_converged_at, row.reference_long_converged_at)}"
+            f", by tuned ArcFace {_reached(row.short_converged_at, row.long_converged_at)}.")
     return sentences
+
+
+def _reached(short, long) -> str:
+    """Iterations to a convergence target in the short and the long regime, as read: 'after 50 and 80 iterations',
+    'never', 'not in the short regime, after 880 iterations in the long'."""
+    if fmt.missing(short) and fmt.missing(long):
+        return "in neither"
+    if fmt.missing(short) or fmt.missing(long):
+        return (f"only in the {'long' if fmt.missing(short) else 'short'} one, after "
+                f"{fmt.iterations(long if fmt.missing(short) else short)} iterations")
+    return f"after {fmt.iterations(short)} and {fmt.iterations(long)} iterations"
 
 
 def scope_sentence(plan: dict, rows: pd.DataFrame) -> str:
