@@ -268,7 +268,8 @@ def database_storage(url: str, heartbeat_seconds: int) -> RDBStorage:
                          "mysql:// or sqlite:///") from None
     except (sqlalchemy.exc.DBAPIError, sqlalchemy.exc.ArgumentError) as error:
         reason = masked(str(getattr(error, "orig", None) or error), url).strip()
-        raise RuntimeError(f"cannot open the study database {shown(url)}: {reason}; check the URL, that the server "
+        # A storage fault (a RuntimeError): a packed worker that starts after the database is gone says so in one line.
+        raise StorageFault(f"cannot open the study database {shown(url)}: {reason}; check the URL, that the server "
                            "runs and accepts connections from this machine, and for sqlite that the folder "
                            "exists") from None
 
