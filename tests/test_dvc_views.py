@@ -20,7 +20,7 @@ from study.report.writer import REPORT_PARTS, headline_metrics
 ROOT = Path(__file__).resolve().parents[1]
 PIPELINE = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))
 PLOT_PAGE = ROOT / "reports" / "plots_template.html"
-# The commands the README gives, each meant to fit a 120-column terminal.
+# The commands docs/usage.md gives, each meant to fit a 120-column terminal.
 HEADLINE_ONLY = ["exp", "show", "--no-pager", "--drop", "Created|.*[./]"]
 CHANGED_PARAMS = ["exp", "show", "--no-pager", "--only-changed", "--drop", "Created|.*/"]
 
