@@ -275,9 +275,9 @@ def dvc_status_json(project: Path, *targets: str) -> dict:
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 def test_a_tiny_benchmark_runs_through_dvc_resumes_and_never_retrains_a_finished_cell(tmp_path, monkeypatch, capsys):
     """SLOW (a few minutes on 2 cores): `study benchmark` runs three tiny cells (digits closed with ArcFace and
-    CosFace, its TPE variant, glyphs open) through `dvc repro`, then the aggregate."""
+    CosFace, its TPE variant, glyphs open) through `dvc repro`, then the aggregate; then a user's own folder joins."""
     root = dvc_study(tmp_path / "repo", COPIED)
-    plan = declaration(tmp_path, TINY)
+    plan = declaration(tmp_path, "# the team's cells\n" + TINY)
     arguments = ["benchmark", "--plan", str(plan), "--out", "bench", "--report-dir", "reports/bench"]
     monkeypatch.chdir(root)
     assert main(arguments) == 0, capsys.readouterr().err
@@ -330,7 +330,26 @@ def test_a_tiny_benchmark_runs_through_dvc_resumes_and_never_retrains_a_finished
     assert main(arguments) == 0
     assert ran_stages(capsys.readouterr().err) == {"aggregate"}
 
-    # (4) A cell whose params change is no longer finished: it is handed back to DVC.
+    # (4) A user's own data joins as a cell of its own source: `study benchmark --add NAME --set data.dataset=...`
+    # gains the configuration (the declaration's comments kept), runs that cell alone through DVC, and pools it.
+    folder = image_folder(tmp_path / "mine")
+    assert main([*arguments, "--add", "my-parts", "--set", f"data.dataset=folder:{folder}",
+                 "--set", "data.protocol=closed", "--set", "data.image_size=8",
+                 "--set", "data.fractions=[0.5, 0.25, 0.25]"]) == 0, capsys.readouterr().err
+    output = capsys.readouterr().err
+    assert "added my-parts" in output and plan.read_text().startswith("# the team's cells")
+    assert {stage.split("/")[0] for stage in ran_stages(output) if "/" in stage} == {"my-parts"}
+    cells = pd.read_csv(report / "tables" / "cells.csv")
+    assert set(cells["cell"]) == {*names, "my-parts"}
+    assert cells.loc[cells["cell"] == "my-parts", "source"].unique().tolist() == ["mine"]  # its own source
+    assert cells.loc[cells["cell"] == "my-parts", "train_classes"].unique().tolist() == [8]
+    # Declared once: the same name again is refused, and the next run finds every cell finished.
+    assert main([*arguments, "--add", "my-parts", "--set", f"data.dataset=folder:{folder}"]) == 2
+    assert "already declares a configuration of that name" in capsys.readouterr().err
+    assert main(arguments) == 0
+    assert ran_stages(capsys.readouterr().err) == set()
+
+    # (5) A cell whose params change is no longer finished: it is handed back to DVC.
     changed = plan.read_text().replace("train.batch_size: 16}", "train.batch_size: 16, search.n_trials: 3}")
     assert changed != plan.read_text()
     plan.write_text(changed)
@@ -340,22 +359,6 @@ def test_a_tiny_benchmark_runs_through_dvc_resumes_and_never_retrains_a_finished
     # Written out (as `study benchmark` does before it runs DVC), DVC says the same: the cell is no longer frozen.
     write_benchmark(load_plan(plan), "bench", "reports/bench", log=lambda message: None)
     assert changed_studies(dvc_status_json(root / "bench")) == {"glyphs-open", "."}  # and the aggregate: plan.json
-
-
-ONE_CELL = """
-title: One tiny cell, then a user's own
-preset: default
-set: {data.seeds: [0, 1], model.name: mlp, model.embedding_size: 16, train.epochs: 1, train.eval_every: 5,
-      train.device: cpu, search.n_trials: 2, runs.seeds: [0, 1], runs.methods: [fixed_adacos],
-      analysis.n_bootstrap: 100}
-tuners:
-  random: {search.sampler: random}
-configurations:
-  - name: digits-closed
-    dataset: digits
-    train_classes: 10
-    set: {data.protocol: closed, data.fractions: [0.6, 0.2, 0.2], search.losses: [arcface]}
-"""
 
 
 def image_folder(root: Path, classes: int = 8, per_class: int = 24) -> Path:
@@ -372,29 +375,3 @@ def image_folder(root: Path, classes: int = 8, per_class: int = 24) -> Path:
     return root
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
-def test_a_users_own_data_joins_the_benchmark_as_a_cell_of_its_own_source(tmp_path, monkeypatch, capsys):
-    """`study benchmark --add NAME --set data.dataset=folder:...` on a fresh clone: the declaration gains the
-    configuration (comments kept), its cell runs through DVC as its own source, the aggregate pools it, and a second
-    run retrains nothing."""
-    root = dvc_study(tmp_path / "repo", COPIED)
-    plan = declaration(tmp_path, "# the team's cells\n" + ONE_CELL)
-    folder = image_folder(tmp_path / "mine")
-    arguments = ["benchmark", "--plan", str(plan), "--out", "bench", "--report-dir", "reports/bench"]
-    monkeypatch.chdir(root)
-    assert main([*arguments, "--add", "my-parts", "--set", f"data.dataset=folder:{folder}",
-                 "--set", "data.protocol=closed", "--set", "data.image_size=8",
-                 "--set", "data.fractions=[0.5, 0.25, 0.25]"]) == 0, capsys.readouterr().err
-    output = capsys.readouterr().err
-    assert "added my-parts" in output and plan.read_text().startswith("# the team's cells")
-    assert "my-parts/dvc.yaml:report" in ran_stages(output)
-    cells = pd.read_csv(root / "reports" / "bench" / "tables" / "cells.csv")
-    assert set(cells["cell"]) == {"digits-closed", "my-parts"}
-    assert cells.loc[cells["cell"] == "my-parts", "source"].unique().tolist() == ["mine"]  # its own source
-    assert cells.loc[cells["cell"] == "my-parts", "train_classes"].unique().tolist() == [8]
-    # Declared once: the same name again is refused, and the next run finds every cell finished.
-    assert main([*arguments, "--add", "my-parts", "--set", f"data.dataset=folder:{folder}"]) == 2
-    assert "already declares a configuration of that name" in capsys.readouterr().err
-    assert main(arguments) == 0
-    assert ran_stages(capsys.readouterr().err) == set()

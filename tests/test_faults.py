@@ -34,14 +34,14 @@ ENVIRONMENT = {**os.environ, "OMP_NUM_THREADS": "1",
                "PYTHONPATH": os.pathsep.join(filter(None, [str(REPOSITORY), os.environ.get("PYTHONPATH")]))}
 
 
-def study_folder(root: Path, train: dict | None = None, **search) -> Path:
+def study_folder(root: Path, train: dict | None = None, runs_seeds: tuple[int, ...] = (0, 1, 2, 3), **search) -> Path:
     """A tiny study's folder: params.yaml (digits, a small MLP, one epoch, one thread, unless `train` says otherwise)
     and the prepared splits."""
     params = {"data": {"dataset": "digits", "protocol": "closed", "fractions": [0.6, 0.2, 0.2], "seeds": None},
               "model": {"name": "mlp", "embedding_size": 16},
               "train": {"epochs": 1, "batch_size": 128, "eval_every": 4, "device": "cpu", "lr": 0.01,
                         "objective": "accuracy", **(train or {})},
-              "search": {"n_trials": 8, **search}, "runs": {"seeds": [0, 1, 2, 3]}}
+              "search": {"n_trials": 8, **search}, "runs": {"seeds": list(runs_seeds)}}
     write_params(load_params_from(params), root / "params.yaml", "fault test")
     sets = split_dataset(load_dataset("digits"), "closed", (0.6, 0.2, 0.2), seed=0)
     save_splits(sets, root / prepared_dir(0), source="digits", protocol="closed", seed=0, fractions=(0.6, 0.2, 0.2))

@@ -175,12 +175,13 @@ def test_ctrl_c_interrupts_the_search_in_a_few_lines_and_a_rerun_draws_the_unint
     dvc(root, "repro", "search@arcface")
     resumed = _trials(root)
     assert (resumed["state"] == "COMPLETE").sum() == 40
-    # The uninterrupted search in a second copy: the resumed one trained exactly its points at its seeds.
+    # The uninterrupted search in a second copy: the resumed one trained exactly its points at its seeds, to the same
+    # val and test scores, so everything downstream of the search (tuned runs, verdict) is the same too.
     whole = make_study_copy(tmp_path / "whole", **overrides)
     dvc(whole, "repro", "search@arcface")
-    points = ["trial", "s", "m", "seed"]
+    points = ["trial", "s", "m", "seed", "iterations", "value", "test_value"]
     done = resumed[resumed["state"] == "COMPLETE"][points].sort_values("trial", ignore_index=True)
-    assert done.equals(_trials(whole)[points].sort_values("trial", ignore_index=True))
+    pd.testing.assert_frame_equal(done, _trials(whole)[points].sort_values("trial", ignore_index=True))
 
 
 def journal_finished_trials(journal: Path) -> int:
