@@ -120,6 +120,8 @@ class SeedQueue(Budget):
 
     def taken(self, number, trials):
         seed = next(t.user_attrs.get("seed") for t in trials if t.number == number)
+        if seed is None:  # Optuna made a fresh trial: the queued one this worker saw was taken by another meanwhile
+            return "no queued seed was left: other workers took them"
         for other in trials:
             if other.number != number and other.user_attrs.get("seed") == seed and (
                     _is_done(other, self.lost) or (other.state == TrialState.RUNNING and other.number < number)):
@@ -257,7 +259,8 @@ def join_runs(params: StudyParams, storage, sets: dict[str, ImageSet], root: str
         trials = study.get_trials(deepcopy=False)
         if any(t.state == TrialState.WAITING for t in trials):
             print(f"{summary.study_name}: serving its queued seeds", flush=True)
-            trained += serve_runs(study, params, sets, {t.user_attrs.get("seed") for t in trials}, root,
+            seeds = {t.user_attrs.get("seed") for t in trials} - {None}  # None: a trial that found no seed left
+            trained += serve_runs(study, params, sets, seeds, root,
                                   ship_checkpoints, None if max_trials is None else max_trials - trained)
     return trained
 

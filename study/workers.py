@@ -349,6 +349,7 @@ def serve(study: optuna.Study, run_trial: Callable[[optuna.Trial], float], budge
         if reason:
             trial.set_user_attr("status", NOT_RUN)
             trial.set_user_attr("reason", reason)
+            print(f"{label}: trial {trial.number} trains nothing: {reason}", flush=True)
             raise NotRun(reason)
         try:
             return run_trial(trial)
@@ -402,7 +403,7 @@ def serve(study: optuna.Study, run_trial: Callable[[optuna.Trial], float], budge
 
 class _QuietAboutInterruptedTrials(logging.Filter):
     """Drops Optuna's two warnings (the first with a traceback) that a trial failed because its process was
-    interrupted: the process says so itself, in one line."""
+    interrupted, or because it found its place taken (NotRun): the process says so itself, in one line."""
 
     def __init__(self):
         super().__init__()
@@ -410,7 +411,7 @@ class _QuietAboutInterruptedTrials(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        if record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt):
+        if record.exc_info and isinstance(record.exc_info[1], (KeyboardInterrupt, NotRun)):
             self.trial = message.split(" failed ")[0]
             return False
         if self.trial and message.startswith(f"{self.trial} failed with value"):

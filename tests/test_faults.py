@@ -245,6 +245,37 @@ def test_a_budget_shared_by_racing_workers_is_met_exactly(tmp_path):
     assert states[2] == ("RUNNING", None) and states[3] == ("FAIL", workers.NOT_RUN)
 
 
+def test_a_worker_that_finds_the_last_queued_seed_taken_trains_nothing_and_says_so(tmp_path, capsys):
+    """Final runs: a worker sees a queued seed, another takes it before this worker's next trial begins; Optuna then
+    makes a fresh trial with no seed, which must train nothing (seen once: a packed worker's KeyError('seed'))."""
+    from study.runs import SeedQueue
+
+    study = optuna.create_study(storage=journal_storage(tmp_path / "journal.log"))
+    for seed in (0, 1):
+        study.enqueue_trial({}, user_attrs={"seed": seed})
+
+    class RacedQueue(SeedQueue):
+        checks = 0
+
+        def may_start(self, trials):
+            allowed = super().may_start(trials)
+            self.checks += 1
+            if self.checks == 2:  # another worker takes seed 1, the last queued one, and is still training it
+                study.ask()
+            return allowed
+
+    trained = []
+    workers.serve(study, lambda trial: trained.append(trial.user_attrs["seed"]) or 0.0, RacedQueue([0, 1]),
+                  max_trials=2, poll_seconds=0.01, label="fixed_adacos, split 0")
+    states = {t.number: (t.state.name, t.user_attrs.get("seed"), t.user_attrs.get("status")) for t in study.get_trials()}
+    assert trained == [0]
+    assert states[1] == ("RUNNING", 1, None)  # the other worker's
+    assert states[2] == ("FAIL", None, workers.NOT_RUN)
+    said = capsys.readouterr()
+    assert "fixed_adacos, split 0: trial 2 trains nothing: no queued seed was left" in said.out
+    assert "Traceback" not in said.out + said.err
+
+
 def test_a_trial_whose_worker_was_killed_while_naming_itself_is_retired_after_the_orphan_wait(tmp_path, monkeypatch):
     """The identity is written one attribute at a time: a kill between them leaves a half-named trial."""
     study = optuna.create_study(storage=journal_storage(tmp_path / "journal.log"))
