@@ -441,9 +441,12 @@ def serve_study(params, root: Path, services, max_trials: int | None = None) -> 
             serve_study(params.for_split(split), root, services, max_trials)
         return
     sets = load_splits(root / prepared_dir(params.data.seed))
-    storage = open_storage(params.search, root / JOURNAL)
-    for service in services:
-        service(params, storage, sets, root, max_trials=max_trials)
+    # A storage that fails at any point, even while it is being opened (a database dying mid-connection), ends the
+    # worker with one line: a packed worker's start can meet the moment its database goes.
+    with storage_faults(params.search, root / JOURNAL):
+        storage = open_storage(params.search, root / JOURNAL)
+        for service in services:
+            service(params, storage, sets, root, max_trials=max_trials)
 
 
 @contextlib.contextmanager

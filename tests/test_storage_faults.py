@@ -198,6 +198,34 @@ def postgres():
         yield server
 
 
+def test_a_database_that_dies_while_a_worker_opens_it_ends_the_worker_with_one_line(tmp_path, monkeypatch):
+    """Seen once in the full suite: a packed worker started as its database was stopped; Optuna's storage failed
+    mid-connection with StorageInternalError (not the driver's error that a refused connection gives), which the
+    worker printed as three tracebacks."""
+    import sqlalchemy
+
+    import study.workers as workers
+    from study.config import load_params
+    from study.storage import StorageFault
+
+    root = study_folder(tmp_path)
+
+    def dies_while_opened(search, journal):
+        lost = sqlalchemy.exc.OperationalError("SELECT version_info", {}, Exception("server closed the connection"))
+        try:
+            raise lost
+        except sqlalchemy.exc.OperationalError as error:
+            raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.") from error
+
+    monkeypatch.setattr(workers, "open_storage", dies_while_opened)
+    params = load_params(root / "params.yaml")
+    with pytest.raises(StorageFault) as raised:
+        workers.serve_study(params, root, [lambda *arguments, **options: None])
+    message = str(raised.value)
+    assert len(message.splitlines()) == 1 and "server closed the connection" in message, message
+    assert "run the stage again" in message
+
+
 @pytest.mark.slow
 def test_a_database_lost_mid_search_ends_it_with_one_message_naming_the_url(tmp_path, postgres):
     url, stop = postgres
