@@ -10,7 +10,6 @@ prints every number that differs between the two reports and exits 1 if any but 
 
 import argparse
 import json
-import math
 import os
 import signal
 import subprocess
@@ -20,11 +19,12 @@ import time
 from pathlib import Path
 
 import yaml
+from optuna.trial import TrialState
+
+from study.results import JOURNAL
+from study.storage import journal_storage
 
 REPOSITORY = Path(__file__).resolve().parents[1]
-JOURNAL = Path("results/trials/journal.log")
-# Leaves that measure the clock, not the study: they differ between any two runs.
-CLOCK_WORDS = ("seconds", "device_s", "wall", "per_hour", "timestamp", "duration")
 
 
 def clone(target: Path, n_trials: int) -> Path:
@@ -47,16 +47,12 @@ def dvc(root: Path, *arguments: str) -> None:
 
 
 def finished_trials(root: Path) -> int:
-    """COMPLETE trials in the Optuna journal, read without Optuna (a line may be half written)."""
-    count = 0
-    if (root / JOURNAL).is_file():
-        for line in (root / JOURNAL).read_text().splitlines():
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            count += entry.get("op_code") == 6 and entry.get("state") == 1
-    return count
+    """COMPLETE trials in the clone's journal, read under the writers' lock as any worker reads it."""
+    if not (root / JOURNAL).is_file():
+        return 0
+    storage = journal_storage(root / JOURNAL)
+    return sum(trial.state == TrialState.COMPLETE for study in storage.get_all_studies()
+               for trial in storage.get_all_trials(study._study_id, deepcopy=False))
 
 
 def kill_the_search(root: Path, after: int) -> int:
@@ -82,12 +78,6 @@ def leaves(tree, prefix: str = "") -> dict:
     return {prefix.rstrip("."): tree}
 
 
-def same(a, b) -> bool:
-    if isinstance(a, float) and isinstance(b, float):
-        return a == b or (math.isnan(a) and math.isnan(b))
-    return a == b
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=16, help="the search's budget (default 16)")
@@ -102,9 +92,10 @@ def main() -> int:
         dvc(killed, "repro")
         dvc(whole, "repro")
         reports = [leaves(json.loads((root / "reports" / "metrics.json").read_text())) for root in (whole, killed)]
+        # metrics.json is strict JSON (no NaN), so == compares every leaf; a leaf ending in "seconds" is the clock's.
         differing = sorted(key for key in reports[0].keys() | reports[1].keys()
-                           if not same(reports[0].get(key), reports[1].get(key)))
-        clock = [key for key in differing if any(word in key for word in CLOCK_WORDS)]
+                           if reports[0].get(key) != reports[1].get(key))
+        clock = [key for key in differing if key.endswith("seconds")]
         study = [key for key in differing if key not in clock]
         print(f"reports/metrics.json: {len(reports[0])} numbers; {len(reports[0]) - len(differing)} equal, "
               f"{len(clock)} clock readings differ, {len(study)} other numbers differ "

@@ -99,3 +99,19 @@ def test_the_lag_check_reads_dvcs_status_as_meant():
     assert lagging_entries(stale, outputs) == [
         "validate: study/config.py modified", "validate: params.yaml train modified",
         "report: output reports/report.md modified", "report: changed command", "search@arcface: study/new.py new"]
+
+
+def test_every_committed_benchmark_cell_runs_the_pipeline_of_the_committed_dvc_yaml():
+    """A cell's dvc.yaml is the root dvc.yaml rebased into the cell's folder (`study benchmark` writes it): a dep added
+    to the root pipeline and not to the committed cells leaves them running other code than the study does."""
+    from study.many_studies import study_pipeline
+
+    root = yaml.safe_load((REPO / "dvc.yaml").read_text(encoding="utf-8"))
+    cells = sorted((REPO / "benchmarks" / "cells").glob("*/dvc.yaml"))
+    assert cells
+    for path in cells:
+        committed = yaml.safe_load(path.read_text(encoding="utf-8"))["stages"]
+        frozen = all(body.get("do", body).get("frozen", False) for body in committed.values())
+        expected = study_pipeline(root, "../../..", frozen)["stages"]
+        assert committed == expected, (f"{path.relative_to(REPO)} lags dvc.yaml: run `study benchmark` (finished cells "
+                                       "are not retrained) and commit the cells' dvc.yaml with the change")

@@ -144,7 +144,7 @@ def longer_sentences(longer: pd.DataFrame) -> list[str]:
 
 def _reached(short, long) -> str:
     """Iterations to a convergence target in the short and the long regime, as read: 'after 50 and 80 iterations',
-    'never', 'not in the short regime, after 880 iterations in the long'."""
+    'in neither', 'only in the long one, after 880 iterations'."""
     if fmt.missing(short) and fmt.missing(long):
         return "in neither"
     if fmt.missing(short) or fmt.missing(long):
