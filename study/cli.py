@@ -265,10 +265,8 @@ def _worker_command(args: argparse.Namespace) -> int:
     from functools import partial
 
     from study.config import load_params
-    from study.results import JOURNAL
     from study.runs import serve_queued_runs
     from study.search import serve_searches
-    from study.storage import storage_faults
     from study.benchmark.pipelines import cells_to_serve
     from study.interruptions import ends_as_interrupted
     from study.workers import serve_study
@@ -297,8 +295,7 @@ def _worker_command(args: argparse.Namespace) -> int:
             params = with_threads(load_params(root / Path(args.params).name if args.cells else args.params))
             if args.cells is not None:
                 print(f"cell {root.name}: serving its searches and queued final runs", file=sys.stderr, flush=True)
-            with storage_faults(params.search, root / JOURNAL):  # a fault: one line naming the path or URL and the fix
-                serve_study(params, root, services(params), args.trials)
+            serve_study(params, root, services(params), args.trials)  # a storage fault: one line naming the fix
     return 0
 
 

@@ -212,10 +212,7 @@ def test_a_database_that_dies_while_a_worker_opens_it_ends_the_worker_with_one_l
 
     def dies_while_opened(search, journal):
         lost = sqlalchemy.exc.OperationalError("SELECT version_info", {}, Exception("server closed the connection"))
-        try:
-            raise lost
-        except sqlalchemy.exc.OperationalError as error:
-            raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.") from error
+        raise optuna.exceptions.StorageInternalError("An exception is raised during the commit.") from lost
 
     monkeypatch.setattr(workers, "open_storage", dies_while_opened)
     params = load_params(root / "params.yaml")
