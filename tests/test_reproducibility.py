@@ -28,6 +28,7 @@ import yaml
 
 from study.environment import installed_version, listing, lock_differences, locked_versions
 from study.results import search_dir
+from study.workers import NOT_RUN
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY = REPO / "tests" / "data" / "reproducible_study"
@@ -62,6 +63,8 @@ def run_study(root: Path) -> pd.DataFrame:
     rows = []
     for loss in params["search"]["losses"]:
         for trial in pd.read_csv(root / search_dir(loss, 0) / "trials.csv").to_dict("records"):
+            if trial["status"] == NOT_RUN:  # the stage and its packed worker raced for the last place: no training
+                continue
             rows.append({"kind": "trial", "method": loss, **{k: trial[k] for k in COLUMNS[2:]}})
     for run in pd.read_csv(root / "results" / "evaluation" / "runs.csv").to_dict("records"):
         rows.append({"kind": "run", "method": run["method"], "trial": math.nan, "seed": run["seed"], "s": run["s"],
