@@ -6,7 +6,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import yaml
 from PIL import Image
 
 from study.analysis import expected_best_after_n_trials
+from study.workers import NOT_RUN
 
 from conftest import REPO, copy_study
 
@@ -43,9 +43,11 @@ def make_study_copy(root: Path, **overrides) -> Path:
 
 
 def _trials(root: Path) -> pd.DataFrame:
-    """Every class split's ArcFace trials."""
-    return pd.concat([pd.read_csv(path) for path in sorted((root / "results" / "search" / "arcface").glob(
+    """Every class split's ArcFace trials that trained: not the 'not run' trial of a packed worker that found the
+    budget already met (whether one does is a race between the stage and its worker)."""
+    trials = pd.concat([pd.read_csv(path) for path in sorted((root / "results" / "search" / "arcface").glob(
         "split*/trials.csv"))], ignore_index=True)
+    return trials[trials["status"] != NOT_RUN].reset_index(drop=True)
 
 
 def dvc(root: Path, *args: str) -> str:
