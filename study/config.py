@@ -148,6 +148,11 @@ class TrainConfig(ParamsModel):
     schedule: Literal["constant", "cosine"] = "cosine"
     max_iterations: Optional[Int] = Field(None, ge=1)
     eval_every: Int = Field(10, ge=1)
+    # A log-spaced schedule of about this many val evaluations (half-way and the last iteration always among them),
+    # instead of one every eval_every iterations: a 20,000-iteration learning curve at the cost of 20 evaluations.
+    eval_points: Optional[Int] = Field(None, ge=2)
+    # Which weights a run ends with: the evaluation val scored best (early stopping, as users deploy) or the last.
+    checkpoint: Literal["best_val", "last"] = "last"
     eval_batch_size: Int = Field(1024, ge=1)
     device: Annotated[Text, _check(lambda d: d == "auto" or d.split(":")[0] in ("cpu", "cuda", "mps"),
                                    "{value!r} is not a device; use auto, cpu, cuda, cuda:N or mps")] = "auto"

@@ -31,8 +31,9 @@ TRIALS_DIR = Path("results/trials")
 JOURNAL = TRIALS_DIR / "journal.log"
 CHECKPOINT_STORE = TRIALS_DIR / "checkpoints"
 
+# selected_iteration: the evaluation whose weights the run kept (train.checkpoint: the best by val, or the last).
 RUN_COLUMNS = ["method", "loss", "s", "m", "seed", "status", "reason", "seconds", "device", "iterations",
-               "objective", "val_score", "checkpoint"]
+               "selected_iteration", "objective", "val_score", "checkpoint"]
 
 
 def split_folder(split: int) -> str:

@@ -145,12 +145,15 @@ def run_objective(study: optuna.Study, params: StudyParams, sets: dict[str, Imag
 
     def run(trial: optuna.Trial) -> float:
         seed = trial.user_attrs["seed"]
+        # The test objective at every evaluation too: the run's whole learning curve (val selects, test reports).
         result = train(sets, loss_name=loss, hyperparameters=hyperparameters, model_config=params.model,
-                       config=params.train.replace(seed=seed), image_size=params.data.image_size)
+                       config=params.train.replace(seed=seed), image_size=params.data.image_size,
+                       curve_splits=("test",))
         score = result.final.get(objective, math.nan)
         save_history(study, trial, result.history)
         attrs = {"status": result.status, "reason": result.reason, "seconds": result.seconds, "device": result.device,
-                 "iterations": result.iterations, "val_score": score}
+                 "iterations": result.iterations, "selected_iteration": result.selected_iteration,
+                 "val_score": score}
         if result.status != "diverged":
             path = Path(root) / CHECKPOINT_STORE / study.study_name / f"seed{seed}.pt"
             save_checkpoint(result, path, loss=loss, hyperparameters=hyperparameters)
@@ -160,8 +163,8 @@ def run_objective(study: optuna.Study, params: StudyParams, sets: dict[str, Imag
                 attrs["checkpoint_bytes"] = base64.b64encode(data).decode("ascii")
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
-        print(f"{method} seed {seed}: {result.status} {result.reason}; val {objective} {score:.4f} "
-              f"after {result.iterations} iterations in {result.seconds:.1f} s", flush=True)
+        print(f"{method} seed {seed}: {result.status} {result.reason}; val {objective} {score:.4f} at iteration "
+              f"{result.selected_iteration} of {result.iterations}, in {result.seconds:.1f} s", flush=True)
         return score if result.status == "completed" else math.nan
 
     return run
@@ -236,7 +239,9 @@ def collect_runs(study: optuna.Study, params: StudyParams, out_dir: str | Path, 
         rows.append({"method": method, "loss": loss, "s": hyperparameters.get("s", math.nan),
                      "m": hyperparameters.get("m", math.nan), "seed": seed, "status": attrs["status"],
                      "reason": attrs["reason"], "seconds": attrs["seconds"], "device": attrs["device"],
-                     "iterations": attrs["iterations"], "objective": params.train.objective,
+                     "iterations": attrs["iterations"],
+                     "selected_iteration": attrs.get("selected_iteration", attrs["iterations"]),
+                     "objective": params.train.objective,
                      "val_score": attrs["val_score"], "checkpoint": checkpoint})
         histories.append(pd.DataFrame(load_history(study, done[seed])).assign(method=method, seed=seed))
     history = pd.concat(histories, ignore_index=True)

@@ -234,7 +234,8 @@ def objective_for(loss: str, params: StudyParams, sets: dict[str, ImageSet], rep
                             params.data.image_size, full=True)
         save_history(trial.study, trial, result.history)
         for key, value in {"seed": seed, "repeat": repeat, "seconds": result.seconds, "device": result.device,
-                           "iterations": result.iterations, "status": result.status, "reason": result.reason,
+                           "iterations": result.iterations, "selected_iteration": result.selected_iteration,
+                           "status": result.status, "reason": result.reason,
                            "test": test}.items():
             trial.set_user_attr(key, value)
         if result.status == "stopped":

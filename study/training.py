@@ -1,4 +1,4 @@
-"""One training run, top to bottom: seed, build, train, evaluate every `eval_every` steps.
+"""One training run, top to bottom: seed, build, train, evaluate on val at the scheduled steps.
 
 The loop knows nothing about Optuna: the search layer passes a callback that receives each
 evaluation row and returns True to stop the run (pruning).
@@ -6,6 +6,7 @@ evaluation row and returns True to stop the run (pruning).
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import math
@@ -44,10 +45,13 @@ class RunResult:
     model: nn.Module | None = None
     loss: nn.Module | None = None
 
+    selected_iteration: int | None = None  # the evaluation whose weights the run ends with
+
     @property
     def final(self) -> dict:
-        """The last evaluation row (empty when none was made)."""
-        return self.history[-1] if self.history else {}
+        """The evaluation row of the weights the run ends with: the one val selected, or the last (empty when none)."""
+        rows = [row for row in self.history if row["iteration"] == self.selected_iteration]
+        return rows[-1] if rows else (self.history[-1] if self.history else {})
 
 
 def resolve_device(name: str) -> torch.device:
@@ -142,6 +146,15 @@ def _optimizer(parameters, config: TrainConfig) -> torch.optim.Optimizer:
     return optimizer_class(parameters, lr=config.lr, weight_decay=config.weight_decay)
 
 
+def evaluation_schedule(total: int, config: TrainConfig) -> frozenset[int]:
+    """The iterations evaluated on val after iteration 0: every `eval_every`, or with `eval_points` about that many
+    log-spaced from min(10, total), with half-way (the convergence rule reads it) and the last iteration among them."""
+    if config.eval_points is None:
+        return frozenset(range(config.eval_every, total + 1, config.eval_every)) | {total}
+    points = np.geomspace(min(10, total), total, config.eval_points)
+    return frozenset(int(round(point)) for point in points) | {max(total // 2, 1), total}
+
+
 def planned_iterations(num_train: int, config: TrainConfig) -> int:
     """Optimiser steps the run will take: epochs × full batches, capped by max_iterations."""
     per_epoch = max(num_train // config.batch_size, 1)
@@ -152,8 +165,12 @@ def planned_iterations(num_train: int, config: TrainConfig) -> int:
 def train(sets: dict[str, ImageSet], *, loss_name: str, hyperparameters: dict | None = None,
           model_config: ModelConfig = ModelConfig(), config: TrainConfig = TrainConfig(),
           image_size: int | None = None, callback: Callable[[dict], bool] | None = None,
-          progress: bool | None = None) -> RunResult:
-    """Train `model_config`'s backbone with `loss_name` on sets['train'], evaluating on sets['val'] as it goes."""
+          progress: bool | None = None, curve_splits: tuple[str, ...] = ()) -> RunResult:
+    """Train `model_config`'s backbone with `loss_name` on sets['train'], evaluating on sets['val'] as it goes.
+
+    `curve_splits` (e.g. ("test",)) are scored on the objective at every evaluation too, as `<split>_<objective>`:
+    a whole learning curve from one run. Only val selects (the checkpoint, pruning); they are recorded only.
+    """
     if config.threads is not None:  # workers sharing one machine each take their part of its cores
         torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
@@ -167,6 +184,7 @@ def train(sets: dict[str, ImageSet], *, loss_name: str, hyperparameters: dict | 
     # The class weights train together with the backbone (a known slip of one reference implementation).
     optimizer = _optimizer(list(model.parameters()) + list(loss.parameters()), config)
     total = planned_iterations(len(train_set), config)
+    schedule = evaluation_schedule(total, config)
     scheduler = (torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total)
                  if config.schedule == "cosine" else None)
     scaler = torch.amp.GradScaler(enabled=config.amp and device.type == "cuda"
@@ -180,14 +198,25 @@ def train(sets: dict[str, ImageSet], *, loss_name: str, hyperparameters: dict | 
     # The first non-finite loss is noted on the device and read at each evaluation: reading it every step would
     # make the host wait for a GPU at every step.
     first_nonfinite, nonfinite_value = torch.full((), -1, device=device), torch.zeros((), device=device)
+    best_val, best_state = -math.inf, None  # the weights val scored best so far (checkpoint: best_val)
 
     def record() -> bool:
-        """Evaluate on val, append a history row, and ask the callback whether to stop."""
+        """Evaluate on val (and `curve_splits`), append a history row, keep the weights val prefers, and ask the
+        callback whether to stop."""
+        nonlocal best_val, best_state
         row = {"iteration": iteration, "epoch": epoch, "train_loss": running_loss}
         row.update({k: loss.last_stats.get(k, math.nan) for k in STAT_KEYS})
         row.update(evaluate(model, loss, sets, "val", config, device, image_size))
+        for split in curve_splits:
+            row[f"{split}_{config.objective}"] = evaluate(model, loss, sets, split, config, device,
+                                                          image_size).get(config.objective, math.nan)
         row["seconds"] = time.perf_counter() - start
         result.history.append(row)
+        score = row.get(config.objective, math.nan)
+        if config.checkpoint == "last" or (math.isfinite(score) and score > best_val):
+            best_val, result.selected_iteration = score, iteration
+            if config.checkpoint == "best_val":
+                best_state = copy.deepcopy((model.state_dict(), loss.state_dict()))
         model.train()
         return bool(callback and callback(row))
 
@@ -216,7 +245,7 @@ def train(sets: dict[str, ImageSet], *, loss_name: str, hyperparameters: dict | 
                 loss_sum += step_loss
                 loss_count += 1
                 bar.update(1)
-                if iteration % config.eval_every == 0 or iteration == total:
+                if iteration in schedule:
                     if first_nonfinite.item() >= 0:  # the weights are no longer finite: there is nothing to evaluate
                         result.status = "diverged"
                         result.reason = (f"non-finite loss ({nonfinite_value.item()}) at iteration "
@@ -237,6 +266,9 @@ def train(sets: dict[str, ImageSet], *, loss_name: str, hyperparameters: dict | 
                     break
     finally:
         bar.close()
+    if best_state is not None and result.status != "diverged":  # early stopping: end with the weights val selected
+        model.load_state_dict(best_state[0])
+        loss.load_state_dict(best_state[1])
     result.iterations = iteration
     result.seconds = time.perf_counter() - start
     return result

@@ -36,6 +36,14 @@ CONVERGENCE_COLUMNS = ["method", "basis", "fraction", "target", "median_iteratio
 # reached it); p_value: the exact two-sided sign test on them; faster: who, where p < 1 − confidence.
 SPEED_COLUMNS = ["method", "basis", "fraction", "difference", "reached", "faster_seeds", "slower_seeds", "tied_seeds",
                  "p_value", "faster"]
+# The plateau rule of docs/analysis.md, declared before the runs it judges: a run has converged when its best val
+# score so far rose by less than this share over the second half of training.
+PLATEAU_RISE = 0.01
+# best_at_half, best_at_end: the best val score so far at half-way and at the end, mean over the method's runs;
+# rise: (best_at_end − best_at_half) / |best_at_half|; converged: rise < PLATEAU_RISE; runs_converged: the runs that
+# meet the rule each on their own; selected_iteration: the median iteration val selected (early stopping).
+PLATEAU_COLUMNS = ["method", "runs", "runs_converged", "diverged", "half_iteration", "last_iteration", "best_at_half",
+                   "best_at_end", "rise", "converged", "selected_iteration"]
 
 
 def _aligned_curve(iterations, name: str, *curves) -> tuple[np.ndarray, ...]:
@@ -277,3 +285,52 @@ def angle_dynamics(history: pd.DataFrame, methods: list[str]) -> pd.DataFrame:
     means["method"] = pd.Categorical(means["method"], categories=methods, ordered=True)
     means = means.sort_values(["method", "iteration"], kind="stable")
     return means.assign(method=means["method"].astype(str)).reset_index(drop=True)
+
+
+def best_so_far_at(iterations, scores, iteration: float) -> float:
+    """The best score among the evaluations at or before `iteration` (NaN scores skipped; NaN when there are none)."""
+    steps, values = _aligned_curve(iterations, "best_so_far_at", scores)
+    seen = values[(steps <= iteration) & np.isfinite(values)]
+    return float(seen.max()) if seen.size else math.nan
+
+
+def plateau_rise(iterations, scores) -> float:
+    """The plateau rule's statistic for one learning curve: (best so far at the end − best so far at half of its
+    last iteration) / |best so far at half-way|. Under PLATEAU_RISE the run has converged, whether val still rose
+    a little or peaked and fell (overfitting: early stopping keeps the peak)."""
+    steps, values = _aligned_curve(iterations, "plateau_rise", scores)
+    if steps.size == 0:
+        return math.nan
+    half, end = best_so_far_at(steps, values, steps[-1] / 2), best_so_far_at(steps, values, steps[-1])
+    return (end - half) / abs(half) if math.isfinite(half) and half != 0 else math.nan
+
+
+def plateau_table(curves: pd.DataFrame, methods: list[str]) -> pd.DataFrame:
+    """Per method, the plateau rule on its learning curves (`method, split, seed, iteration, val`): applied to the
+    mean over runs of the best val so far at half-way and at the end (one noisy run does not decide it), with how many
+    runs meet it on their own. A run that diverged (no finite val at its end) is counted, never averaged."""
+    rows = []
+    for method in methods:
+        runs = curves[curves["method"] == method]
+        halves, ends, rises, selected, last, diverged = [], [], [], [], [], 0
+        for _, run in runs.groupby(["split", "seed"], sort=True):
+            run = run.sort_values("iteration", kind="stable")
+            steps, values = run["iteration"].to_numpy(dtype=float), run["val"].to_numpy(dtype=float)
+            if not np.isfinite(values[-1]):
+                diverged += 1
+                continue
+            halves.append(best_so_far_at(steps, values, steps[-1] / 2))
+            ends.append(best_so_far_at(steps, values, steps[-1]))
+            rises.append(plateau_rise(steps, values))
+            selected.append(steps[np.nanargmax(values)])
+            last.append(steps[-1])
+        if not ends:
+            continue
+        half, end = float(np.mean(halves)), float(np.mean(ends))
+        rise = (end - half) / abs(half) if half else math.nan
+        rows.append({"method": method, "runs": len(ends) + diverged,
+                     "runs_converged": int(np.sum(np.asarray(rises) < PLATEAU_RISE)), "diverged": diverged,
+                     "half_iteration": float(np.median(last)) / 2, "last_iteration": float(np.median(last)),
+                     "best_at_half": half, "best_at_end": end, "rise": rise, "converged": bool(rise < PLATEAU_RISE),
+                     "selected_iteration": float(np.median(selected))})
+    return pd.DataFrame(rows, columns=PLATEAU_COLUMNS)
