@@ -199,18 +199,22 @@ def train(sets: dict[str, ImageSet], *, loss_name: str, hyperparameters: dict | 
     # make the host wait for a GPU at every step.
     first_nonfinite, nonfinite_value = torch.full((), -1, device=device), torch.zeros((), device=device)
     best_val, best_state = -math.inf, None  # the weights val scored best so far (checkpoint: best_val)
+    eval_seconds = 0.0
 
     def record() -> bool:
         """Evaluate on val (and `curve_splits`), append a history row, keep the weights val prefers, and ask the
         callback whether to stop."""
-        nonlocal best_val, best_state
+        nonlocal best_val, best_state, eval_seconds
+        began = time.perf_counter()
         row = {"iteration": iteration, "epoch": epoch, "train_loss": running_loss}
         row.update({k: loss.last_stats.get(k, math.nan) for k in STAT_KEYS})
         row.update(evaluate(model, loss, sets, "val", config, device, image_size))
         for split in curve_splits:
             row[f"{split}_{config.objective}"] = evaluate(model, loss, sets, split, config, device,
                                                           image_size).get(config.objective, math.nan)
-        row["seconds"] = time.perf_counter() - start
+        eval_seconds += time.perf_counter() - began
+        # seconds: since the run began; eval_seconds: of them, spent evaluating (training alone is the difference).
+        row["seconds"], row["eval_seconds"] = time.perf_counter() - start, eval_seconds
         result.history.append(row)
         score = row.get(config.objective, math.nan)
         if config.checkpoint == "last" or (math.isfinite(score) and score > best_val):
