@@ -26,6 +26,13 @@ configurations, for every method against Fixed AdaCos, absolute and relative to 
 reports/benchmark/tables/pooled_coverage.csv itself). `--only three-level` compares a three-level
 random-effects model (REML, hand-written) with pool_across_sources on the headline method's design
 (benchmarks/results/three_level_coverage.csv; slower: an optimiser per benchmark).
+
+`--only true-effect` measures the two intervals for the true effect in a new source (study.analysis
+bayesian_true_effect, at the declared half-normal prior scale and at the 2% margin, and hartung_knapp_true_effect's
+Higgins–Thompson–Spiegelhalter interval) beside pool_across_sources' prediction interval, on the verdict's own pool
+(the headline method's cells off the floor, relative scale), in the same worlds as `--only pooled` and in worlds
+whose configuration sd is a quarter of it; `--worlds` per setting (`--true-effect-out`,
+benchmarks/results/true_effect_coverage.csv).
 """
 
 import argparse
@@ -38,10 +45,11 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
-from study.analysis import pool_across_sources, source_membership
+from study.analysis import (SOURCE_SPREAD_PRIOR_SCALE, bayesian_true_effect, hartung_knapp_true_effect,
+                            pool_across_sources, source_membership)
 from study.benchmark.report import read_cells
 from study.analysis.coverage import (CALIBRATED_SPREAD, SOURCE_RATIOS, coverage_table, decision_rates,
-                                     source_pooling_coverage, verdict_interval_coverage)
+                                     source_pooling_coverage, true_effect_coverage, verdict_interval_coverage)
 from study.config import AnalysisConfig
 
 WORLD = Path(__file__).resolve().parents[1] / "tests" / "data" / "coverage_world.csv"
@@ -49,20 +57,27 @@ WORLD = Path(__file__).resolve().parents[1] / "tests" / "data" / "coverage_world
 DESIGNS = ((32, 10, 1), (12, 2, 4))
 REFERENCE = "fixed_adacos"
 HEADLINE = "arcface_tuned"
+# The relative margin (study.benchmark.meta.RELATIVE_MARGIN): the half-normal scale measured beside the declared one.
+MARGIN_PRIOR_SCALE = 0.02
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--studies", type=int, default=500, help="simulated studies per world")
     parser.add_argument("--out", default="benchmarks/results/coverage.csv")
-    parser.add_argument("--only", choices=("coverage", "verdict", "decisions", "pooled", "three-level"),
+    parser.add_argument("--only", choices=("coverage", "verdict", "decisions", "pooled", "three-level", "true-effect"),
                         help="run only one of the simulations")
     parser.add_argument("--plan", default="benchmarks/cells/plan.json", help="the benchmark whose design is simulated")
     parser.add_argument("--pooled-out", default="benchmarks/results/pooled_coverage.csv")
     parser.add_argument("--benchmarks", type=int, default=4000, help="simulated benchmarks per pooled world")
+    parser.add_argument("--worlds", type=int, default=400, help="simulated benchmarks per true-effect setting")
+    parser.add_argument("--true-effect-out", default="benchmarks/results/true_effect_coverage.csv")
     args = parser.parse_args()
     if args.only == "three-level":
         measure_three_level(args)
+        return
+    if args.only == "true-effect":
+        measure_true_effect_coverage(args)
         return
     if args.only in (None, "pooled"):
         measure_pooled_coverage(args)
@@ -175,6 +190,48 @@ def measure_pooled_coverage(args) -> None:
           f"(CI {worst['mean']:.3f}, prediction {worst['prediction']:.3f}) in "
           f"{read[['method', 'scale', 'source_ratio']].drop_duplicates().shape[0]} worlds "
           f"({time.perf_counter() - start:.1f} s); written to {args.pooled_out}")
+
+
+def measure_true_effect_coverage(args) -> None:
+    """Coverage of the intervals for the true effect in a new source on the verdict's pool (the headline method's
+    cells off the floor, relative scale), in worlds with a source effect; written to args.true_effect_out."""
+    start = time.process_time()
+    design = benchmark_design(args.plan)
+    rows = design[(design["method"] == HEADLINE) & ~design["near_floor"].astype(bool)]
+    if len(rows) < 3:
+        print(f"fewer than 3 finished {HEADLINE} cells off the floor in {args.plan}: nothing to simulate")
+        return
+    rows = rows.assign(relative=rows["difference"] / rows["reference"],
+                       relative_se=rows["standard_error"] / rows["reference"])
+    sd, origin = configuration_sd(rows, "relative", "relative_se")
+    scales = (SOURCE_SPREAD_PRIOR_SCALE, MARGIN_PRIOR_SCALE)
+    table = pd.concat([true_effect_coverage(rows["relative_se"], rows["df"], rows["source"], configuration,
+                                            prior_scales=scales, worlds=args.worlds, seed=seed)
+                       for seed, configuration in enumerate((sd, sd / 4))], ignore_index=True)
+    Path(args.true_effect_out).parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(args.true_effect_out, index=False)
+    y, se, sources = rows["relative"], rows["relative_se"], rows["source"]
+    pooled, robust = pool_across_sources(y, se, sources), hartung_knapp_true_effect(y, se, sources)
+    print(f"the real pool ({HEADLINE} − Fixed AdaCos, relative; {pooled.sources} sources, {pooled.configurations} "
+          f"configurations), a new source's 95% interval:")
+    for scale in scales:
+        bayes = bayesian_true_effect(y, se, sources, prior_scale=scale)
+        print(f"  Bayesian, half-normal({scale:g}): [{bayes.prediction_low:+.4f}, {bayes.prediction_high:+.4f}] "
+              f"(τ median {bayes.tau:.4f} [{bayes.tau_low:.4f}, {bayes.tau_high:.4f}])")
+    print(f"  Hartung–Knapp + HTS: [{robust.prediction_low:+.4f}, {robust.prediction_high:+.4f}]; "
+          f"pool_across_sources: [{pooled.prediction_low:+.4f}, {pooled.prediction_high:+.4f}]")
+    label = table["estimator"] + np.where(table["prior_scale"].notna(),
+                                          " (" + table["prior_scale"].map("{:g}".format) + ")", "")
+    wide = table.assign(estimator=label).pivot_table(index=["configuration_sd", "source_ratio"],
+                                                     columns=["interval", "estimator"],
+                                                     values=["coverage", "median_width"], sort=False)
+    print(wide.round(3).to_string())
+    prediction = table[table["interval"] == "prediction"].assign(estimator=label)
+    worst = prediction.groupby("estimator", sort=False)["coverage"].agg(["min", "max"])
+    print(f"\n{args.worlds} benchmarks per setting (Monte Carlo error ±{table['mc_error'].iloc[0]:.3f}); configuration "
+          f"sd {sd:.4f} ({origin}) and a quarter of it; prediction coverage "
+          + "; ".join(f"{name} {low:.3f}–{high:.3f}" for name, (low, high) in worst.iterrows())
+          + f" ({time.process_time() - start:.0f} s CPU); written to {args.true_effect_out}")
 
 
 def _three_level_reml(y: np.ndarray, variances: np.ndarray, membership: np.ndarray) -> tuple[float, float, float]:

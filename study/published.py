@@ -1,12 +1,15 @@
-"""Published numbers this suite reproduces, as data: seed 003's setups, what its code computed, its protocol.
+"""Published numbers this suite reproduces, as data: seed 003's setups, what its code computed, its protocol; and
+the same-setup comparisons of ArcFace against AdaCos that others published.
 
 Every published number lives here and nowhere else; the report's "Reproduction" section and
 the `report.reproduce` key of params.yaml look setups up by name. Accuracies are in percent,
-as published. No computation happens here (see `study.analysis.reproduction_table`).
+as published. No computation happens here (see `study.analysis.reproduction_table` and
+`study.analysis.published_beside_prediction`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 # The AdaCos paper (Zhang et al., CVPR 2019) shows AdaCos overtaking ArcFace only after about
@@ -120,4 +123,69 @@ MLRC_ARCFACE = (
     {"data": "CUB200", "train_classes": 100, "s": 100.0, "margin_degrees": 23.22},
     {"data": "Cars196", "train_classes": 98, "s": 49.50, "margin_degrees": 20.52},
     {"data": "SOP", "train_classes": 11_318, "s": 220.3, "margin_degrees": 18.63},
+)
+
+
+@dataclass(frozen=True)
+class PublishedArcFaceAdaCos:
+    """A published comparison of ArcFace at its defaults against AdaCos in the same setup, both scores as published."""
+
+    source: str  # the GitHub repository, owner/name
+    file: str  # the file in it that publishes both scores
+    commit: str  # the commit whose copy of that file the scores were checked against
+    model: str
+    training_data: str
+    classes: int  # training classes C (which sets AdaCos's s_f = √2·ln(C − 1))
+    epochs: int
+    arcface_s: float
+    arcface_m: float  # radians
+    adacos_variant: str  # the AdaCos its code computes, "dynamic" or "fixed" (the benchmark's reference is fixed)
+    benchmark: str
+    arcface: float  # accuracy, %
+    adacos: float  # accuracy, %
+    note: str  # how the scores were taken, and what the code really did where it matters
+
+
+_FACEX_ZOO = dict(
+    source="JDAI-CV/FaceX-Zoo", file="training_mode/README.md", commit="0552e24ea2ae4b58b3a3f7aff0760b9decc9f7bb",
+    model="MobileFaceNet", classes=72_778, epochs=18, arcface_s=32.0, arcface_m=0.35, adacos_variant="dynamic",
+    training_data="MS-Celeb-1M-v1c less the identities that overlap its test sets (72,778 identities, about 3.28M "
+                  "images)")
+# Its AdaCos head (head/AdaCos.py, taken from 4uiiurz1's) normalises the class weights but not MobileFaceNet's
+# features, and trains under nn.DataParallel, whose per-GPU replicas lose the `self.scale` that forward assigns.
+_FACEX_ZOO_ADACOS = "its AdaCos scales un-normalised features, under DataParallel, which may drop the scale update"
+_YKESAMARU = dict(source="yKesamaru/adacos", commit="2b3a24210a544c8e05ab1e0026020a155e295308", epochs=10,
+                  arcface_s=64.0, arcface_m=math.radians(28.6),  # pytorch-metric-learning's ArcFaceLoss default, 28.6°
+                  adacos_variant="fixed")
+# Seed 003's numbers (SEED003_FACES, SEED003_MNIST): the tests check that both places agree.
+_YKESAMARU_NOTE = ("1-NN on embeddings against the training set, one run; its AdaCos is Fixed AdaCos, the benchmark's "
+                   "reference; its ArcFace adds a weight regulariser")
+
+PUBLISHED_ARCFACE_ADACOS = (
+    PublishedArcFaceAdaCos(**_FACEX_ZOO, benchmark="LFW", arcface=99.57, adacos=99.65,
+                           note=f"best checkpoint on the benchmark itself; {_FACEX_ZOO_ADACOS}"),
+    PublishedArcFaceAdaCos(**_FACEX_ZOO, benchmark="CPLFW", arcface=83.68, adacos=83.27,
+                           note=f"best checkpoint on the benchmark itself; {_FACEX_ZOO_ADACOS}"),
+    PublishedArcFaceAdaCos(**_FACEX_ZOO, benchmark="CALFW", arcface=93.98, adacos=92.63,
+                           note=f"best checkpoint on the benchmark itself; {_FACEX_ZOO_ADACOS}"),
+    PublishedArcFaceAdaCos(**_FACEX_ZOO, benchmark="AgeDB-30", arcface=96.23, adacos=95.38,
+                           note=f"best checkpoint on the benchmark itself; {_FACEX_ZOO_ADACOS}"),
+    PublishedArcFaceAdaCos(**_FACEX_ZOO, benchmark="MegaFace rank-1", arcface=88.39, adacos=82.95,
+                           note=f"last checkpoint; {_FACEX_ZOO_ADACOS}"),
+    PublishedArcFaceAdaCos(
+        source="4uiiurz1/pytorch-adacos", file="README.md", commit="7f7098598a6aba3dd682936fc1773391c30711e6",
+        model="ResNet18 (ImageNet-pretrained)", training_data="Omniglot, all 1,623 characters, a stratified 80% of "
+        "their images", classes=1_623, epochs=50, arcface_s=30.0, arcface_m=0.5, adacos_variant="dynamic",
+        benchmark="Omniglot acc@1", arcface=89.54, adacos=90.06,
+        note="argmax on the other 20%; its optimiser trains the backbone only, so both losses' class weights stay at "
+             "their random initialisation"),
+    PublishedArcFaceAdaCos(
+        **_YKESAMARU, file="README.md (loss_test_face_recognition.py's output)",
+        model="EfficientNetV2-S (timm efficientnetv2_rw_s, ImageNet-pretrained)",
+        training_data="its own face folder, a random 80% of 2,602 images", classes=16,
+        benchmark="16 face identities", arcface=85.22, adacos=90.02, note=_YKESAMARU_NOTE),
+    PublishedArcFaceAdaCos(
+        **_YKESAMARU, file="README.md (loss_test.py's output)", model="a two-conv CNN (loss_test.py's SimpleCNN)",
+        training_data="MNIST's 60,000 training images", classes=10, benchmark="MNIST", arcface=97.36, adacos=98.09,
+        note=_YKESAMARU_NOTE),
 )

@@ -11,9 +11,11 @@ carry their direction (EER is an error rate). One room per concern:
 - `convergence`: iterations to targets, convergence speed, val curves, crossings and angle dynamics;
 - `verdict`: `recommend`, the recommendation rule, and the verdict's facts;
 - `variance`: where the variance a user meets comes from (split, search, seed);
-- `pooling`: pooling across studies with the data source as a level, random-effects pooling, prediction intervals,
-  slopes on a covariate (within one source) and a cell's standard error floored at its seed noise;
+- `pooling`: pooling across studies with the data source as a level, random-effects pooling, prediction intervals
+  (for a new source's true effect too, Bayesian and Hartung–Knapp), the mean's sensitivity to weighting, slopes on a
+  covariate (within one source) and a cell's standard error floored at its seed noise;
 - `coverage`: simulated worlds with a known truth that measure the tuning intervals' coverage;
+- `published_comparisons`: others' published ArcFace − AdaCos in the same setup, beside the benchmark's prediction;
 - `study`: `StudyAnalysis` and `analyse_study`, which builds it, with the searches' summary and landscape.
 """
 
@@ -56,18 +58,27 @@ from study.analysis.convergence import (
     iterations_to_target,
 )
 from study.analysis.pooling import (
+    BAYESIAN_METHOD,
     EQUAL_WEIGHT_METHOD,
     HARTUNG_KNAPP_METHOD,
+    HARTUNG_KNAPP_SOURCES_METHOD,
     MIN_I2_DF,
     RANDOM_EFFECTS_METHOD,
+    SOURCE_SPREAD_PRIOR_SCALE,
     SOURCES_METHOD,
+    WEIGHTING_METHOD,
+    BayesianTrueEffect,
     FlooredStandardError,
+    HartungKnappTrueEffect,
     PooledAcrossSources,
+    WeightingSensitivity,
     WithinSourceSlope,
+    bayesian_true_effect,
     dersimonian_laird_tau2,
     equal_weight_mean,
     equal_weight_slope,
     hartung_knapp,
+    hartung_knapp_true_effect,
     i2_note,
     paired_differences,
     pool_across_sources,
@@ -78,6 +89,13 @@ from study.analysis.pooling import (
     source_membership,
     standard_error_floor,
     standard_error_from_interval,
+    weighting_sensitivity,
+)
+from study.analysis.published_comparisons import (
+    BESIDE_PREDICTION_COLUMNS,
+    PUBLISHED_COLUMNS,
+    published_beside_prediction,
+    published_table,
 )
 from study.analysis.study import StudyAnalysis, analyse_study
 from study.analysis.tuning import (
@@ -118,10 +136,16 @@ __all__ = [
     "ANGLE_COLUMNS", "CONVERGENCE_COLUMNS", "CROSSING_COLUMNS", "SPEED_COLUMNS", "convergence_targets",
     "crossing_iteration", "crossings_table", "iterations_to_target",
     # pooling
-    "EQUAL_WEIGHT_METHOD", "HARTUNG_KNAPP_METHOD", "MIN_I2_DF", "RANDOM_EFFECTS_METHOD", "SOURCES_METHOD",
-    "FlooredStandardError", "PooledAcrossSources", "WithinSourceSlope", "dersimonian_laird_tau2", "equal_weight_mean",
-    "equal_weight_slope", "hartung_knapp", "i2_note", "paired_differences", "pool_across_sources", "random_effects", "random_effects_slope",
-    "shrink_towards_pool", "slope_within_source", "source_membership", "standard_error_floor", "standard_error_from_interval",
+    "BAYESIAN_METHOD", "EQUAL_WEIGHT_METHOD", "HARTUNG_KNAPP_METHOD", "HARTUNG_KNAPP_SOURCES_METHOD", "MIN_I2_DF",
+    "RANDOM_EFFECTS_METHOD", "SOURCE_SPREAD_PRIOR_SCALE", "SOURCES_METHOD", "WEIGHTING_METHOD",
+    "BayesianTrueEffect", "FlooredStandardError", "HartungKnappTrueEffect", "PooledAcrossSources",
+    "WeightingSensitivity", "WithinSourceSlope", "bayesian_true_effect", "dersimonian_laird_tau2",
+    "equal_weight_mean", "equal_weight_slope", "hartung_knapp", "hartung_knapp_true_effect", "i2_note",
+    "paired_differences", "pool_across_sources", "random_effects", "random_effects_slope", "shrink_towards_pool",
+    "slope_within_source", "source_membership", "standard_error_floor", "standard_error_from_interval",
+    "weighting_sensitivity",
+    # published comparisons
+    "BESIDE_PREDICTION_COLUMNS", "PUBLISHED_COLUMNS", "published_beside_prediction", "published_table",
     # study
     "StudyAnalysis", "analyse_study",
     # tuning

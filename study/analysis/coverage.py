@@ -18,8 +18,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from study.analysis.pooling import (_across_sources_rows, _random_effects_rows, equal_weight_mean, equal_weight_slope,
-                                    hartung_knapp, random_effects, random_effects_slope, source_membership)
+from study.analysis.pooling import (SOURCE_SPREAD_PRIOR_SCALE, _across_sources_rows, _bayesian_rows,
+                                    _hartung_knapp_rows, _random_effects_rows, _source_means_rows, equal_weight_mean,
+                                    equal_weight_slope, hartung_knapp, random_effects, random_effects_slope,
+                                    source_membership)
 from study.analysis.tuning import (
     _over_splits,
     _pooled_split,
@@ -30,6 +32,7 @@ from study.analysis.tuning import (
     first_reaching,
     percentile_band,
 )
+from study.statistics import check_probability
 
 COVERAGE_COLUMNS = ["world", "trials", "splits", "interval", "method", "n", "studies", "coverage", "mc_error", "truth", "mean_width",
                     "needed_width", "width_ratio"]
@@ -344,13 +347,47 @@ def _over_configurations(y: np.ndarray, se: np.ndarray, confidence: float) -> di
             ("equal_weights", "prediction"): (plain - equal_predicted, plain + equal_predicted), "i2": i2}
 
 
+class SourceWorlds:
+    """Simulated benchmarks with the real design and a data-source effect: one source label and one standard error
+    (with its df) per configuration. draw(source_sd, benchmarks) gives, per benchmark, a source effect aᵢ ~ N(0, σ_s²)
+    per source, a configuration effect bᵢⱼ ~ N(0, σ_c²), the cell's estimate yᵢⱼ = aᵢ + bᵢⱼ + N(0, seᵢⱼ²) and its
+    standard error estimated again on its own df (seᵢⱼ·√(χ²_df/df); exact where df is NaN or inf), and the true
+    effect a + b of a new configuration from a new source, freshly drawn. The true mean is 0. One generator serves
+    every world in turn, so a table's worlds are reproducible from its seed."""
+
+    def __init__(self, standard_errors, degrees_of_freedom, sources, configuration_sd: float, seed: int = 0):
+        self.sigma = np.asarray(standard_errors, dtype=float).ravel()
+        df = np.asarray(degrees_of_freedom, dtype=float).ravel()
+        self.names, self.membership = source_membership(list(sources))
+        if self.sigma.size < 3 or self.sigma.size != df.size or self.sigma.size != self.membership.shape[0]:
+            raise ValueError("give ≥ 3 configurations, each with its source, standard error and df")
+        if not (np.all(np.isfinite(self.sigma)) and np.all(self.sigma > 0)) or not (configuration_sd >= 0):
+            raise ValueError("standard errors must be finite and positive, the configuration sd finite and ≥ 0")
+        self.known = ~(np.isfinite(df) & (df > 0))
+        self.safe_df = np.where(self.known, 1.0, df)
+        self.configuration_sd = float(configuration_sd)
+        self.sources, self.configurations = len(self.names), self.sigma.size
+        self.rng = np.random.default_rng(seed)
+
+    def draw(self, source_sd: float, benchmarks: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(estimates, their estimated standard errors: benchmarks × configurations; a new source's true effect)."""
+        rng, k, n, sd = self.rng, self.sources, self.configurations, self.configuration_sd
+        source_effects = rng.normal(0.0, 1.0, (benchmarks, k)) * source_sd
+        truth = source_effects @ self.membership.T + rng.normal(0.0, 1.0, (benchmarks, n)) * sd
+        y = truth + rng.normal(0.0, 1.0, (benchmarks, n)) * self.sigma
+        se = self.sigma * np.sqrt(np.where(self.known, 1.0,
+                                           rng.chisquare(self.safe_df, (benchmarks, n)) / self.safe_df))
+        new = rng.normal(0.0, 1.0, benchmarks) * source_sd + rng.normal(0.0, 1.0, benchmarks) * sd
+        return y, se, new
+
+
 def source_pooling_coverage(standard_errors, degrees_of_freedom, sources, configuration_sd: float, *,
                             source_ratios=SOURCE_RATIOS, benchmarks: int = 1000, confidence: float = 0.95,
                             seed: int = 0) -> pd.DataFrame:
     """How often the pooled intervals hold the truth in benchmarks with the real design and a data-source effect.
 
     The design is one source label and one standard error (with its df) per configuration. Per world (source sd =
-    ratio × configuration_sd), each simulated benchmark draws a source effect aᵢ ~ N(0, σ_s²) per source, a
+    ratio × configuration_sd), SourceWorlds draws the benchmarks: a source effect aᵢ ~ N(0, σ_s²) per source, a
     configuration effect bᵢⱼ ~ N(0, σ_c²) and the cell's estimate yᵢⱼ = aᵢ + bᵢⱼ + N(0, seᵢⱼ²), its standard error
     estimated again on its own df (seᵢⱼ·√(χ²_df/df); exact where df is NaN or inf). The truth is 0 for the mean and
     a + b, freshly drawn, for a new configuration from a new source. Coverage and mean width of: pool_across_sources'
@@ -360,26 +397,13 @@ def source_pooling_coverage(standard_errors, degrees_of_freedom, sources, config
     benchmarks: the same code as pool_across_sources. A prediction interval the design cannot give (NaN) counts as
     not covering.
     """
-    sigma = np.asarray(standard_errors, dtype=float).ravel()
-    df = np.asarray(degrees_of_freedom, dtype=float).ravel()
-    names, membership = source_membership(list(sources))
-    if sigma.size < 3 or sigma.size != df.size or sigma.size != membership.shape[0]:
-        raise ValueError("give ≥ 3 configurations, each with its source, standard error and df")
-    if not (np.all(np.isfinite(sigma)) and np.all(sigma > 0)) or not (configuration_sd >= 0):
-        raise ValueError("standard errors must be finite and positive, the configuration sd finite and ≥ 0")
-    known = ~(np.isfinite(df) & (df > 0))
-    safe_df = np.where(known, 1.0, df)
-    rng = np.random.default_rng(seed)
-    k, n = len(names), sigma.size
+    worlds = SourceWorlds(standard_errors, degrees_of_freedom, sources, configuration_sd, seed)
+    k, n = worlds.sources, worlds.configurations
     rows = []
     for ratio in source_ratios:
         source_sd = float(ratio) * configuration_sd
-        source_effects = rng.normal(0.0, 1.0, (benchmarks, k)) * source_sd
-        truth = source_effects @ membership.T + rng.normal(0.0, 1.0, (benchmarks, n)) * configuration_sd
-        y = truth + rng.normal(0.0, 1.0, (benchmarks, n)) * sigma
-        se = sigma * np.sqrt(np.where(known, 1.0, rng.chisquare(safe_df, (benchmarks, n)) / safe_df))
-        new = rng.normal(0.0, 1.0, benchmarks) * source_sd + rng.normal(0.0, 1.0, benchmarks) * configuration_sd
-        pooled = _across_sources_rows(y, se, membership, confidence)
+        y, se, new = worlds.draw(source_sd, benchmarks)
+        pooled = _across_sources_rows(y, se, worlds.membership, confidence)
         bounds = {("pool_across_sources", "mean"): (pooled["low"], pooled["high"]),
                   ("pool_across_sources", "prediction"): (pooled["prediction_low"], pooled["prediction_high"]),
                   **_over_configurations(y, se, confidence)}
@@ -399,3 +423,51 @@ def source_pooling_coverage(standard_errors, degrees_of_freedom, sources, config
                          "mean_width": float(np.mean(high[defined] - low[defined])) if defined.any() else math.nan,
                          "i2_over_half": float(np.mean(i2 >= 0.5)) if pooling == "dersimonian_laird" else math.nan})
     return pd.DataFrame(rows, columns=SOURCE_COVERAGE_COLUMNS)
+
+
+TRUE_EFFECT_COVERAGE_COLUMNS = ["interval", "estimator", "prior_scale", "truth", "source_ratio", "source_sd",
+                                "configuration_sd", "sources", "configurations", "worlds", "coverage", "mc_error",
+                                "mean_width", "median_width"]
+
+
+def true_effect_coverage(standard_errors, degrees_of_freedom, sources, configuration_sd: float, *,
+                         prior_scales=(SOURCE_SPREAD_PRIOR_SCALE,), source_ratios=SOURCE_RATIOS, worlds: int = 400,
+                         confidence: float = 0.95, seed: int = 0) -> pd.DataFrame:
+    """How often the intervals for the true effect in a new source hold it, in benchmarks with the real design and a
+    data-source effect (drawn by SourceWorlds, as in source_pooling_coverage).
+
+    Per world (source sd = ratio × configuration_sd), `worlds` simulated benchmarks each give
+    bayesian_true_effect's posterior predictive interval (once per half-normal prior scale in `prior_scales`, on the
+    same draws) and hartung_knapp_true_effect's Higgins–Thompson–Spiegelhalter one, both over the sources' means,
+    with pool_across_sources' prediction interval beside them. Their truth is a + b, the true effect of a new
+    configuration from a new source (no noise of its own). The mean's intervals (Bayesian credible, Hartung–Knapp,
+    pool_across_sources' t) are held against the true mean 0. One row per world, estimator (and prior scale) and
+    interval: coverage, its Monte Carlo error at the nominal level (√(p(1 − p)/worlds)), mean and median width.
+    Vectorised over benchmarks through the functions' own code paths."""
+    check_probability(confidence, "confidence")
+    drawn = SourceWorlds(standard_errors, degrees_of_freedom, sources, configuration_sd, seed)
+    rows = []
+    for ratio in source_ratios:
+        source_sd = float(ratio) * configuration_sd
+        y, se, new = drawn.draw(source_sd, worlds)
+        means, errors = _source_means_rows(y, se, drawn.membership)
+        results = [("hartung_knapp_hts", math.nan, _hartung_knapp_rows(means, errors, confidence)),
+                   ("pool_across_sources", math.nan, _across_sources_rows(y, se, drawn.membership, confidence))]
+        results[:0] = [("bayesian", float(scale), _bayesian_rows(means, errors, float(scale), confidence))
+                       for scale in prior_scales]
+        for interval in ("prediction", "mean"):
+            prefix, truth = ("prediction_", new) if interval == "prediction" else ("", 0.0)
+            for estimator, scale, result in results:
+                low, high = result[f"{prefix}low"], result[f"{prefix}high"]
+                defined = np.isfinite(low) & np.isfinite(high)
+                width = (high - low)[defined]
+                rows.append({"interval": interval, "estimator": estimator, "prior_scale": scale,
+                             "truth": "a + b of a new source" if interval == "prediction" else "mean 0",
+                             "source_ratio": float(ratio), "source_sd": source_sd,
+                             "configuration_sd": float(configuration_sd), "sources": drawn.sources,
+                             "configurations": drawn.configurations, "worlds": worlds,
+                             "coverage": float(np.mean(defined & (low <= truth) & (truth <= high))),
+                             "mc_error": float(math.sqrt(confidence * (1 - confidence) / worlds)),
+                             "mean_width": float(width.mean()) if width.size else math.nan,
+                             "median_width": float(np.median(width)) if width.size else math.nan})
+    return pd.DataFrame(rows, columns=TRUE_EFFECT_COVERAGE_COLUMNS)
