@@ -293,15 +293,16 @@ class RunsConfig(ParamsModel):
 METRIC_KINDS = ("accuracy", "retrieval", "verification")
 
 
-_RELATIVE_MARGIN = re.compile(r"(\d+\.?\d*|\.\d+)\s*(sd|%)")
+_RELATIVE_MARGIN = re.compile(r"(\d+\.?\d*|\.\d+)\s*(sd|%)(\s+of\s+score)?")
 
 
 def relative_margin(text: str) -> tuple[float, str]:
-    """A relative equivalence margin as (value, unit): "0.5sd" → (0.5, "sd"), "5%" → (5.0, "%")."""
+    """A relative equivalence margin as (value, unit): "0.5sd" → (0.5, "sd"), "5%" (of the remaining error) →
+    (5.0, "%"), "2% of score" (of Fixed AdaCos's mean) → (2.0, "% of score")."""
     match = _RELATIVE_MARGIN.fullmatch(text.strip())
-    if match is None:
-        raise ValueError(f"{text!r} is not a relative margin such as 0.5sd or 5%")
-    return float(match.group(1)), match.group(2)
+    if match is None or (match.group(3) and match.group(2) != "%"):
+        raise ValueError(f"{text!r} is not a relative margin such as 0.5sd, 5% or 2% of score")
+    return float(match.group(1)), match.group(2) + (" of score" if match.group(3) else "")
 
 
 def _valid_margin(margin: float | str) -> bool:
@@ -327,16 +328,28 @@ class AnalysisConfig(ParamsModel):
     estimator: Literal["without_replacement", "with_replacement"] = "without_replacement"
     # Differences smaller than these (per metric kind) count as practically none: two one-sided tests (TOST) then
     # call two methods equivalent, and a significant difference must reach it to count. Absolute (0.01), or relative
-    # to Fixed AdaCos's seed-to-seed sd ("0.5sd") or to its remaining error ("5%" of 1 − mean; of the mean for EER).
+    # to Fixed AdaCos's seed-to-seed sd ("0.5sd"), to its remaining error ("5%" of 1 − mean; of the mean for EER) or
+    # to its mean score ("2% of score": the benchmark's margin, which reads the same on every data set).
     equivalence_margin: Annotated[
         dict[str, Annotated[Union[Float, StrictStr], _check(_valid_margin, "must be an absolute difference in (0, 1), "
-                                                             "a multiple of the seed sd such as 0.5sd, or a share of "
+                                                             "a multiple of the seed sd such as 0.5sd, a share of the "
+                                                             "score such as '2% of score', or a share of "
                                                              "the remaining error such as 5%")]],
         _check(lambda m: set(m) == set(METRIC_KINDS),
                f"give one margin for each metric kind: {', '.join(METRIC_KINDS)}"),
     ] = Field(default_factory=lambda: {"accuracy": 0.005, "retrieval": 0.01, "verification": 0.01})
     # For the smallest detectable difference and the seeds that would resolve an open question.
     power: Float = Field(0.8, ge=0.5, lt=1)
+
+    def score_share(self, kind: str) -> float:
+        """A metric kind's margin as a share of Fixed AdaCos's score (0.02 for "2% of score"); NaN where it is
+        declared otherwise (absolute, in seed sds or as a share of the remaining error)."""
+        margin = self.equivalence_margin[kind]
+        if isinstance(margin, str):
+            value, unit = relative_margin(margin)
+            if unit == "% of score":
+                return value / 100.0
+        return math.nan
 
 
 class ReportConfig(ParamsModel):

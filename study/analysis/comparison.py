@@ -43,8 +43,8 @@ CHANCE_METRIC, CHANCE_LEVEL = "test_roc_auc", 0.5
 DIFFERENCE_COLUMNS = ["method", "metric", "test", "pairs", "splits", "unit", "difference", "low", "high", "p_value",
                       "p_holm", "significant", "standard_error", "df", "se_from", "welch_difference", "welch_low",
                       "welch_high", "welch_p_value", "margin", "seed_sd", "seed_sd_df", "margin_seed_sds",
-                      "margin_error_share", "tost_p_value", "equivalent", "detectable", "not_detectable",
-                      "decision_alpha", "seeds_to_resolve", "higher_is_better"]
+                      "margin_error_share", "margin_score_share", "tost_p_value", "tost_p_holm", "equivalent",
+                      "detectable", "not_detectable", "decision_alpha", "seeds_to_resolve", "higher_is_better"]
 
 # Which equivalence margin (see equivalence_margin) each test metric takes.
 METRIC_KIND = {"accuracy": "accuracy", "knn_accuracy": "accuracy", "precision_at_1": "retrieval",
@@ -100,8 +100,8 @@ def seed_sd(scores, splits=None) -> tuple[float, int]:
 
 def equivalence_margin(metric: str, config: AnalysisConfig, reference_scores=None, splits=None) -> float:
     """The equivalence margin of a test metric, by its kind: absolute, or relative to the reference's (Fixed
-    AdaCos's) seed-to-seed sd within a split ("0.5sd", `seed_sd` over `splits`) or to its remaining error ("5%": of
-    1 − mean, or of the mean for EER)."""
+    AdaCos's) seed-to-seed sd within a split ("0.5sd", `seed_sd` over `splits`), to its remaining error ("5%": of
+    1 − mean, or of the mean for EER) or to its mean score ("2% of score")."""
     kind = METRIC_KIND.get(metric.removeprefix(TEST_PREFIX))
     if kind is None:
         raise KeyError(f"metric {metric!r} has no kind; known: {', '.join(METRIC_KIND)}")
@@ -112,18 +112,22 @@ def equivalence_margin(metric: str, config: AnalysisConfig, reference_scores=Non
     reference = finite_values(reference_scores if reference_scores is not None else [])
     if unit == "sd":
         return value * seed_sd(reference_scores, splits)[0] if reference.size >= 2 else math.nan
+    if unit == "% of score":
+        return value / 100.0 * abs(float(reference.mean())) if reference.size else math.nan
     return value / 100.0 * _remaining_error(float(reference.mean()), higher_is_better(metric)) if reference.size \
         else math.nan
 
 
 def margin_meaning(margin: float, metric: str, reference_scores, splits=None) -> dict:
-    """A margin in the metric's own terms: how many of the reference's seed sds within a split (`seed_sd`, with its
-    df), what share of its remaining error."""
+    """A margin in the metric's own terms: what share of the reference's mean score, how many of its seed sds within
+    a split (`seed_sd`, with its df), what share of its remaining error."""
     reference = finite_values(reference_scores)
     sd, df = seed_sd(reference_scores, splits) if reference.size >= 2 else (math.nan, 0)
     remaining = _remaining_error(float(reference.mean()), higher_is_better(metric)) if reference.size else math.nan
+    mean = abs(float(reference.mean())) if reference.size else math.nan
     return {"seed_sd": sd, "seed_sd_df": df, "margin_seed_sds": margin / sd if sd > 0 else math.nan,
-            "margin_error_share": margin / remaining if remaining > 0 else math.nan}
+            "margin_error_share": margin / remaining if remaining > 0 else math.nan,
+            "margin_score_share": margin / mean if mean > 0 else math.nan}
 
 
 def paired_runs(group: pd.DataFrame, reference: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -205,10 +209,14 @@ def _method_differences(group: pd.DataFrame, reference: pd.DataFrame, method: st
                      "detectable": detectable, "not_detectable": not_detectable, "decision_alpha": decision_alpha,
                      "seeds_to_resolve": min(needed) if needed else None,
                      "higher_is_better": higher_is_better(metric)})
-    frame = pd.DataFrame(rows, columns=[c for c in DIFFERENCE_COLUMNS if c not in ("p_holm", "significant")])
-    # The metrics are one family of tests per method: Holm keeps its family-wise error at alpha.
+    frame = pd.DataFrame(rows, columns=[c for c in DIFFERENCE_COLUMNS if c not in ("p_holm", "significant",
+                                                                                    "tost_p_holm")])
+    # The metrics are one family of tests per method: Holm keeps its family-wise error at alpha, for superiority and
+    # for equivalence alike (one multiplicity rule for both claims).
     frame["p_holm"] = holm_adjusted(frame["p_value"].astype(float).to_numpy()) if len(frame) else []
     frame["significant"] = frame["p_holm"].astype(float) < alpha
+    frame["tost_p_holm"] = holm_adjusted(frame["tost_p_value"].astype(float).to_numpy()) if len(frame) else []
+    frame["equivalent"] = frame["tost_p_holm"].astype(float) < alpha
     frame["seeds_to_resolve"] = frame["seeds_to_resolve"].astype("Int64")
     return frame[DIFFERENCE_COLUMNS]
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from study.analysis.common import (FINISHED_STATES, TEST_PREFIX, finite_values, fixed_scale_of, is_evidence,
+from study.analysis.common import (FINISHED_STATES, REFERENCE_METHOD, TEST_PREFIX, finite_values, fixed_scale_of, is_evidence,
                                    primary_loss, split_of, untuned_methods)
 from study.analysis.comparison import final_tables, run_score_table
 from study.analysis.convergence import (
@@ -22,7 +22,9 @@ from study.analysis.convergence import (
     crossings_table,
     final_gap_tests,
     mean_curves,
+    plateau_table,
 )
+from study.analysis.learning_curves import DIFFERENCE_CURVE_COLUMNS, difference_curve, learning_curves_table
 from study.analysis.tuning import _trial_draws, reference_bands, seed_luck_over_splits, tuning_budget
 from study.analysis.variance import search_variance
 from study.analysis.verdict import verdict_facts
@@ -65,6 +67,9 @@ class StudyAnalysis:
     # CROSSING_COLUMNS and gap_low, gap_high, gap_significant (the final val gap tested across seeds)
     crossings: pd.DataFrame
     landscape: pd.DataFrame  # loss, repeat, trial, state, s, m, value, test_value, best
+    learning_curves: pd.DataFrame  # LEARNING_CURVE_COLUMNS: every final run's val and test objective per evaluation
+    plateau: pd.DataFrame  # PLATEAU_COLUMNS: the plateau rule of docs/analysis.md per method
+    difference_curves: pd.DataFrame  # DIFFERENCE_CURVE_COLUMNS: each method − Fixed AdaCos on test along training
     num_classes: int | None
     s_f: float | None
     verdict_facts: dict
@@ -189,6 +194,10 @@ def analyse_study(trials: pd.DataFrame, runs: pd.DataFrame, history: pd.DataFram
     default_hyperparameters = {key: float(value) for key, value in default.iloc[0].items()} if len(default) else {}
     run_scores = run_score_table(runs)
     landscape = _landscape(trials)
+    learning_curves = learning_curves_table(history, objective)
+    difference_curves = pd.concat([difference_curve(learning_curves, method, confidence=config.confidence)
+                                   for method in methods if method != REFERENCE_METHOD]
+                                  or [pd.DataFrame(columns=DIFFERENCE_CURVE_COLUMNS)], ignore_index=True)
     summary = _with_seed_luck(summary, landscape, run_scores, objective, config.confidence)
     facts = verdict_facts(objective, searched_losses, final, costs, differences, even, summary, tuning_curves, speed,
                           estimator, default_hyperparameters, config, run_scores,
@@ -200,5 +209,7 @@ def analyse_study(trials: pd.DataFrame, runs: pd.DataFrame, history: pd.DataFram
         best_final_val=best, best_final_method=best_method, targets=targets, convergence_runs=per_run,
         convergence=per_method, convergence_speed=speed, curves=curves, angles=angle_dynamics(keyed_history, methods),
         crossings=final_gap_tests(keyed_runs, crossings_table(curves), config), landscape=landscape,
+        learning_curves=learning_curves, plateau=plateau_table(learning_curves, methods),
+        difference_curves=difference_curves,
         num_classes=num_classes, s_f=fixed_scale_of(num_classes), verdict_facts=facts,
     )

@@ -15,7 +15,8 @@ from study.results import is_tuned, tuned_method
 
 FACT_KEYS = ("test", "pairs", "splits", "unit", "difference", "low", "high", "p_value", "p_holm", "significant",
              "standard_error", "df", "se_from", "welch_difference", "welch_low", "welch_high", "welch_p_value",
-             "margin", "seed_sd", "seed_sd_df", "margin_seed_sds", "margin_error_share", "tost_p_value", "equivalent",
+             "margin", "seed_sd", "seed_sd_df", "margin_seed_sds", "margin_error_share", "margin_score_share", "tost_p_value",
+             "tost_p_holm", "equivalent",
              "detectable", "not_detectable", "decision_alpha", "seeds_to_resolve")
 RECOMMENDATIONS = ("fixed_adacos", "dynamic_adacos", "softmax", "undecided")  # or "<loss>_tuned"
 

@@ -14,14 +14,13 @@ import pandas as pd
 from study.analysis.convergence import PLATEAU_RISE, plateau_table
 from study.analysis.learning_curves import crossover, difference_curve, learning_curves_table
 from study.benchmark.meta import RELATIVE_MARGIN
-from study.report.palette import drawing_order, styles_of
-from study.report.plotting import band, new_figure, plain_log_ticks, save_figure
+from study.report.figures import figure_learning_curves
+from study.report.formats import method_name
+from study.report.palette import styles_of
 from study.results import write_bytes
 
 ADACOS = ("fixed_adacos", "dynamic_adacos")
 ARCFACE = ("arcface_tuned", "arcface_default")
-NAMES = {"fixed_adacos": "Fixed AdaCos", "dynamic_adacos": "Dynamic AdaCos", "arcface_tuned": "tuned ArcFace",
-         "arcface_default": "ArcFace at its defaults (s = 64, m = 0.5)", "softmax": "softmax", "p2sgrad": "P2SGrad"}
 
 
 def read_runs(cell: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -35,7 +34,7 @@ def read_runs(cell: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def overtaking_sentence(adacos: str, arcface: str, result: dict, reference_score: float) -> str:
     """Whether and when `adacos` overtakes `arcface` on test, from `crossover` of arcface − adacos."""
-    first, last = NAMES[adacos], NAMES[arcface]
+    first, last = method_name(adacos), method_name(arcface)
     end = (f"at {result['last_iteration']:,.0f} iterations {last} − {first} is {result['difference_at_end']:+.4f} "
            f"[{result['low_at_end']:+.4f}, {result['high_at_end']:+.4f}] "
            f"({100 * result['difference_at_end'] / reference_score:+.1f}% of {first}'s score)")
@@ -53,37 +52,6 @@ def overtaking_sentence(adacos: str, arcface: str, result: dict, reference_score
     return (f"Neither {first} nor {last} is significantly ahead at the end"
             + (f" (their mean curves last cross at iteration {result['crossover']:,.0f})" if crossed else "")
             + f"; {end}.")
-
-
-def _figure(curves: pd.DataFrame, differences: pd.DataFrame, reference_score: float, path: Path) -> None:
-    figure, (scores, gaps) = new_figure(ncols=2, size=(11, 4.2))
-    methods = drawing_order(list(dict.fromkeys(curves["method"])))
-    styles = styles_of(methods)
-    for method in methods:
-        runs = curves[curves["method"] == method].groupby("iteration")["test"]
-        mean, low, high = runs.mean(), runs.min(), runs.max()
-        style = styles[method]
-        scores.plot(mean.index, mean.to_numpy(), color=style.colour, linestyle=style.linestyle, marker=style.marker,
-                    markersize=3, label=NAMES.get(method, method))
-        band(scores, mean.index, low.to_numpy(), high.to_numpy(), style)
-    scores.set(xscale="log", xlabel="training iteration", ylabel="test MAP@R (mean; band: every run)",
-               title="Test score along training")
-    for method in drawing_order(list(dict.fromkeys(differences["method"]))):
-        rows, style = differences[differences["method"] == method], styles[method]
-        gaps.plot(rows["iteration"], rows["difference"], color=style.colour, linestyle=style.linestyle,
-                  marker=style.marker, markersize=3, label=NAMES.get(method, method))
-        band(gaps, rows["iteration"], rows["low"], rows["high"], style)
-    margin = RELATIVE_MARGIN * reference_score
-    gaps.axhspan(-margin, margin, color="0.85", zorder=0, label=f"±{100 * RELATIVE_MARGIN:.0f}% of Fixed AdaCos")
-    gaps.axhline(0, color="0.3", linewidth=0.8)
-    gaps.set(xscale="log", xlabel="training iteration", ylabel="method − Fixed AdaCos, test MAP@R (95% interval)",
-             title="Difference to Fixed AdaCos along training")
-    for ax in (scores, gaps):
-        plain_log_ticks(ax.xaxis)
-    handles, labels = scores.get_legend_handles_labels()
-    figure.legend(handles, labels, loc="lower center", ncols=3, frameon=False)
-    figure.subplots_adjust(bottom=0.3)
-    save_figure(figure, path, dpi=120)
 
 
 def write_long_cell_report(cell: Path, planned_runs: int) -> None:
@@ -106,7 +74,8 @@ def write_long_cell_report(cell: Path, planned_runs: int) -> None:
     for name, frame in {"learning_curves": curves, "runs": summaries, "plateau": plateau,
                         "difference_curves": differences, "crossovers": crossovers}.items():
         write_bytes(frame.to_csv(index=False).encode(), tables / f"{name}.csv")
-    _figure(curves, differences, reference, figures / "learning_curves.png")
+    figure_learning_curves(curves, differences, reference, RELATIVE_MARGIN, styles_of(methods),
+                           figures / "learning_curves.png", dpi=120)
     write_bytes(_markdown(summaries, plateau, crossovers, reference, planned_runs).encode(), cell / "reports" / "report.md")
     print(f"wrote {cell / 'reports'}: {len(summaries)} of {planned_runs} runs", flush=True)
 
@@ -135,13 +104,13 @@ def _markdown(summaries: pd.DataFrame, plateau: pd.DataFrame, crossovers: pd.Dat
               "| method | converged | runs meeting the rule | best val at half-way | at the end | rise | "
               "iteration val selected (median) |", "|---|---|---|---|---|---|---|"]
     for row in plateau.itertuples(index=False):
-        lines.append(f"| {NAMES.get(row.method, row.method)} | {'yes' if row.converged else 'no'} | "
+        lines.append(f"| {method_name(row.method)} | {'yes' if row.converged else 'no'} | "
                      f"{row.runs_converged} of {row.runs} | {row.best_at_half:.4f} | {row.best_at_end:.4f} | "
                      f"{100 * row.rise:+.2f}% | {row.selected_iteration:,.0f} |")
     final = summaries.groupby("method")["test_score"].agg(["mean", "std", "count"])
     lines += ["", "## Test MAP@R of the checkpoint val selected", "", "| method | mean | sd | runs |", "|---|---|---|---|"]
     for method, row in final.iterrows():
-        lines.append(f"| {NAMES.get(method, method)} | {row['mean']:.4f} | {row['std']:.4f} | {row['count']:.0f} |")
+        lines.append(f"| {method_name(method)} | {row['mean']:.4f} | {row['std']:.4f} | {row['count']:.0f} |")
     per_iteration = np.sum(seconds - evaluating) / np.sum(iterations)
     lines += ["", "## Cost", "",
               f"On {summaries['device'].iloc[0]}, one process per core and one thread each: "

@@ -308,3 +308,38 @@ def figure_final_test(analysis: StudyAnalysis, styles: dict, path: Path, dpi: in
     ax.set_title(f"Test {metric_name(metric)} per method")
     legend_below(figure, ax)
     return save_figure(figure, path, dpi)
+
+
+@readable
+def figure_learning_curves(curves: pd.DataFrame, differences: pd.DataFrame, reference_score: float, margin: float,
+                           styles: dict, path: Path, dpi: int, objective: str = "map_at_r") -> Path | None:
+    """The final runs' test objective against iterations (log x; the mean over runs, the band every run's range), and
+    each method − Fixed AdaCos along them with its interval, the margin's band around zero; None without test
+    curves."""
+    curves = curves[curves["test"].notna()]
+    if curves.empty:
+        return None
+    figure, (scores, gaps) = new_figure(ncols=2, size=(FIGURE_WIDTH, 4.4))
+    name = metric_name(objective)
+    for method in drawing_order(list(dict.fromkeys(curves["method"]))):
+        runs, style = curves[curves["method"] == method].groupby("iteration")["test"], styles.get(method, GREY)
+        mean = runs.mean()
+        scores.plot(mean.index, mean.to_numpy(), **style.line(), markersize=3, label=method_name(method))
+        band(scores, mean.index, runs.min().to_numpy(), runs.max().to_numpy(), style)
+    scores.set(xscale="log", xlabel="training iteration", ylabel=f"test {name}",
+               title=f"Test {name}: mean, band over splits × seeds")
+    for method in drawing_order(list(dict.fromkeys(differences["method"]))):
+        rows, style = differences[differences["method"] == method], styles.get(method, GREY)
+        gaps.plot(rows["iteration"], rows["difference"], **style.line(), markersize=3, label=method_name(method))
+        band(gaps, rows["iteration"], rows["low"], rows["high"], style)
+    if np.isfinite(reference_score * margin):
+        gaps.axhspan(-margin * reference_score, margin * reference_score, color="0.88", zorder=0)
+    gaps.axhline(0, color="0.3", linewidth=0.8)
+    gaps.set(xscale="log", xlabel="training iteration", ylabel=f"− Fixed AdaCos, test {name}",
+             title="− Fixed AdaCos, 95% interval" + (f"; grey: ±{100 * margin:.0f}%" if np.isfinite(margin) else ""))
+    focus_y(gaps, [*differences["low"], *differences["high"], 0.0])
+    for ax in (scores, gaps):
+        plain_log_ticks(ax.xaxis)
+    handles, labels = unique_handles([scores])
+    figure.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4), frameon=False)
+    return save_figure(figure, path, dpi)

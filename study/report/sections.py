@@ -452,6 +452,42 @@ def footer_section(environment: dict) -> Section:
     return Section("Reproducibility", [Bullets(items or ["no environment recorded"])])
 
 
+def convergence_sentence(analysis: StudyAnalysis) -> str:
+    """Whether the methods compared converged by the plateau rule, and what the answer is then about."""
+    plateau = analysis.plateau.set_index("method")
+    if plateau.empty:
+        return ""
+    last = fmt.iterations(plateau["last_iteration"].max())
+    converged = [method_name(m) for m in analysis.methods if m in plateau.index and plateau.loc[m, "converged"]]
+    not_converged = [f"{method_name(m)} (+{100 * plateau.loc[m, 'rise']:.1f}%)" for m in analysis.methods
+                     if m in plateau.index and not plateau.loc[m, "converged"]]
+    compared = [REFERENCE_METHOD] + [m for m in analysis.methods if m.endswith("_tuned")][:1]
+    short = any(m in plateau.index and not plateau.loc[m, "converged"] for m in compared)
+    parts = [f"Every run trained {last} iterations and kept the checkpoint val selected."]
+    if converged:
+        parts.append(f"Converged (best val rose under 1% over the second half): {fmt.listing(converged)}.")
+    if not_converged:
+        parts.append(f"Still improving: {fmt.listing(not_converged)}.")
+    parts.append("So this answer is for training this short, not for converged models; train longer (train.epochs) "
+                 "for the converged answer." if short else "So the answer compares converged models.")
+    return " ".join(parts)
+
+
+def training_length_section(analysis: StudyAnalysis, figures: dict) -> Section:
+    """Each method's learning curve on test and its convergence by the plateau rule of docs/analysis.md."""
+    rows = [{"method": method_name(row.method), "converged": "yes" if row.converged else "no",
+             "runs meeting the rule": f"{row.runs_converged} of {row.runs}",
+             "best val at half-way": fmt.score(row.best_at_half), "at the end": fmt.score(row.best_at_end),
+             "rise": f"{100 * row.rise:+.2f}%", "iteration val selected (median)": fmt.iterations(row.selected_iteration)}
+            for row in analysis.plateau.itertuples()]
+    blocks = [convergence_sentence(analysis),
+              Table(pd.DataFrame(rows), "The plateau rule per method: the mean over runs of the best val score so far "
+                                        "at half-way and at the end")]
+    if "learning_curves" in figures:
+        blocks.append(figures["learning_curves"])
+    return Section("Training length and convergence", blocks)
+
+
 def answer_section(analysis: StudyAnalysis, figures: dict) -> Section:
     """The answer first: the recommendation, the figure that shows it, the numbers behind it, then the full verdict."""
     sentences = verdict_sentences(analysis)
@@ -485,9 +521,11 @@ def report_sections(analysis: StudyAnalysis, params: StudyParams, manifest: dict
         f"{analysis.confidence:.0%} intervals, Holm-corrected, and equivalence tests), how ArcFace at its usual "
         "defaults fares, and how many iterations each method needs to converge. Val selects; test only reports."
     )
-    figures_after_answer = {name: figure for name, figure in figures.items() if name != "tuning_trials"}
+    figures_after_answer = {name: figure for name, figure in figures.items()
+                            if name not in ("tuning_trials", "learning_curves")}
     return [
         answer_section(analysis, figures),
+        training_length_section(analysis, figures),
         benchmark_section(beside_benchmark(analysis, benchmark_numbers)),
         Section("What this answers", [answers]),
         setup_section(analysis, params, manifest),

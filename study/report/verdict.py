@@ -36,6 +36,8 @@ def margin_meaning_words(row: dict, with_sd: bool = True) -> str:
     """The margin in the metric's own terms: '0.44 of Fixed AdaCos's seed-to-seed sd within a split (0.0229 on 4
     df), 1.6% of its remaining error' ('' where neither is known); `with_sd` False leaves out the sd itself."""
     parts = []
+    if not fmt.missing(row.get("margin_score_share")):
+        parts.append(f"{row['margin_score_share']:.1%} of Fixed AdaCos's score")
     if not fmt.missing(row.get("margin_seed_sds")):
         parts.append(f"{row['margin_seed_sds']:.2g} of Fixed AdaCos's seed-to-seed sd within a split"
                      + (f" ({row['seed_sd']:.4f} on {row['seed_sd_df']} df)" if with_sd else ""))
@@ -301,10 +303,11 @@ def statistics_sentence(facts: dict, confidence: float) -> str:
         return (f"The statistics: {fmt.signed(row['difference'])} with no interval (one seed per method: nothing is "
                 "known about seed-to-seed spread; list more seeds in runs.seeds).")
     family = facts["other_metrics"] + 1
-    tost = (f"equivalent within ±{row['margin']:.3g} by two one-sided tests (p = {fmt.p_value(row['tost_p_value'])})"
+    tost_p = row.get("tost_p_holm") if not fmt.missing(row.get("tost_p_holm")) else row["tost_p_value"]
+    tost = (f"equivalent within ±{row['margin']:.3g} by two one-sided tests (p = {fmt.p_value(tost_p)} after Holm)"
             if row["equivalent"] else
             f"not shown equivalent within ±{row['margin']:.3g} (two one-sided tests, p = "
-            f"{fmt.p_value(row['tost_p_value'])})")
+            f"{fmt.p_value(tost_p)} after Holm)")
     holm = (f"against zero, p = {fmt.p_value(row['p_holm'])} after Holm's correction over the "
             f"{fmt.plural(family, 'test metric')}: " + ("significant" if row["significant"] else "not significant"))
     excludes_zero = row["low"] > 0 or row["high"] < 0

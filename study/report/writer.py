@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import json
+import math
 import os
 import shutil
 from pathlib import Path
@@ -12,12 +13,14 @@ from pathlib import Path
 import pandas as pd
 
 from study.analysis import REPRODUCTION_SPREAD_STDS, TEST_PREFIX, StudyAnalysis, count_or_none, reproduction_table
+from study.analysis.common import REFERENCE_METHOD
+from study.analysis.comparison import METRIC_KIND
 from study.config import StudyParams
 from study.published import published_setup
 import study.report.formats as fmt
 from study.report.document import FigureRef, render_html, render_markdown
 from study.report.figures import (figure_angles, figure_convergence, figure_crossings, figure_dynamic_scale,
-                                  figure_final_test, figure_landscape)
+                                  figure_final_test, figure_landscape, figure_learning_curves)
 from study.report.palette import method_styles
 from study.report.tuning_figures import (break_even_note, figure_expected_best_val, figure_tuning,
                                          measurement_conditions)
@@ -36,6 +39,13 @@ SWAP_PLAN = ".swap-plan.json"
 def _final_test_table(analysis: StudyAnalysis) -> pd.DataFrame:
     return analysis.final.merge(analysis.costs[["method", "tuning_trials", "tuning_seconds", "run_seconds"]],
                                 on="method", how="left")
+
+
+def _reference_test_mean(analysis: StudyAnalysis) -> float:
+    """Fixed AdaCos's mean test objective over its runs: what the relative margin is a share of."""
+    rows = analysis.final[(analysis.final["method"] == REFERENCE_METHOD)
+                          & (analysis.final["metric"] == f"{TEST_PREFIX}{analysis.objective}")]
+    return float(rows["mean"].iloc[0]) if len(rows) else math.nan
 
 
 def _curves_wide(analysis: StudyAnalysis) -> pd.DataFrame:
@@ -90,6 +100,10 @@ def metrics_summary(analysis: StudyAnalysis, reproduction: pd.DataFrame | None =
                           "tuning_seconds": number(cost["tuning_seconds"]),
                           "run_seconds": number(cost["run_seconds"]), "diverged_runs": int(cost["diverged"]),
                           "runs_at_chance": int(cost["at_chance"])})
+        plateau = analysis.plateau[analysis.plateau["method"] == method]
+        if len(plateau):  # the plateau rule of docs/analysis.md
+            row = plateau.iloc[0]
+            entry.update({"converged": bool(row["converged"]), "plateau_rise": number(row["rise"])})
         summary[method] = entry
     summary["crossings"] = {
         f"{row.adacos_method}_vs_{row.arcface_method}": {
@@ -246,6 +260,9 @@ def _write_all(analysis: StudyAnalysis, params: StudyParams, manifest: dict, env
         "dynamic_scale": figure_dynamic_scale(analysis, styles, figures_dir / "dynamic_scale.png", dpi),
         "landscape": figure_landscape(analysis, params, figures_dir / "landscape.png", dpi),
         "final_test": figure_final_test(analysis, styles, figures_dir / "final_test.png", dpi),
+        "learning_curves": figure_learning_curves(
+            analysis.learning_curves, analysis.difference_curves, _reference_test_mean(analysis),
+            params.analysis.score_share(METRIC_KIND[analysis.objective]), styles, figures_dir / "learning_curves.png", dpi, analysis.objective),
     }
     confidence = f"{analysis.confidence:.0%}"
     captions = {
@@ -273,6 +290,9 @@ def _write_all(analysis: StudyAnalysis, params: StudyParams, manifest: dict, env
         "landscape": "The searched (s, m) plane: colour is the val score, a star the best trial of each class split, "
                      "the dashed line AdaCos's s_f.",
         "final_test": "Test score of every seed (points) and mean ± std over seeds (black) per method.",
+        "learning_curves": "Left: every final run's test score at each evaluation, the mean over runs and the band "
+                           "over splits × seeds. Right: each method − Fixed AdaCos, paired by split and seed, with its "
+                           f"{confidence} interval; grey: the margin. Val selects the checkpoint; test only reports.",
     }
     figures = {}
     for name, path in figure_paths.items():
@@ -298,6 +318,9 @@ def _write_all(analysis: StudyAnalysis, params: StudyParams, manifest: dict, env
         "reference_bands.csv": analysis.reference_bands,
         "search.csv": analysis.search_summary,
         "crossings.csv": analysis.crossings,
+        "learning_curves.csv": analysis.learning_curves,
+        "plateau.csv": analysis.plateau,
+        "difference_curves.csv": analysis.difference_curves,
     }
     reproduction = (reproduction_table(analysis.run_scores, published_setup(params.report.reproduce))
                     if params.report.reproduce else None)
