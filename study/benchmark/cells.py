@@ -14,6 +14,7 @@ import pandas as pd
 
 from study.analysis import (REFERENCE_METHOD, TEST_PREFIX, count_or_none, expected_selected_after_n_trials,
                             paired_differences, seed_luck, standard_error_floor)
+from study.analysis.convergence import PLATEAU_RISE, plateau_rise, plateau_table
 from study.analysis.verdict import difference_row, recommendation_rule
 from study.data import is_synthetic_source
 from study.losses import fixed_adacos_scale
@@ -27,8 +28,8 @@ OUTCOMES = {"tuning_better_beyond_margin": "paid", "equivalent": "equivalent", "
             "adacos_significantly_better": "adacos_better", "gain_not_shown_relevant": "undecided",
             "not_resolved": "undecided", "no_tuned_comparison": "undecided"}
 OUTCOME_ORDER = ("paid", "equivalent", "adacos_better", "undecided")
-# A cell where Fixed AdaCos's objective (MAP@R, accuracy: bounded by 1) is below this retrieves almost nothing: its
-# differences are differences between failures. It is flagged and never carries a pooled answer.
+# A cell where Fixed AdaCos's objective (MAP@R, accuracy: bounded by 1) is below this retrieves little: such cells are
+# flagged, and the pool without them is a labelled sensitivity row (no rule that looks at a score leaves a cell out).
 NEAR_FLOOR_SCORE = 0.15
 
 
@@ -141,6 +142,20 @@ def _search_facts(directory: Path, loss: str, facts: dict, landscape: pd.DataFra
     }
 
 
+def cell_plateau(directory: str | Path) -> tuple[dict[str, float], str]:
+    """Per method, the plateau rule's rise over the second half of training (study.analysis.convergence), and what it
+    was read from: every run's learning curve (tables/learning_curves.csv), or, in cells written before runs kept
+    theirs, the mean val curve over runs (tables/curves.csv)."""
+    tables = Path(directory) / TABLES
+    if (tables / "learning_curves.csv").exists():
+        curves = read_csv(tables / "learning_curves.csv", "report")
+        table = plateau_table(curves, list(dict.fromkeys(curves["method"])))
+        return dict(zip(table["method"], table["rise"].astype(float))), "runs"
+    curves = read_csv(tables / "curves.csv", "report").sort_values("iteration", kind="stable")
+    return {method: plateau_rise(group["iteration"].to_numpy(dtype=float), group["mean"].to_numpy(dtype=float))
+            for method, group in curves.groupby("method", sort=False)}, "mean curve"
+
+
 def cell_rows(facts: dict, directory: str | Path) -> list[dict]:
     """One row per method of a finished cell against Fixed AdaCos, read from its reports/ (metrics.json, tables/)."""
     directory = Path(directory)
@@ -155,6 +170,7 @@ def cell_rows(facts: dict, directory: str | Path) -> list[dict]:
     even = read_csv(directory / TABLES / "break_even.csv", "report")
     landscape = read_csv(directory / TABLES / "landscape.csv", "report")
     cost = cell_device_seconds(search, final, run_scores)
+    rises, plateau_basis = cell_plateau(directory)
     reference = float(run_scores.loc[run_scores["method"] == REFERENCE_METHOD, metric].mean())
     common = {key: facts.get(key) for key in ("configuration", "tuner", "primary", "source", "protocol",
                                               "train_classes", "sampler", "repeats", "pruner", "n_trials",
@@ -162,6 +178,9 @@ def cell_rows(facts: dict, directory: str | Path) -> list[dict]:
     common.update(cell=facts["name"], real=not is_synthetic_source(facts["source"]), metric=metric,
                   confidence=confidence, splits=len(facts["splits"]), seeds=len(facts["seeds"]),
                   reference_test_mean=reference, near_floor=reference < NEAR_FLOOR_SCORE,
+                  regime="long" if facts.get("longer_of") else "short", plateau_basis=plateau_basis,
+                  reference_rise=rises.get(REFERENCE_METHOD, math.nan),
+                  reference_converged=bool(rises.get(REFERENCE_METHOD, math.nan) < PLATEAU_RISE),
                   cell_seconds=cost["total"], cell_search_seconds=cost["search"],
                   shared_final_seconds=float(np.nansum([seconds for method, seconds in cost["finals"].items()
                                                         if not method.endswith("_tuned")])))
@@ -181,7 +200,9 @@ def cell_rows(facts: dict, directory: str | Path) -> list[dict]:
                "relative": estimate.estimate / reference, "relative_se": estimate.standard_error / reference,
                "method_test_mean": float(run_scores.loc[run_scores["method"] == method, metric].mean()),
                "margin": _number(cell_row.get("margin")), "detectable": _number(cell_row.get("detectable")),
-               "reason": reason, "outcome": OUTCOMES.get(reason, "undecided")}
+               "reason": reason, "outcome": OUTCOMES.get(reason, "undecided"),
+               "method_rise": rises.get(method, math.nan),
+               "converged": bool(common["reference_converged"] and rises.get(method, math.nan) < PLATEAU_RISE)}
         if loss is not None:
             row.update(_search_facts(directory, loss, facts, landscape, run_scores, search, even, metric))
         rows.append(row)

@@ -19,6 +19,9 @@ from study.report.formats import method_name
 from study.report.palette import styles_of
 from study.results import write_bytes
 
+# The 20,000-iteration cell (benchmarks/long_training.py), in the benchmark's folder, and what the aggregate reads.
+LEARNING_CURVE_CELL = "mnist-pairs-open-c50-20k"
+LEARNING_CURVE_INPUTS = ("reports/tables/crossovers.csv", "reports/tables/plateau.csv", "reports/tables/runs.csv")
 ADACOS = ("fixed_adacos", "dynamic_adacos")
 ARCFACE = ("arcface_tuned", "arcface_default")
 
@@ -119,3 +122,17 @@ def _markdown(summaries: pd.DataFrame, plateau: pd.DataFrame, crossovers: pd.Dat
               f"test; a run took {np.median(seconds) / 60:.1f} min (median).", "",
               "![Test score and difference to Fixed AdaCos along training](figures/learning_curves.png)", ""]
     return "\n".join(lines)
+
+
+def overtaking_sentences(cell: Path) -> list[str]:
+    """The learning-curve cell's answer from its committed tables: how many runs it has, and whether and when each
+    AdaCos overtakes each ArcFace; [] before it has reported."""
+    tables = cell / "reports" / "tables"
+    if not (tables / "crossovers.csv").is_file():
+        return []
+    summaries, crossovers = pd.read_csv(tables / "runs.csv"), pd.read_csv(tables / "crossovers.csv")
+    reference = summaries.loc[summaries["method"] == "fixed_adacos", "test_score"].mean()
+    lead = (f"**{cell.name}** (Double MNIST at 20,000 training images, {summaries['iterations'].max():,.0f} iterations, "
+            f"{len(summaries)} runs):")
+    return [lead, *[overtaking_sentence(row["adacos"], row["arcface"], row, reference)
+                    for row in crossovers.to_dict("records")]]

@@ -20,7 +20,10 @@ from study.benchmark.cells import OUTCOME_ORDER
 RELATIVE_MARGIN = 0.02
 # Methods that need no tuning, against which the answer names the best choice (Fixed AdaCos is the reference).
 UNTUNED = ("fixed_adacos", "dynamic_adacos", "p2sgrad", "softmax", "arcface_default")
-SCOPES = {"": "headline", "all_": "with near-floor cells", "real_": "real images", "synthetic_": "synthetic"}
+# The headline pools the cells where Fixed AdaCos and the method converged (docs/analysis.md's plateau rule, declared
+# before the converged runs); the short regime's pool, with and without its near-floor cells, are sensitivity rows.
+SCOPES = {"": "converged", "short_": "short regime", "short_off_floor_": "short regime, near-floor cells left out",
+          "real_": "converged, real images", "synthetic_": "converged, synthetic"}
 POOLED_NUMBERS = ("mean", "low", "high", "prediction_low", "prediction_high", "prediction_standard_error",
                   "between_source_variance", "sources", "configurations")
 
@@ -29,6 +32,17 @@ def poolable(rows: pd.DataFrame) -> pd.Series:
     """The cells that enter a pooled estimate: each configuration's primary cell, with a finite, positive SE."""
     return (rows["primary"].astype(bool) & np.isfinite(rows["relative"].astype(float))
             & (rows["relative_se"].astype(float) > 0))
+
+
+def converged_cells(rows: pd.DataFrame) -> pd.DataFrame:
+    """The headline's cells: per configuration, its longest cell (a primary cell or a long-regime one) in which Fixed
+    AdaCos and the method converged by the plateau rule, with a finite, positive SE."""
+    candidates = rows[(rows["primary"].astype(bool) | (rows["regime"] == "long"))
+                      & np.isfinite(rows["relative"].astype(float)) & (rows["relative_se"].astype(float) > 0)
+                      & rows["converged"].astype(bool)]
+    data = candidates["longer_of"].where(candidates["longer_of"].notna(), candidates["configuration"])  # a long cell
+    longest = candidates.assign(data=data).sort_values("iterations", kind="stable")  # trains its short one's data
+    return longest.drop_duplicates(["data", "method"], keep="last").drop(columns="data")
 
 
 def _pooled(rows: pd.DataFrame, column: str, confidence: float) -> dict:
@@ -71,23 +85,30 @@ def margin_reading(low: float, high: float) -> dict:
 
 
 def pooled_method(rows: pd.DataFrame, confidence: float) -> dict:
-    """One method against Fixed AdaCos: pooled over sources on the relative scale, for the headline (primary cells off
-    the floor), with the near-floor cells, and for real and synthetic sources apart; the absolute scale beside it;
-    DerSimonian–Laird over configurations, labelled, for comparison."""
-    pooled_rows = rows[poolable(rows)]
-    headline = pooled_rows[~pooled_rows["near_floor"].astype(bool)]
-    scopes = {"": headline, "all_": pooled_rows, "real_": headline[headline["real"].astype(bool)],
-              "synthetic_": headline[~headline["real"].astype(bool)]}
+    """One method against Fixed AdaCos: pooled over sources on the relative scale, for the headline (the converged
+    cells), for the short regime (every primary cell, and without its near-floor cells: sensitivity rows), and for
+    real and synthetic sources apart; the absolute scale beside it; DerSimonian–Laird over configurations, labelled,
+    for comparison."""
+    short = rows[poolable(rows) & (rows["regime"] == "short")]
+    headline = converged_cells(rows)
+    scopes = {"": headline, "short_": short, "short_off_floor_": short[~short["near_floor"].astype(bool)],
+              "real_": headline[headline["real"].astype(bool)], "synthetic_": headline[~headline["real"].astype(bool)]}
     method = rows["method"].iloc[0]
     facts = {"method": method, "loss": rows["loss"].iloc[0], "tuned": bool(rows["tuned"].iloc[0]),
              "metric": rows["metric"].iloc[0], "margin": RELATIVE_MARGIN,
-             "near_floor_configurations": int(pooled_rows["near_floor"].astype(bool).sum()),
-             "reference_mean": float(headline["reference_test_mean"].mean()) if len(headline) else math.nan}
+             "near_floor_configurations": int(short["near_floor"].astype(bool).sum()),
+             # each converged cell's own difference, in % of its Fixed AdaCos score, with its interval
+             "converged_cells": [{"cell": row.cell, "relative": row.relative,
+                                  "low": row.low / row.reference_test_mean, "high": row.high / row.reference_test_mean}
+                                 for row in headline.itertuples()],
+             "short_converged": int(short["converged"].astype(bool).sum()),
+             "reference_mean": float((headline if len(headline) else short)["reference_test_mean"].mean())}
     for prefix, subset in scopes.items():
         facts.update({f"{prefix}{key}": value for key, value in _pooled(subset, "relative", confidence).items()})
     facts.update({f"absolute_{key}": value for key, value in _pooled(headline, "difference", confidence).items()})
     facts["absolute_margin"] = RELATIVE_MARGIN * facts["reference_mean"]
     facts["judgement"] = judgement(facts["prediction_low"], facts["prediction_high"])
+    facts["short_judgement"] = judgement(facts["short_prediction_low"], facts["short_prediction_high"])
     facts["mean_judgement"] = judgement(facts["low"], facts["high"])
     facts.update(margin_reading(facts["prediction_low"], facts["prediction_high"]))
     if len(headline) >= 2:
@@ -141,15 +162,41 @@ def pooled_table(rows: pd.DataFrame, confidence: float) -> pd.DataFrame:
     return pd.DataFrame(table)
 
 
-def best_untuned(pooled: pd.DataFrame) -> dict:
-    """The untuned method with the highest pooled mean against Fixed AdaCos (Fixed AdaCos itself at 0), and whether
-    the data tell it apart from Fixed AdaCos (its CI excludes 0)."""
-    candidates = [{"method": "fixed_adacos", "mean": 0.0, "low": 0.0, "high": 0.0, "distinct": False}]
-    for row in pooled[pooled["method"].isin(UNTUNED)].itertuples():
-        if math.isfinite(row.mean):
-            candidates.append({"method": row.method, "mean": row.mean, "low": row.low, "high": row.high,
-                               "distinct": bool(row.low > 0 or row.high < 0)})
+def best_untuned(pooled: pd.DataFrame, prefix: str = "") -> dict:
+    """The untuned method with the highest pooled mean against Fixed AdaCos (Fixed AdaCos itself at 0) in one pool
+    (`prefix`: "" the converged cells, "short_" the short regime), and whether the data tell it apart from Fixed
+    AdaCos (its CI excludes 0)."""
+    candidates = [{"method": "fixed_adacos", "mean": 0.0, "low": 0.0, "high": 0.0, "distinct": False,
+                   "pool": SCOPES[prefix]}]
+    for row in pooled[pooled["method"].isin(UNTUNED)].to_dict("records"):
+        mean, low, high = (row[f"{prefix}{key}"] for key in ("mean", "low", "high"))
+        if math.isfinite(mean):
+            candidates.append({"method": row["method"], "mean": mean, "low": low, "high": high,
+                               "distinct": bool(low > 0 or high < 0), "pool": SCOPES[prefix]})
     return max(candidates, key=lambda candidate: candidate["mean"])
+
+
+def beyond_margin_from(rows: pd.DataFrame, method: str) -> dict | None:
+    """Where `method` beats Fixed AdaCos beyond the margin in a class-count range: within one source of several class
+    counts (primary cells), the smallest C from which every cell's interval lies above +margin (relative to Fixed
+    AdaCos's score); None where no such range exists. Reads within a source only, where C is the one thing that
+    moves."""
+    found = []
+    cells = rows[rows["primary"].astype(bool) & (rows["method"] == method)]
+    for source, group in cells.groupby("source", sort=False):
+        if group["train_classes"].nunique() < 2:
+            continue
+        group = group.sort_values("train_classes")
+        beyond = (group["low"].astype(float) / group["reference_test_mean"].astype(float)) >= RELATIVE_MARGIN
+        if not beyond.iloc[-1]:
+            continue
+        start = len(beyond) - int(np.argmin(beyond.to_numpy()[::-1])) if not beyond.all() else 0
+        from_row = group.iloc[start]
+        found.append({"method": method, "source": source, "from_classes": int(from_row["train_classes"]),
+                      "cells": list(group["cell"].iloc[start:]),
+                      "relative": [float(v) for v in (group["difference"] / group["reference_test_mean"]).iloc[start:]],
+                      "regime": "short" if (group["regime"].iloc[start:] == "short").all() else "mixed"})
+    return min(found, key=lambda f: f["from_classes"]) if found else None
 
 
 def trend_in_classes(rows: pd.DataFrame, confidence: float) -> dict:
@@ -170,7 +217,7 @@ def pooled_coverage(rows: pd.DataFrame, benchmarks: int = 4000) -> pd.DataFrame:
     their df) and a source effect from none to 4× the configuration spread, per method, on the relative scale read
     by the verdict; `read` marks pool_across_sources' own intervals."""
     tables = []
-    for method, group in rows[poolable(rows) & ~rows["near_floor"].astype(bool)].groupby("method", sort=False):
+    for method, group in rows[poolable(rows) & (rows["regime"] == "short")].groupby("method", sort=False):
         if len(group) < 3:
             continue
         pooled = pool_across_sources(group["relative"], group["relative_se"], group["source"])

@@ -14,7 +14,9 @@ from typing import Sequence
 import yaml
 
 from study.benchmark.cells import TABLES
+from study.benchmark.long_cell import LEARNING_CURVE_CELL, LEARNING_CURVE_INPUTS
 from study.benchmark.plan import FULL_PLAN, QUICK_PLAN, BenchmarkPlan, load_plan
+from study.config import StudyParams
 from study.many_studies import (DIFFERENCES_FILE, METRICS_FILE, Log, Project, StudiesError, open_project, reproduce,
                                 to_stderr, write_aggregate, write_generated, write_study)
 
@@ -25,7 +27,7 @@ PLAN_FILE = "plan.json"
 # that a fresh clone can aggregate (and resume) without the cell's training outputs.
 CELL_INPUTS = (METRICS_FILE, DIFFERENCES_FILE, TABLES / "search.csv", TABLES / "final_test.csv",
                TABLES / "run_scores.csv", TABLES / "break_even.csv", TABLES / "tuning_curves.csv",
-               TABLES / "landscape.csv")
+               TABLES / "landscape.csv", TABLES / "curves.csv")
 REPORT_OUTS = ("report.md", "report.html", "benchmark.json", "tables", "figures")
 AGGREGATE_MODULES = ("stages.benchmark_report", "study.benchmark", "study.report", "study.analysis")
 UNIT = "cell"
@@ -61,6 +63,8 @@ def write_benchmark(plan: BenchmarkPlan, out_dir: str | Path = DEFAULT_OUT,
                "--dpi", str(plan.cells[0].params.report.dpi)]
     inputs = [PLAN_FILE, *(f"{cell.name}/{PurePosixPath(path).as_posix()}" for cell in plan.cells
                            for path in CELL_INPUTS)]
+    if (project.root / LEARNING_CURVE_CELL / "reports").is_dir():  # the 20,000-iteration cell, once it reported
+        inputs += [f"{LEARNING_CURVE_CELL}/{path}" for path in LEARNING_CURVE_INPUTS]
     aggregate = write_aggregate(project, command, inputs, AGGREGATE_MODULES, REPORT_OUTS)
     log(f"{len(cells)} cells in {project.relative(project.root, project.repository)}/: {', '.join(cells)}")
     return Benchmark(project, cells, aggregate, {name: project.report_dir / name for name in REPORT_OUTS})
@@ -79,6 +83,17 @@ def _lookup(values: dict, dotted: str):
             return _ABSENT
         values = values[part]
     return values
+
+
+def _means_the_same(current, recorded, default) -> bool:
+    """Whether params a lock recorded mean what the current ones do: equal, where a key the record lacks (a knob the
+    code gained since) holds its default, which is what the study ran with before the knob existed."""
+    if not (isinstance(current, dict) and isinstance(recorded, dict)):
+        return current == recorded
+    default = default if isinstance(default, dict) else {}
+    return (all(key in current and _means_the_same(current[key], value, default.get(key, _ABSENT))
+                for key, value in recorded.items())
+            and all(current[key] == default.get(key, _ABSENT) for key in current.keys() - recorded.keys()))
 
 
 def _md5(path: Path) -> str:
@@ -121,9 +136,11 @@ def cell_finished(directory: str | Path, params: dict | None = None) -> bool:
         return False
     if params is None:
         params = yaml.safe_load(params_path.read_text(encoding="utf-8")) or {}
+    defaults = plain_params(StudyParams())
     for stage in stages.values():
         for values in (stage.get("params") or {}).values():
-            if any(_lookup(params, key) != value for key, value in values.items()):
+            if not all(_means_the_same(_lookup(params, key), value, _lookup(defaults, key))
+                       for key, value in values.items()):
                 return False
     for out in report.get("outs", []):
         path = directory / out["path"]

@@ -15,10 +15,12 @@ import pandas as pd
 import study.report.formats as fmt
 from study.analysis import SOURCES_METHOD
 from study.benchmark.cells import NEAR_FLOOR_SCORE, cell_rows, convergence_iterations, tuning_curve
+from study.analysis import published_beside_prediction
 from study.benchmark.figures import figure_forest, figure_methods, figure_tuners
+from study.benchmark.long_cell import LEARNING_CURVE_CELL, overtaking_sentences
 from study.benchmark.pipelines import cell_finished
-from study.benchmark.meta import (RELATIVE_MARGIN, benchmark_seconds, best_untuned, longer_table, pooled_coverage,
-                                  pooled_table, trend_in_classes, tuner_table)
+from study.benchmark.meta import (RELATIVE_MARGIN, SCOPES, UNTUNED, benchmark_seconds, best_untuned, beyond_margin_from,
+                                  longer_table, pooled_coverage, pooled_table, trend_in_classes, tuner_table)
 from study.losses import fixed_adacos_scale
 from study.published import MLRC_ARCFACE
 from study.report import Bullets, FigureRef, Section, Table, method_name, metric_name, render_html, render_markdown
@@ -50,26 +52,38 @@ def tuner_label(sampler: str, repeats: int, pruner: str) -> str:
 # --- words --------------------------------------------------------------------------------------------------
 
 
-def lead_sentence(arcface: dict, best: dict) -> str:
-    """The answer in plain order: what a user with a new data source should expect from tuning ArcFace, whether it
-    matters against the margin, and the best choice that needs no tuning."""
-    margin = f"±{100 * RELATIVE_MARGIN:.0f}% of the score (about ±{arcface['absolute_margin']:.3f} here)"
-    if not math.isfinite(arcface.get("prediction_low", math.nan)):
-        expectation = (f"the benchmark's {arcface['sources']} sources are too few to predict a new one (it needs 3); "
-                       f"over them tuned ArcFace − Fixed AdaCos averages {pct(arcface['mean'])} "
-                       f"{pct_interval(arcface['low'], arcface['high'])}")
+def lead_sentence(arcface: dict, best: dict, wins: list[dict]) -> str:
+    """The answer in plain order: what a user who trains to convergence should expect from tuning ArcFace, what the
+    short regime says (models stopped early: a sensitivity row), and the best choice that needs no tuning, with the
+    class counts where another untuned loss beats Fixed AdaCos beyond the margin."""
+    margin = f"±{100 * RELATIVE_MARGIN:.0f}% of the score"
+    converged = arcface["converged_cells"]
+    if math.isfinite(arcface.get("prediction_low", math.nan)):
+        at_convergence = (f"At convergence, tuned ArcFace − Fixed AdaCos on a new data source is expected in "
+                          f"{pct_interval(arcface['prediction_low'], arcface['prediction_high'])} of Fixed AdaCos's "
+                          f"score ({arcface['sources']} sources): {JUDGEMENT_WORDS[arcface['judgement']]} of {margin}")
     else:
-        expectation = (f"on a new data source, tuned ArcFace − Fixed AdaCos is expected in "
-                       f"{pct_interval(arcface['prediction_low'], arcface['prediction_high'])} of Fixed AdaCos's "
-                       f"score (95% prediction interval over {arcface['sources']} sources; average "
-                       f"{pct(arcface['mean'])}): {JUDGEMENT_WORDS[arcface['judgement']]} of {margin}")
+        at_convergence = (f"At convergence, not yet answered: Fixed AdaCos and tuned ArcFace converged in "
+                          f"{len(converged)} cell{'' if len(converged) == 1 else 's'}"
+                          + (" (" + "; ".join(f"{cell['cell']}: {pct(cell['relative'])} "
+                                              f"{pct_interval(cell['low'], cell['high'])}" for cell in converged) + ")"
+                             if converged else "")
+                          + ", too few sources to predict a new one")
+    converged_short = ("none" if not arcface["short_converged"] else str(arcface["short_converged"]))
+    short = (f"Trained short ({converged_short} of the {arcface['short_configurations']} short cells converged), a new source "
+             f"should expect {pct_interval(arcface['short_prediction_low'], arcface['short_prediction_high'])}: "
+             f"{JUDGEMENT_WORDS[arcface['short_judgement']]} of {margin}")
+    pool = "at convergence" if best["pool"] == "converged" else "trained short"
     if best["method"] == "fixed_adacos":
-        untuned = "Of the losses that need no tuning, none beats Fixed AdaCos on average."
+        untuned = f"Of the losses that need no tuning, none beats Fixed AdaCos on average {pool}"
     else:
         untuned = (f"Of the losses that need no tuning, {method_name(best['method'])} scores highest on average "
-                   f"({pct(best['mean'])} over Fixed AdaCos, 95% CI {pct_interval(best['low'], best['high'])}"
-                   + ("" if best["distinct"] else "; not told apart from Fixed AdaCos") + ").")
-    return f"**Tuning ArcFace's (s, m): {expectation}. {untuned}**"
+                   f"{pool} ({pct(best['mean'])} {pct_interval(best['low'], best['high'])})")
+    for win in wins:
+        untuned += (f", but {method_name(win['method'])} beats it by more than the margin at C ≥ "
+                    f"{win['from_classes']:,} ({win['source']}, {win['regime']} training: "
+                    f"{', '.join(pct(value) for value in win['relative'])})")
+    return f"**{at_convergence}. {short}. {untuned}.**"
 
 
 def method_sentence(facts: dict) -> str:
@@ -167,10 +181,11 @@ def scope_sentence(plan: dict, rows: pd.DataFrame) -> str:
             f"({', '.join(sources)}; real images: {', '.join(real) or 'none'}), C = "
             f"{min(c['train_classes'] for c in cells):,}–{max(c['train_classes'] for c in cells):,} training classes, "
             f"one small CNN{trained}. Configurations of one source are not independent evidence: the intervals are "
-            "over sources. Cells "
-            f"where Fixed AdaCos scores below {NEAR_FLOOR_SCORE} (near the floor: "
-            f"{', '.join(floor) or 'none'}) are flagged and left out of the headline; the pool with them is in the "
-            "table. Other architectures, pretrained backbones, larger images and C beyond these are outside it."
+            "over sources. The headline pools the cells where Fixed AdaCos and the method converged (the plateau rule "
+            "of docs/analysis.md); no cell is left out for its score: the short regime's pool is a sensitivity row, "
+            f"and so is that pool without the cells where Fixed AdaCos scores below {NEAR_FLOOR_SCORE} "
+            f"({', '.join(floor) or 'none'}). Other architectures, pretrained backbones, larger images and C beyond "
+            "these are outside it."
             + (f" Declared but not finished, so not in these numbers: {', '.join(pending)}." if pending else ""))
 
 
@@ -216,6 +231,38 @@ def _device_of(cell: Path) -> str:
 # --- tables ----------------------------------------------------------------------------------------------
 
 
+def convergence_shown(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per cell, the plateau rule for Fixed AdaCos and tuned ArcFace: how much the best val so far rose over the
+    second half of training, and whether the cell enters the converged headline."""
+    tuned = rows[(rows["method"] == "arcface_tuned") & (rows["primary"].astype(bool) | (rows["regime"] == "long"))]
+    return pd.DataFrame([{
+        "cell": row.cell, "iterations": fmt.iteration_number(row.iterations), "regime": row.regime,
+        "Fixed AdaCos: rise over the second half": pct(row.reference_rise),
+        "tuned ArcFace": pct(row.method_rise), "both converged (< 1%)": "yes" if row.converged else "no",
+        "read from": "every run's curve" if row.plateau_basis == "runs" else "the mean val curve over runs",
+    } for row in tuned.itertuples()])
+
+
+def published_shown(pooled: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The published same-setup ArcFace − AdaCos rows beside the prediction for a new source (for ArcFace at its
+    defaults, as they ran it, and tuned), and which pool's prediction that is."""
+    rows = pooled.set_index("method")
+    prefix = "" if math.isfinite(rows.loc["arcface_tuned", "prediction_low"]) else "short_"
+    shown = published_beside_prediction(100 * rows.loc["arcface_default", f"{prefix}prediction_low"],
+                                        100 * rows.loc["arcface_default", f"{prefix}prediction_high"])
+    tuned = published_beside_prediction(100 * rows.loc["arcface_tuned", f"{prefix}prediction_low"],
+                                        100 * rows.loc["arcface_tuned", f"{prefix}prediction_high"])
+    table = pd.DataFrame({
+        "source": shown["source"], "benchmark": shown["benchmark"], "AdaCos": shown["adacos_variant"],
+        "ArcFace": shown["arcface"].map(lambda v: f"{v:.2f}"), "AdaCos score": shown["adacos"].map(lambda v: f"{v:.2f}"),
+        "ArcFace − AdaCos": shown["difference_percent"].map(lambda v: f"{v:+.2f}%"),
+        "errors, ArcFace ÷ AdaCos": shown["error_ratio"].map(lambda v: f"{v:.2f}×"),
+        "inside: defaults": shown["inside"].map({True: "yes", False: "no"}).fillna("n/a"),
+        "inside: tuned": tuned["inside"].map({True: "yes", False: "no"}).fillna("n/a"),
+        "note": shown["note"]})
+    return table, SCOPES[prefix]
+
+
 def methods_shown(pooled: pd.DataFrame) -> pd.DataFrame:
     """"Which loss should I use": every method against Fixed AdaCos, as the reader sees it."""
     return pd.DataFrame([{
@@ -226,7 +273,10 @@ def methods_shown(pooled: pd.DataFrame) -> pd.DataFrame:
         "equivalent from": "n/a" if fmt.missing(row.equivalent_from) else f"±{100 * row.equivalent_from:.1f}%",
         "real images": f"{pct(row.real_mean)} {pct_interval(row.real_low, row.real_high)}",
         "synthetic": f"{pct(row.synthetic_mean)} {pct_interval(row.synthetic_low, row.synthetic_high)}",
-        "with near-floor cells": f"{pct(row.all_mean)} {pct_interval(row.all_prediction_low, row.all_prediction_high)}",
+        "short regime: a new source (sensitivity)": f"{pct(row.short_mean)} "
+                                                    f"{pct_interval(row.short_prediction_low, row.short_prediction_high)}",
+        "short, near-floor cells out (sensitivity)": f"{pct(row.short_off_floor_mean)} " + pct_interval(
+            row.short_off_floor_prediction_low, row.short_off_floor_prediction_high),
         "absolute [95% CI]": f"{fmt.signed(row.absolute_mean)} {fmt.interval(row.absolute_low, row.absolute_high)}",
         "DerSimonian–Laird over configurations (not read)": f"{pct(row.dl_estimate)} "
                                                             f"{pct_interval(row.dl_low, row.dl_high)}",
@@ -297,8 +347,10 @@ def method_bullets(plan: dict, rows: pd.DataFrame, seconds: dict, coverage: pd.D
     worst = f"{read['coverage'].min():.1%}" if len(read) else "not simulated"
     return [
         f"Each cell is one whole study (its own `dvc repro` under `{label}/<cell>/`, with its own report); each "
-        "configuration's first tuner's cell enters the pooled numbers; long-regime cells are compared with their "
-        "short configuration only; the other tuners' cells only in the tuner comparison.",
+        "configuration's first tuner's cell enters the short regime's pool; the headline pools, per configuration, "
+        "its longest cell in which Fixed AdaCos and the method converged (best val rose under 1% over the second "
+        "half of training, declared before the converged runs); the other tuners' cells enter only the tuner "
+        "comparison.",
         "A cell's difference is the mean over its class splits of the paired (same split and seed) differences; its "
         "standard error is the one over splits (k − 1 df), or, where that falls below it, the floor the seed noise "
         "within splits implies (√(s²_within / (splits·seeds)), on the within df).",
@@ -322,6 +374,27 @@ def method_bullets(plan: dict, rows: pd.DataFrame, seconds: dict, coverage: pd.D
     ]
 
 
+def _linked(sentences: list[str], cells_dir: Path, report_dir: Path) -> list[str]:
+    """The learning-curve cell's sentences, its name linked to its report."""
+    if not sentences:
+        return []
+    link = Path(os.path.relpath(cells_dir / LEARNING_CURVE_CELL / REPORT_DIR / "report.md", report_dir)).as_posix()
+    return [sentences[0] + f" ([report]({link}))", *sentences[1:]]
+
+
+def _published_blocks(pooled: pd.DataFrame) -> list:
+    table, pool = published_shown(pooled)
+    inside = int((table["inside: defaults"] == "yes").sum())
+    top = published_beside_prediction(-math.inf, math.inf).sort_values("adacos").iloc[-1]  # the nearest to 100%
+    return [f"Others' same-setup comparisons of ArcFace at its defaults with AdaCos (their numbers, checked against "
+            f"their repositories; `study.published`), beside this benchmark's prediction for a new source ({pool} "
+            f"pool): {inside} of {len(table)} fall inside the prediction for ArcFace at its defaults. Near 100% the "
+            f"remaining errors tell more than the difference: {top['benchmark']}'s {top['difference_percent']:+.2f}% "
+            f"is {top['error_ratio'] - 1:+.0%} errors.",
+            Table(table, "Published ArcFace − AdaCos, in % of AdaCos's score, and whether each falls inside this "
+                         "benchmark's 95% prediction interval for a new source")]
+
+
 def aggregate_benchmark(plan_path: str | Path, report_dir: str | Path, *, label: str = ".", dpi: int = 120
                         ) -> dict[str, Path]:
     """The aggregate stage: every finished cell of plan.json read from its committed report, pooled over sources and
@@ -333,7 +406,9 @@ def aggregate_benchmark(plan_path: str | Path, report_dir: str | Path, *, label:
     confidence = float(rows["confidence"].iloc[0])
     pooled = pooled_table(rows, confidence)
     arcface = pooled[pooled["method"] == "arcface_tuned"].iloc[0].to_dict()
-    best = best_untuned(pooled)
+    # The untuned losses are ranked in the pool the headline can read: the converged cells once they predict a new
+    # source, the short regime until then.
+    best = best_untuned(pooled, "" if math.isfinite(arcface.get("prediction_low", math.nan)) else "short_")
     slope = trend_in_classes(rows, confidence)
     tuner_cells = rows[rows["method"] == "arcface_tuned"]
     curves = {cell: tuning_curve(cells_dir / cell, "arcface") for cell in tuner_cells["cell"]}
@@ -349,8 +424,15 @@ def aggregate_benchmark(plan_path: str | Path, report_dir: str | Path, *, label:
     for name, table in (("cells", rows), ("pooled", pooled), ("tuners", tuners), ("longer", longer),
                         ("pooled_coverage", coverage)):
         write_csv(table, written[name])
-    figures = {"methods": figure_methods(pooled, report_dir / "figures" / "methods.png", dpi)}
-    for facts in pooled[pooled["tuned"].astype(bool)].to_dict("records"):
+    # The figures draw the pool the answer reads: the converged cells once they predict a new source, else the short
+    # regime's (labelled as such in the captions).
+    drawn = "" if math.isfinite(arcface.get("prediction_low", math.nan)) else "short_"
+    drawn_words = "" if not drawn else " Drawn for the short regime (a sensitivity row): the converged cells do not " \
+                                       "yet predict a new source."
+    view = pooled.assign(**{key: pooled[f"{drawn}{key}"] for key in
+                            ("mean", "low", "high", "prediction_low", "prediction_high", "sources")})
+    figures = {"methods": figure_methods(view, report_dir / "figures" / "methods.png", dpi)}
+    for facts in view[view["tuned"].astype(bool)].to_dict("records"):
         method_rows = rows[(rows["method"] == facts["method"]) & rows["primary"].astype(bool)]
         figures[facts["method"]] = figure_forest(method_rows, facts, report_dir / "figures" /
                                                  f"forest_{facts['method']}.png", dpi)
@@ -359,10 +441,11 @@ def aggregate_benchmark(plan_path: str | Path, report_dir: str | Path, *, label:
     links = {cell: Path(os.path.relpath(cells_dir / cell / REPORT_DIR / "report.md", report_dir)).as_posix()
              for cell in rows["cell"].unique()}
     metric = metric_name(arcface["metric"].removeprefix("test_"))
-    answer = [lead_sentence(arcface, best), method_sentence(arcface),
+    wins = [win for method in UNTUNED if (win := beyond_margin_from(rows, method))]
+    answer = [lead_sentence(arcface, best, wins), method_sentence(arcface),
               FigureRef("figures/methods.png", "Every method against Fixed AdaCos on test "
                         f"{metric}, in % of Fixed AdaCos's score: the mean over data sources (thick, 95% CI) and "
-                        "what a new source should expect (thin, 95% prediction interval); grey: the margin."),
+                        "what a new source should expect (thin, 95% prediction interval); grey: the margin." + drawn_words),
               Table(methods_shown(pooled), "Which loss should I use: every method against Fixed AdaCos, pooled over "
                                            "data sources"),
               *[method_sentence(facts) for facts in pooled.to_dict("records")[1:]], scope_sentence(plan, rows)]
@@ -371,15 +454,20 @@ def aggregate_benchmark(plan_path: str | Path, report_dir: str | Path, *, label:
                                                                           "over, and how far each reaches")]),
                 Section("What tuning costs", [*cost_sentences(arcface), FigureRef(
                     "figures/forest_arcface_tuned.png", "Tuned ArcFace − Fixed AdaCos per configuration, grouped "
-                    "by source (each its cell's 95% interval; hollow: near the floor, not pooled), the mean over "
-                    "sources and the prediction interval for a new source.")]),
+                    "by source (each its cell's 95% interval; hollow: near the floor), the mean over sources and the "
+                    "prediction interval for a new source." + drawn_words)]),
                 Section("What tuning finds", [
                     "Where the tuned scale lands against AdaCos's s_f = √2·ln(C − 1), and how much of the val score's "
                     "variance s explains against m. The MLRC rows are Musgrave et al. (2020)'s published ArcFace "
                     "values (ImageNet-pretrained BN-Inception, 128-d embeddings), for whether tuning moves s the same "
                     "way here.",
                     Table(findings_shown(rows), "ArcFace's best (s, m) per configuration")]),
-                Section("Trends and training length", [slope_sentence(slope), *longer_sentences(longer)])]
+                Section("Trends and training length", [
+                    slope_sentence(slope), *longer_sentences(longer),
+                    *_linked(overtaking_sentences(cells_dir / LEARNING_CURVE_CELL), cells_dir, report_dir),
+                    Table(convergence_shown(rows), "Convergence per cell by the plateau rule of docs/analysis.md "
+                                                   "(declared before the converged runs)")]),
+                Section("Published comparisons", _published_blocks(pooled))]
     if len(tuners):
         sections.append(Section("Tuners at equal trials and iterations", [
             FigureRef("figures/tuners.png", "Expected test score of the trial val selects against training "

@@ -18,6 +18,8 @@ BENCHMARK_NUMBERS = Path("reports/benchmark/benchmark.json")
 HEADLINE_METHOD = "arcface_tuned"
 # What this report reads of the benchmark's pooled row for tuned ArcFace (study/benchmark/meta.py, POOLED_NUMBERS).
 POOLED_KEYS = ("metric", "mean", "prediction_low", "prediction_high", "prediction_standard_error", "sources")
+# The benchmark's pools by training length (study/benchmark/meta.py SCOPES): their keys' prefixes.
+REGIMES = {"converged": "", "short": "short_"}
 
 
 def _pct(value: float) -> str:
@@ -43,8 +45,16 @@ def beside_benchmark(analysis: StudyAnalysis, path: Path = BENCHMARK_NUMBERS) ->
     except (OSError, ValueError) as error:
         return facts | {"status": "unreadable", "error": str(error).splitlines()[0]}
     pooled = (benchmark.get("pooled") or {}).get(HEADLINE_METHOD) if isinstance(benchmark, dict) else None
-    if not isinstance(pooled, dict) or any(key not in pooled for key in POOLED_KEYS):
+    if not isinstance(pooled, dict) or any(f"{prefix}{key}" not in pooled for key in POOLED_KEYS[1:]
+                                           for prefix in REGIMES.values()) or "metric" not in pooled:
         return facts | {"status": "older"}
+    # Like with like: a study whose Fixed AdaCos and tuned ArcFace converged beside the benchmark's converged cells
+    # (when they predict a new source), any other beside its short regime's.
+    plateau = analysis.plateau.set_index("method")["converged"] if len(analysis.plateau) else {}
+    converged = all(bool(plateau.get(method, False)) for method in (REFERENCE_METHOD, HEADLINE_METHOD))
+    regime = "converged" if converged and math.isfinite(pooled.get("prediction_low") or math.nan) else "short"
+    pooled = {key: pooled[f"{REGIMES[regime]}{key}"] for key in POOLED_KEYS[1:]} | {"metric": pooled["metric"]}
+    facts["regime"] = regime
     metric = f"{TEST_PREFIX}{analysis.objective}"
     facts |= {"metric": metric, "benchmark_metric": pooled["metric"]}
     if pooled["metric"] != metric:
@@ -94,7 +104,8 @@ def benchmark_section(facts: dict) -> Section:
     return Section("Beside the benchmark", [
         f"On this data, tuned ArcFace − Fixed AdaCos is {_pct(facts['own'])} of Fixed AdaCos's score "
         f"{_pct_interval(facts['own_low'], facts['own_high'])} ({level} interval, its standard error floored at the "
-        f"seed noise). The benchmark predicts {_pct_interval(facts['predicted_low'], facts['predicted_high'])} for a "
+        f"seed noise). The benchmark's {'converged' if facts['regime'] == 'converged' else 'short-training'} cells "
+        f"predict {_pct_interval(facts['predicted_low'], facts['predicted_high'])} for a "
         f"new data source ({level} prediction interval over {facts['sources']} sources, {where}). Taking this data "
         f"as one more source, both together say {_pct(facts['together'])} "
         f"{_pct_interval(facts['together_low'], facts['together_high'])} (an empirical-Bayes estimate that puts "
