@@ -148,11 +148,11 @@ class TrainConfig(ParamsModel):
     schedule: Literal["constant", "cosine"] = "cosine"
     max_iterations: Optional[Int] = Field(None, ge=1)
     eval_every: Int = Field(10, ge=1)
-    # A log-spaced schedule of about this many val evaluations (half-way and the last iteration always among them),
-    # instead of one every eval_every iterations: a 20,000-iteration learning curve at the cost of 20 evaluations.
-    eval_points: Optional[Int] = Field(None, ge=2)
+    # A log-spaced schedule of about this many val evaluations (half-way and the last iteration always among them);
+    # null: one every eval_every iterations. A 20,000-iteration learning curve costs 21 evaluations.
+    eval_points: Optional[Int] = Field(20, ge=2)
     # Which weights a run ends with: the evaluation val scored best (early stopping, as users deploy) or the last.
-    checkpoint: Literal["best_val", "last"] = "last"
+    checkpoint: Literal["best_val", "last"] = "best_val"
     eval_batch_size: Int = Field(1024, ge=1)
     device: Annotated[Text, _check(lambda d: d == "auto" or d.split(":")[0] in ("cpu", "cuda", "mps"),
                                    "{value!r} is not a device; use auto, cpu, cuda, cuda:N or mps")] = "auto"
@@ -337,7 +337,7 @@ class AnalysisConfig(ParamsModel):
                                                              "the remaining error such as 5%")]],
         _check(lambda m: set(m) == set(METRIC_KINDS),
                f"give one margin for each metric kind: {', '.join(METRIC_KINDS)}"),
-    ] = Field(default_factory=lambda: {"accuracy": 0.005, "retrieval": 0.01, "verification": 0.01})
+    ] = Field(default_factory=lambda: {kind: "2% of score" for kind in METRIC_KINDS})
     # For the smallest detectable difference and the seeds that would resolve an open question.
     power: Float = Field(0.8, ge=0.5, lt=1)
 

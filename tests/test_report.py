@@ -590,6 +590,23 @@ def test_a_collapsed_network_scores_roc_auc_one_half_and_is_reported_at_chance()
 
 
 @pytest.mark.slow
+def test_models_that_learned_nothing_are_said_to_and_nothing_is_recommended():
+    trials, runs, history = make_study()
+    compared = runs["method"].isin(["fixed_adacos", "arcface_tuned"])
+    runs.loc[compared, "test_roc_auc"] = np.tile([0.49, 0.50, 0.52], 2)  # t interval (0.469, 0.538) covers 0.5
+    analysis = analyse(trials, runs, history)
+    facts = analysis.verdict_facts
+    assert (facts["recommendation"], facts["reason"]) == ("undecided", "nothing_learned")
+    assert facts["at_chance"]["fixed_adacos"]["mean"] == pytest.approx(0.5033333)
+    lead = verdict(analysis)
+    assert lead.startswith("The models learned nothing: test ROC AUC is at chance (0.5) for every method compared")
+    assert "labels that do not match the images" in lead and "use Fixed AdaCos" not in lead
+    # One method above chance by its interval: the study learned something, and the usual rule decides.
+    runs.loc[runs["method"] == "arcface_tuned", "test_roc_auc"] = [0.60, 0.61, 0.62]
+    assert analyse(trials, runs, history).verdict_facts["reason"] != "nothing_learned"
+
+
+@pytest.mark.slow
 def test_the_verdict_names_the_other_metrics_where_tuning_wins_or_loses():
     trials, runs, history = make_study()
     tuned, reference = runs["method"] == "arcface_tuned", runs["method"] == "fixed_adacos"
@@ -996,8 +1013,12 @@ def test_interval_notation_is_explained_under_the_table_where_it_first_appears(w
 
 def benchmark_file(tmp_path, **pooled):
     """A benchmark.json as the aggregate writes it (study/benchmark/report.py), with a pooled tuned ArcFace row."""
-    row = {"method": "arcface_tuned", "metric": "test_accuracy", "mean": 0.01, "low": -0.01, "high": 0.03,
-           "prediction_low": -0.02, "prediction_high": 0.04, "prediction_standard_error": 0.012, "sources": 5} | pooled
+    converged = {"mean": 0.01, "low": -0.01, "high": 0.03, "prediction_low": -0.02, "prediction_high": 0.04,
+                 "prediction_standard_error": 0.012, "sources": 5}
+    short = {"mean": 0.0, "low": -0.02, "high": 0.02, "prediction_low": -0.05, "prediction_high": 0.06,
+             "prediction_standard_error": 0.02, "sources": 6}
+    row = ({"method": "arcface_tuned", "metric": "test_accuracy"} | converged
+           | {f"short_{key}": value for key, value in short.items()} | pooled)
     path = tmp_path / "benchmark.json"
     path.write_text(json.dumps({"title": "b", "confidence": 0.95, "margin": 0.02, "pooled": {"arcface_tuned": row}}))
     return path
@@ -1008,6 +1029,7 @@ def test_the_study_beside_the_benchmark_on_a_fixture(tmp_path):
     from study.report.document import render_markdown
 
     analysis = analyse(*make_study())
+    analysis.plateau["converged"] = True  # like with like: a converged study beside the benchmark's converged cells
     facts = beside_benchmark(analysis, benchmark_file(tmp_path))
     # The study's own: paired over three seeds of one split (the floor is the paired t interval there), relative to
     # Fixed AdaCos's mean; combined with the pool by the normal-normal posterior.
@@ -1023,7 +1045,13 @@ def test_the_study_beside_the_benchmark_on_a_fixture(tmp_path):
     text = render_markdown("t", [benchmark_section(facts)])
     assert f"{100 * own:+.1f}% of Fixed AdaCos's score [{100 * low / reference:+.1f}%, {100 * high / reference:+.1f}%]" \
         in text
-    assert "predicts [-2.0%, +4.0%] for a new data source (95% prediction interval over 5 sources" in text
+    assert "converged cells predict [-2.0%, +4.0%] for a new data source (95% prediction interval over 5 sources" \
+        in text
+    # A study still improving at its end sits beside the benchmark's short-training cells instead.
+    analysis.plateau.loc[analysis.plateau["method"] == "fixed_adacos", "converged"] = False
+    short = beside_benchmark(analysis, benchmark_file(tmp_path))
+    assert (short["regime"], short["predicted_low"], short["sources"]) == ("short", -0.05, 6)
+    assert "short-training cells predict [-5.0%, +6.0%]" in render_markdown("t", [benchmark_section(short)])
     assert f"both together say {100 * together:+.1f}%" in text and f"puts {weight:.0%} of the weight" in text
     assert "±2% of Fixed AdaCos's score" in text
     # What the repository's report stage reads, relative to where DVC runs it.
@@ -1060,7 +1088,7 @@ def test_the_report_places_the_benchmark_beside_its_verdict(tmp_path):
     text = paths["report.md"].read_text(encoding="utf-8")
     section = text.split("## Beside the benchmark\n", 1)[1].split("\n## ", 1)[0]
     assert text.index("## Verdict") < text.index("## Beside the benchmark") < text.index("## What this answers")
-    assert "The benchmark predicts [-2.0%, +4.0%] for a new data source" in section
+    assert "The benchmark's short-training cells predict [-5.0%, +6.0%] for a new data source" in section
 
 
 def test_variance_shares_are_flagged_as_point_estimates_and_truncations_named():

@@ -15,7 +15,7 @@ from scipy import stats
 from study.analysis import (SOURCE_SPREAD_PRIOR_SCALE, bayesian_true_effect, hartung_knapp, hartung_knapp_true_effect,
                             random_effects, weighting_sensitivity)
 from study.analysis.coverage import source_pooling_coverage, true_effect_coverage
-from study.analysis.pooling import _bayesian_rows, _hartung_knapp_rows
+from study.analysis.true_effect import _bayesian_rows, _hartung_knapp_rows
 
 # tuned ArcFace − Fixed AdaCos relative to Fixed AdaCos's score on the benchmark's headline cells (off the floor), each
 # standard error floored at its seed noise, on its df.

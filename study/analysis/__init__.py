@@ -11,9 +11,9 @@ carry their direction (EER is an error rate). One room per concern:
 - `convergence`: iterations to targets, convergence speed, val curves, crossings and angle dynamics;
 - `verdict`: `recommend`, the recommendation rule, and the verdict's facts;
 - `variance`: where the variance a user meets comes from (split, search, seed);
-- `pooling`: pooling across studies with the data source as a level, random-effects pooling, prediction intervals
-  (for a new source's true effect too, Bayesian and Hartung–Knapp), the mean's sensitivity to weighting, slopes on a
-  covariate (within one source) and a cell's standard error floored at its seed noise;
+- `pooling`: pooling across studies with the data source as a level, random-effects pooling, prediction intervals,
+  slopes on a covariate (within one source) and a cell's standard error floored at its seed noise;
+- `true_effect`: a new source's true effect (Bayesian, Hartung–Knapp) and the mean's sensitivity to weighting;
 - `coverage`: simulated worlds with a known truth that measure the tuning intervals' coverage;
 - `published_comparisons`: others' published ArcFace − AdaCos in the same setup, beside the benchmark's prediction;
 - `study`: `StudyAnalysis` and `analyse_study`, which builds it, with the searches' summary and landscape.
@@ -58,27 +58,18 @@ from study.analysis.convergence import (
     iterations_to_target,
 )
 from study.analysis.pooling import (
-    BAYESIAN_METHOD,
     EQUAL_WEIGHT_METHOD,
     HARTUNG_KNAPP_METHOD,
-    HARTUNG_KNAPP_SOURCES_METHOD,
     MIN_I2_DF,
     RANDOM_EFFECTS_METHOD,
-    SOURCE_SPREAD_PRIOR_SCALE,
     SOURCES_METHOD,
-    WEIGHTING_METHOD,
-    BayesianTrueEffect,
     FlooredStandardError,
-    HartungKnappTrueEffect,
     PooledAcrossSources,
-    WeightingSensitivity,
     WithinSourceSlope,
-    bayesian_true_effect,
     dersimonian_laird_tau2,
     equal_weight_mean,
     equal_weight_slope,
     hartung_knapp,
-    hartung_knapp_true_effect,
     i2_note,
     paired_differences,
     pool_across_sources,
@@ -89,6 +80,17 @@ from study.analysis.pooling import (
     source_membership,
     standard_error_floor,
     standard_error_from_interval,
+)
+from study.analysis.true_effect import (
+    BAYESIAN_METHOD,
+    HARTUNG_KNAPP_SOURCES_METHOD,
+    SOURCE_SPREAD_PRIOR_SCALE,
+    WEIGHTING_METHOD,
+    BayesianTrueEffect,
+    HartungKnappTrueEffect,
+    WeightingSensitivity,
+    bayesian_true_effect,
+    hartung_knapp_true_effect,
     weighting_sensitivity,
 )
 from study.analysis.published_comparisons import (

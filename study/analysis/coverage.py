@@ -18,10 +18,11 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from study.analysis.pooling import (SOURCE_SPREAD_PRIOR_SCALE, _across_sources_rows, _bayesian_rows,
-                                    _hartung_knapp_rows, _random_effects_rows, _source_means_rows, equal_weight_mean,
+from study.analysis.pooling import (_across_sources_rows, _random_effects_rows, equal_weight_mean,
                                     equal_weight_slope, hartung_knapp, random_effects, random_effects_slope,
                                     source_membership)
+from study.analysis.true_effect import (SOURCE_SPREAD_PRIOR_SCALE, _bayesian_rows, _hartung_knapp_rows,
+                                        _source_means_rows)
 from study.analysis.tuning import (
     _over_splits,
     _pooled_split,

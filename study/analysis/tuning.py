@@ -382,6 +382,28 @@ def break_even_with_interval(search: dict, reference: dict, confidence: float) -
             "gain_high": float(high[at]) if valid_trials else math.nan}
 
 
+def gap_to_control(search_curves: dict, control_curves: dict, confidence: float) -> pd.DataFrame:
+    """The search's selected-test curve minus the budget-matched control's, n = 1 … the shorter of the two: per
+    split gᵢ(n) = searchᵢ(n) − controlᵢ(n), their mean over the k splits with the t interval ḡ ± t_{k−1}·s_g/√k
+    (each split ran its own search and seeds: independent draws, so the interval carries search, seeds and split;
+    NaN bounds with one split). Columns n, search, control, gap, low, high, splits."""
+    splits = [split for split in search_curves if split in control_curves]
+    if not splits:
+        return pd.DataFrame(columns=["n", "search", "control", "gap", "low", "high", "splits"])
+    longest = min(min(len(search_curves[split]), len(control_curves[split])) for split in splits)
+    search = np.stack([np.asarray(search_curves[split][:longest], float) for split in splits])
+    control = np.stack([np.asarray(control_curves[split][:longest], float) for split in splits])
+    gaps = search - control
+    gap, k = gaps.mean(axis=0), len(splits)
+    if k > 1:
+        half = float(stats.t.ppf(0.5 + confidence / 2.0, k - 1)) * gaps.std(axis=0, ddof=1) / math.sqrt(k)
+        low, high = within_range(gap - half), within_range(gap + half)
+    else:
+        low = high = np.full(longest, np.nan)
+    return pd.DataFrame({"n": np.arange(1, longest + 1), "search": search.mean(axis=0), "control": control.mean(axis=0),
+                         "gap": gap, "low": low, "high": high, "splits": k})
+
+
 def break_even_against_control(search_curves: dict, control_curves: dict, confidence: float) -> dict:
     """The fewest trials n whose val-selected test score reaches the budget-matched control at the same n: the best
     of n runs of the untuned reference picked by val, the same number of trainings (SPEC, "Break-even").
@@ -394,20 +416,13 @@ def break_even_against_control(search_curves: dict, control_curves: dict, confid
     the first n whose upper bound reaches 0, its upper end the first n whose lower bound does (None: not shown
     within control_n). One split gives the point estimate and no interval.
     """
-    splits = [split for split in search_curves if split in control_curves]
-    if not splits:
+    gaps = gap_to_control(search_curves, control_curves, confidence)
+    if gaps.empty:
         return {"control_n": 0, "control_splits": 0, "control_trials": None, "control_trials_low": None,
                 "control_trials_high": None, "control_gap": math.nan, "control_low": math.nan,
                 "control_high": math.nan}
-    longest = min(min(len(search_curves[split]), len(control_curves[split])) for split in splits)
-    gaps = np.stack([np.asarray(search_curves[split][:longest], float) - np.asarray(control_curves[split][:longest],
-                                                                                     float) for split in splits])
-    gap, k = gaps.mean(axis=0), len(splits)
-    if k > 1:
-        half = float(stats.t.ppf(0.5 + confidence / 2.0, k - 1)) * gaps.std(axis=0, ddof=1) / math.sqrt(k)
-        low, high = within_range(gap - half), within_range(gap + half)
-    else:
-        low = high = np.full(longest, np.nan)
+    longest, k = len(gaps), int(gaps["splits"].iloc[0])
+    gap, low, high = (gaps[column].to_numpy(dtype=float) for column in ("gap", "low", "high"))
     return {"control_n": int(longest), "control_splits": k, "control_trials": count_or_none(first_reaching(gap, 0.0)[0]),
             "control_trials_low": count_or_none(first_reaching(high, 0.0)[0]),
             "control_trials_high": count_or_none(first_reaching(low, 0.0)[0]),

@@ -8,9 +8,10 @@ import numpy as np
 import pandas as pd
 
 from study.analysis.common import REFERENCE_METHOD, TEST_PREFIX, count_or_none, mean_or_nan, primary_loss
-from study.analysis.comparison import differences_to_reference, paired_runs
+from study.analysis.comparison import CHANCE_LEVEL, CHANCE_METRIC, differences_to_reference, paired_runs
 from study.analysis.variance import variance_sources
 from study.config import HYPERPARAMETER_FREE_LOSSES, AnalysisConfig
+from study.statistics import mean_ci
 from study.results import is_tuned, tuned_method
 
 FACT_KEYS = ("test", "pairs", "splits", "unit", "difference", "low", "high", "p_value", "p_holm", "significant",
@@ -110,6 +111,9 @@ def verdict_of(differences: pd.DataFrame, run_scores: pd.DataFrame, objective: s
             alternatives.append((test_mean(method), method))
     alternatives = [method for _, method in sorted(alternatives, reverse=True)]
     recommendation, reason = recommendation_rule(tuned, comparison, alternatives)
+    chance = learned_nothing(run_scores, [REFERENCE_METHOD] + ([tuned] if tuned else []), config.confidence)
+    if chance:  # no loss can be told apart from another where none learned anything: say so, recommend nothing
+        recommendation, reason, alternatives = "undecided", "nothing_learned", []
     others = differences[(differences["method"] == tuned) & (differences["metric"] != metric)]
     counting = [(other, row) for other, row in ((other, difference_row(others, tuned, other))
                                                 for other in others["metric"]) if counts(row)]
@@ -128,7 +132,26 @@ def verdict_of(differences: pd.DataFrame, run_scores: pd.DataFrame, objective: s
         "tuned_better_metrics": [other for other, row in counting if row["favours_method"]],
         "tuned_worse_metrics": [other for other, row in counting if not row["favours_method"]],
         "other_metrics": int(len(others)), "variance_sources": sources, "cost": tuning.get("cost"),
+        "at_chance": chance,
     }
+
+
+def learned_nothing(run_scores: pd.DataFrame, methods: list[str], confidence: float) -> dict | None:
+    """Whether every one of `methods` is at chance on test: its mean ROC AUC over runs has a t interval that reaches
+    down to 0.5 (embeddings that tell a pair of one identity from a pair of two no better than a coin). Per method
+    its mean and interval; None where any method learned something, or ROC AUC was not scored."""
+    found = {}
+    for method in methods:
+        values = pd.to_numeric(run_scores.loc[run_scores["method"] == method, CHANCE_METRIC], errors="coerce") \
+            if CHANCE_METRIC in run_scores else pd.Series(dtype=float)
+        values = values[np.isfinite(values)]
+        if len(values) < 2:
+            return None
+        mean, low, high = mean_ci(values.to_numpy(dtype=float), confidence)
+        if low > CHANCE_LEVEL:
+            return None
+        found[method] = {"mean": float(mean), "low": float(low), "high": float(high)}
+    return found or None
 
 
 def _plain_dict(values: dict) -> dict:

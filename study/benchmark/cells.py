@@ -26,7 +26,7 @@ TABLES = REPORT_DIR / "tables"
 # equivalent, was Fixed AdaCos better, or open?
 OUTCOMES = {"tuning_better_beyond_margin": "paid", "equivalent": "equivalent", "gain_within_margin": "equivalent",
             "adacos_significantly_better": "adacos_better", "gain_not_shown_relevant": "undecided",
-            "not_resolved": "undecided", "no_tuned_comparison": "undecided"}
+            "not_resolved": "undecided", "no_tuned_comparison": "undecided", "nothing_learned": "undecided"}
 OUTCOME_ORDER = ("paid", "equivalent", "adacos_better", "undecided")
 # A cell where Fixed AdaCos's objective (MAP@R, accuracy: bounded by 1) is below this retrieves little: such cells are
 # flagged, and the pool without them is a labelled sensitivity row (no rule that looks at a score leaves a cell out).

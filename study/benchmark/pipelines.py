@@ -16,7 +16,6 @@ import yaml
 from study.benchmark.cells import TABLES
 from study.benchmark.long_cell import LEARNING_CURVE_CELL, LEARNING_CURVE_INPUTS
 from study.benchmark.plan import FULL_PLAN, QUICK_PLAN, BenchmarkPlan, load_plan
-from study.config import StudyParams
 from study.many_studies import (DIFFERENCES_FILE, METRICS_FILE, Log, Project, StudiesError, open_project, reproduce,
                                 to_stderr, write_aggregate, write_generated, write_study)
 
@@ -85,15 +84,13 @@ def _lookup(values: dict, dotted: str):
     return values
 
 
-def _means_the_same(current, recorded, default) -> bool:
-    """Whether params a lock recorded mean what the current ones do: equal, where a key the record lacks (a knob the
-    code gained since) holds its default, which is what the study ran with before the knob existed."""
+def _means_the_same(current, recorded) -> bool:
+    """Whether params a lock recorded are the current ones: every recorded key holds its recorded value. A key the
+    record lacks is a knob the code gained since: like any code change, it does not reopen a finished cell (the
+    plan states what such cells ran with, e.g. train.checkpoint: last)."""
     if not (isinstance(current, dict) and isinstance(recorded, dict)):
         return current == recorded
-    default = default if isinstance(default, dict) else {}
-    return (all(key in current and _means_the_same(current[key], value, default.get(key, _ABSENT))
-                for key, value in recorded.items())
-            and all(current[key] == default.get(key, _ABSENT) for key in current.keys() - recorded.keys()))
+    return all(key in current and _means_the_same(current[key], value) for key, value in recorded.items())
 
 
 def _md5(path: Path) -> str:
@@ -136,11 +133,9 @@ def cell_finished(directory: str | Path, params: dict | None = None) -> bool:
         return False
     if params is None:
         params = yaml.safe_load(params_path.read_text(encoding="utf-8")) or {}
-    defaults = plain_params(StudyParams())
     for stage in stages.values():
         for values in (stage.get("params") or {}).values():
-            if not all(_means_the_same(_lookup(params, key), value, _lookup(defaults, key))
-                       for key, value in values.items()):
+            if not all(_means_the_same(_lookup(params, key), value) for key, value in values.items()):
                 return False
     for out in report.get("outs", []):
         path = directory / out["path"]

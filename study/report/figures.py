@@ -319,15 +319,15 @@ def figure_learning_curves(curves: pd.DataFrame, differences: pd.DataFrame, refe
     curves = curves[curves["test"].notna()]
     if curves.empty:
         return None
-    figure, (scores, gaps) = new_figure(ncols=2, size=(FIGURE_WIDTH, 4.4))
+    figure, (scores, gaps) = new_figure(ncols=2, size=(1.6 * FIGURE_WIDTH, 4.2))
     name = metric_name(objective)
     for method in drawing_order(list(dict.fromkeys(curves["method"]))):
         runs, style = curves[curves["method"] == method].groupby("iteration")["test"], styles.get(method, GREY)
         mean = runs.mean()
         scores.plot(mean.index, mean.to_numpy(), **style.line(), markersize=3, label=method_name(method))
         band(scores, mean.index, runs.min().to_numpy(), runs.max().to_numpy(), style)
-    scores.set(xscale="log", xlabel="training iteration", ylabel=f"test {name}",
-               title=f"Test {name}: mean, band over splits × seeds")
+    scores.set(xscale="log", xlabel="training iteration", ylabel=f"test {name} (band: every run)",
+               title=f"Test {name} along training")
     for method in drawing_order(list(dict.fromkeys(differences["method"]))):
         rows, style = differences[differences["method"] == method], styles.get(method, GREY)
         gaps.plot(rows["iteration"], rows["difference"], **style.line(), markersize=3, label=method_name(method))
@@ -335,8 +335,8 @@ def figure_learning_curves(curves: pd.DataFrame, differences: pd.DataFrame, refe
     if np.isfinite(reference_score * margin):
         gaps.axhspan(-margin * reference_score, margin * reference_score, color="0.88", zorder=0)
     gaps.axhline(0, color="0.3", linewidth=0.8)
-    gaps.set(xscale="log", xlabel="training iteration", ylabel=f"− Fixed AdaCos, test {name}",
-             title="− Fixed AdaCos, 95% interval" + (f"; grey: ±{100 * margin:.0f}%" if np.isfinite(margin) else ""))
+    gaps.set(xscale="log", xlabel="training iteration", ylabel=f"method − Fixed AdaCos (95% interval)",
+             title="Against Fixed AdaCos" + (f" (grey: ±{100 * margin:.0f}%)" if np.isfinite(margin) else ""))
     focus_y(gaps, [*differences["low"], *differences["high"], 0.0])
     for ax in (scores, gaps):
         plain_log_ticks(ax.xaxis)

@@ -266,6 +266,13 @@ def lead_sentence(facts: dict, searched: str, metric: str) -> str:
     row, reason = facts["tuned"], facts["reason"]
     tuned = f"tuned {searched}"
     cost = _search_cost(facts, searched)
+    if reason == "nothing_learned":
+        chance = ", ".join(f"{method_name(method)} {fmt.score(found['mean'])} {fmt.interval(found['low'], found['high'])}"
+                           for method, found in facts["at_chance"].items())
+        return ("The models learned nothing: test ROC AUC is at chance (0.5) for every method compared "
+                f"({chance}), so no loss can be told from another here and nothing is recommended. Likely causes: "
+                "labels that do not match the images, too few images per class, or training far too short; check "
+                "the data before tuning anything.")
     if reason == "no_tuned_comparison":
         return (f"No {tuned} runs finished with a test {metric} to compare with Fixed AdaCos, so this study cannot "
                 "say whether tuning pays: undecided.")
