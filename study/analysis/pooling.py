@@ -280,6 +280,22 @@ class PooledAcrossSources(_Fields):
     method: str
 
 
+def estimates_and_errors(estimates, standard_errors, positive: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Estimates and their standard errors as vectors, checked: as many of each (at least one), every estimate
+    finite, every standard error finite and ≥ 0 (> 0 with `positive`: a zero one would take all the weight)."""
+    y = np.asarray(estimates, dtype=float).ravel()
+    se = np.asarray(standard_errors, dtype=float).ravel()
+    if y.size == 0 or y.size != se.size:
+        raise ValueError(f"give one standard error per estimate, at least one of each; got {y.size} estimates and "
+                         f"{se.size} standard errors")
+    if not np.all(np.isfinite(y)):
+        raise ValueError("every estimate must be finite; leave out the configurations that have none")
+    if not np.all(np.isfinite(se)) or np.any(se <= 0 if positive else se < 0):
+        raise ValueError("every standard error must be finite and positive: a source with a zero one would take all "
+                         "the weight" if positive else "every standard error must be finite and ≥ 0")
+    return y, se
+
+
 def _source_labels(sources, count: int) -> list:
     """The sources as a list of `count` labels, each present (no None or NaN)."""
     if isinstance(sources, str):
@@ -377,15 +393,7 @@ def pool_across_sources(estimates, standard_errors, sources, confidence: float =
     non-finite or negative standard error, a missing source, a non-positive df.
     """
     check_probability(confidence, "confidence")
-    y = np.asarray(estimates, dtype=float).ravel()
-    se = np.asarray(standard_errors, dtype=float).ravel()
-    if y.size == 0 or y.size != se.size:
-        raise ValueError(f"give one standard error per estimate, at least one of each; got {y.size} estimates and "
-                         f"{se.size} standard errors")
-    if not np.all(np.isfinite(y)):
-        raise ValueError("every estimate must be finite; leave out the configurations that have none")
-    if not np.all(np.isfinite(se)) or np.any(se < 0):
-        raise ValueError("every standard error must be finite and ≥ 0")
+    y, se = estimates_and_errors(estimates, standard_errors)
     labels = _source_labels(sources, y.size)
     df = np.full(y.size, math.inf) if degrees_of_freedom is None else np.asarray(degrees_of_freedom, float).ravel()
     if df.size != y.size:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special, stats
 
-from study.analysis.pooling import (_Fields, source_membership, _dersimonian_laird_rows, pool_across_sources, _source_labels)
+from study.analysis.pooling import (_Fields, _dersimonian_laird_rows, _source_labels, estimates_and_errors,
+                                   pool_across_sources, source_membership)
 from study.statistics import check_probability
 
 # The half-normal prior's scale on τ, the sd of the true effects between data sources, on the relative scale the
@@ -30,16 +31,7 @@ TAU_GRID_POINTS = 1000
 
 def _positive_standard_errors(estimates, standard_errors, sources) -> tuple[np.ndarray, np.ndarray, list]:
     """Estimates, standard errors (every one finite and positive) and source labels, checked for one another."""
-    y = np.asarray(estimates, dtype=float).ravel()
-    se = np.asarray(standard_errors, dtype=float).ravel()
-    if y.size == 0 or y.size != se.size:
-        raise ValueError(f"give one standard error per estimate, at least one of each; got {y.size} estimates and "
-                         f"{se.size} standard errors")
-    if not np.all(np.isfinite(y)):
-        raise ValueError("every estimate must be finite; leave out the configurations that have none")
-    if not np.all(np.isfinite(se)) or np.any(se <= 0):
-        raise ValueError("every standard error must be finite and positive: a source with a zero one would take all "
-                         "the weight")
+    y, se = estimates_and_errors(estimates, standard_errors, positive=True)
     return y, se, _source_labels(sources, y.size)
 
 
