@@ -29,7 +29,8 @@ def test_log_schedule_has_half_way_the_end_and_even_ratios():
 
 
 def test_every_schedule_is_unchanged_without_eval_points():
-    assert sorted(evaluation_schedule(95, TrainConfig(eval_every=10))) == [10, 20, 30, 40, 50, 60, 70, 80, 90, 95]
+    assert sorted(evaluation_schedule(95, TrainConfig(eval_every=10, eval_points=None))) == [10, 20, 30, 40, 50, 60, 70,
+                                                                                          80, 90, 95]
     assert sorted(evaluation_schedule(5, TrainConfig(eval_points=20))) == [2, 5]  # half-way and the end
 
 

@@ -23,6 +23,7 @@ from study.results import write_bytes
 LEARNING_CURVE_CELL = "mnist-pairs-open-c50-20k"
 LEARNING_CURVE_INPUTS = ("reports/tables/crossovers.csv", "reports/tables/plateau.csv", "reports/tables/runs.csv")
 ADACOS = ("fixed_adacos", "dynamic_adacos")
+NEAR_CEILING = 0.9  # scores from which a difference is also read as a ratio of remaining errors
 ARCFACE = ("arcface_tuned", "arcface_default")
 
 
@@ -40,7 +41,12 @@ def overtaking_sentence(adacos: str, arcface: str, result: dict, reference_score
     first, last = method_name(adacos), method_name(arcface)
     end = (f"at {result['last_iteration']:,.0f} iterations {last} − {first} is {result['difference_at_end']:+.4f} "
            f"[{result['low_at_end']:+.4f}, {result['high_at_end']:+.4f}] "
-           f"({100 * result['difference_at_end'] / reference_score:+.1f}% of {first}'s score)")
+           f"({100 * result['difference_at_end'] / reference_score:+.1f}% of {first}'s score")
+    # Near a perfect score a small difference is a large share of what is left to get right: say that share too.
+    scores = (result.get("arcface_at_end", math.nan), result.get("adacos_at_end", math.nan))
+    near_ceiling = all(math.isfinite(score) and NEAR_CEILING <= score < 1 for score in scores)
+    end += (f"; near the ceiling, {last} leaves {(1 - scores[0]) / (1 - scores[1]):.2f}× {first}'s remaining error)"
+            if near_ceiling else ")")
     crossed = math.isfinite(result["crossover"])
     if result["ahead_at_end"] == "reference":
         if not crossed:
@@ -71,7 +77,9 @@ def write_long_cell_report(cell: Path, planned_runs: int) -> None:
         for arcface in ARCFACE:
             curve = difference_curve(curves, arcface, reference=adacos)
             if len(curve):
-                pairs.append({"adacos": adacos, "arcface": arcface, **crossover(curve)})
+                last = curves[curves["iteration"] == curves["iteration"].max()].groupby("method")["test"].mean()
+                pairs.append({"adacos": adacos, "arcface": arcface, **crossover(curve),
+                              "adacos_at_end": last.get(adacos, math.nan), "arcface_at_end": last.get(arcface, math.nan)})
     crossovers = pd.DataFrame(pairs)
     tables, figures = cell / "reports" / "tables", cell / "reports" / "figures"
     for name, frame in {"learning_curves": curves, "runs": summaries, "plateau": plateau,
