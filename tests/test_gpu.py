@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
 
 CUDA = torch.device("cuda")
 MLP = ModelConfig(name="mlp", embedding_size=32)
-FAST = TrainConfig(epochs=8, batch_size=64, lr=0.01, eval_every=40, device="cuda")
+FAST = TrainConfig(epochs=8, batch_size=64, lr=0.01, eval_every=40, eval_points=None, checkpoint="last", device="cuda")
 HYPERPARAMETERS = {"normface": {"s": 16.0}, "cosface": {"s": 30.0, "m": 0.2}, "arcface": {"s": 30.0, "m": 0.3},
                    "sphereface": {"s": 30.0, "m": 1.5}}
 
