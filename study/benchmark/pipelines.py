@@ -64,6 +64,8 @@ def write_benchmark(plan: BenchmarkPlan, out_dir: str | Path = DEFAULT_OUT,
                            for path in CELL_INPUTS)]
     if (project.root / LEARNING_CURVE_CELL / "reports").is_dir():  # the 20,000-iteration cell, once it reported
         inputs += [f"{LEARNING_CURVE_CELL}/{path}" for path in LEARNING_CURVE_INPUTS]
+    inputs += [f"../results/budget_matched/{path.name}"  # the control at the searches' real budget, where measured
+               for path in sorted((project.root.parent / "results" / "budget_matched").glob("*_gap.csv"))]
     aggregate = write_aggregate(project, command, inputs, AGGREGATE_MODULES, REPORT_OUTS)
     log(f"{len(cells)} cells in {project.relative(project.root, project.repository)}/: {', '.join(cells)}")
     return Benchmark(project, cells, aggregate, {name: project.report_dir / name for name in REPORT_OUTS})

@@ -123,6 +123,23 @@ def cost_sentences(facts: dict) -> list[str]:
     ]
 
 
+def real_budget_sentences(results: Path) -> list[str]:
+    """The budget-matched control at the search's real budget (benchmarks/budget_matched.py), per configuration where
+    it was measured: the val-selected trial among n against the best of n Fixed AdaCos runs by val, up to n = N."""
+    sentences = []
+    for path in sorted(results.glob("*_gap.csv")):
+        gaps = pd.read_csv(path)
+        last = gaps.iloc[-1]
+        shown = gaps[gaps["low"] > 0]
+        sentences.append(
+            f"On {last['cell']}, at the search's real budget: with {int(last['n'])} trainings each, the val-selected "
+            f"ArcFace trial − the best of {int(last['n'])} Fixed AdaCos runs by val is {fmt.signed(last['gap'])} "
+            f"{fmt.interval(last['low'], last['high'])} (over {int(last['splits'])} class splits); the search's point "
+            f"estimate is ahead at {int((gaps['gap'] > 0).sum())} of {len(gaps)} n, its interval at "
+            + (f"{len(shown)}, from n = {int(shown['n'].iloc[0])}." if len(shown) else "none."))
+    return sentences
+
+
 def slope_sentence(slope: dict) -> str:
     if not math.isfinite(slope["slope"]):
         return "No source has 3 or more class counts under the open protocol, so no trend in C is estimated."
@@ -452,7 +469,10 @@ def aggregate_benchmark(plan_path: str | Path, report_dir: str | Path, *, label:
     sections = [Section("Answer", answer),
                 Section("Sources", [Table(sources_shown(rows, cells_dir), "The independent data sources pooled "
                                                                           "over, and how far each reaches")]),
-                Section("What tuning costs", [*cost_sentences(arcface), FigureRef(
+                Section("What tuning costs", [*cost_sentences(arcface),
+                                              *real_budget_sentences(cells_dir.resolve().parent / "results"
+                                                                     / "budget_matched"),
+                                              FigureRef(
                     "figures/forest_arcface_tuned.png", "Tuned ArcFace − Fixed AdaCos per configuration, grouped "
                     "by source (each its cell's 95% interval; hollow: near the floor), the mean over sources and the "
                     "prediction interval for a new source." + drawn_words)]),
