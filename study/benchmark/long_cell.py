@@ -21,7 +21,8 @@ from study.results import write_bytes
 
 # The 20,000-iteration cell (benchmarks/long_training.py), in the benchmark's folder, and what the aggregate reads.
 LEARNING_CURVE_CELL = "mnist-pairs-open-c50-20k"
-LEARNING_CURVE_INPUTS = ("reports/tables/crossovers.csv", "reports/tables/plateau.csv", "reports/tables/runs.csv")
+LEARNING_CURVE_INPUTS = ("reports/tables/crossovers.csv", "reports/tables/plateau.csv", "reports/tables/runs.csv",
+                         "reports/figures/learning_curves.png")
 ADACOS = ("fixed_adacos", "dynamic_adacos")
 NEAR_CEILING = 0.9  # scores from which a difference is also read as a ratio of remaining errors
 ARCFACE = ("arcface_tuned", "arcface_default")

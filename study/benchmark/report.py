@@ -399,6 +399,18 @@ def _linked(sentences: list[str], cells_dir: Path, report_dir: Path) -> list[str
     return [sentences[0] + f" ([report]({link}))", *sentences[1:]]
 
 
+def _learning_curve_figure(cell: Path, report_dir: Path) -> list:
+    """The 20,000-iteration cell's learning curves, copied beside the report (its HTML embeds its own figures)."""
+    source = cell / REPORT_DIR / "figures" / "learning_curves.png"
+    if not source.is_file():
+        return []
+    target = report_dir / "figures" / "learning_curves_20k.png"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(source.read_bytes())
+    return [FigureRef("figures/learning_curves_20k.png", f"{cell.name}: each method's test score along 20,000 "
+                      "iterations (band: every run), and each method − Fixed AdaCos with its 95% interval.")]
+
+
 def _published_blocks(pooled: pd.DataFrame) -> list:
     table, pool = published_shown(pooled)
     inside = int((table["inside: defaults"] == "yes").sum())
@@ -475,7 +487,11 @@ def aggregate_benchmark(plan_path: str | Path, report_dir: str | Path, *, label:
                                               FigureRef(
                     "figures/forest_arcface_tuned.png", "Tuned ArcFace − Fixed AdaCos per configuration, grouped "
                     "by source (each its cell's 95% interval; hollow: near the floor), the mean over sources and the "
-                    "prediction interval for a new source." + drawn_words)]),
+                    "prediction interval for a new source." + drawn_words),
+                                              *[FigureRef(f"figures/forest_{method}.png", f"{method_name(method)} − "
+                                                          "Fixed AdaCos per configuration, as above." + drawn_words)
+                                                for method in figures if method.endswith("_tuned")
+                                                and method != "arcface_tuned"]]),
                 Section("What tuning finds", [
                     "Where the tuned scale lands against AdaCos's s_f = √2·ln(C − 1), and how much of the val score's "
                     "variance s explains against m. The MLRC rows are Musgrave et al. (2020)'s published ArcFace "
@@ -485,6 +501,7 @@ def aggregate_benchmark(plan_path: str | Path, report_dir: str | Path, *, label:
                 Section("Trends and training length", [
                     slope_sentence(slope), *longer_sentences(longer),
                     *_linked(overtaking_sentences(cells_dir / LEARNING_CURVE_CELL), cells_dir, report_dir),
+                    *_learning_curve_figure(cells_dir / LEARNING_CURVE_CELL, report_dir),
                     Table(convergence_shown(rows), "Convergence per cell by the plateau rule of docs/analysis.md "
                                                    "(declared before the converged runs)")]),
                 Section("Published comparisons", _published_blocks(pooled))]
