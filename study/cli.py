@@ -49,7 +49,9 @@ def _train_command(args: argparse.Namespace) -> int:
     objective = args.objective or ("accuracy" if args.protocol == "closed" else "map_at_r")
     train_config = TrainConfig.from_dict({
         "epochs": args.epochs, "batch_size": args.batch_size, "lr": args.lr, "optimizer": args.optimizer,
-        "device": args.device, "seed": args.seed, "eval_every": args.eval_every, "amp": args.amp,
+        "device": args.device, "seed": args.seed, "amp": args.amp, "checkpoint": args.checkpoint,
+        # --eval-every asks for the fixed schedule: it replaces the log-spaced one
+        **({"eval_every": args.eval_every, "eval_points": None} if args.eval_every else {"eval_points": args.eval_points}),
         "max_iterations": args.max_iterations, "objective": objective}, "train")
 
     if args.save:
@@ -131,7 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--lr", type=float, default=1e-3)
     train.add_argument("--optimizer", default="adam")
     train.add_argument("--max-iterations", type=int, default=None)
-    train.add_argument("--eval-every", type=int, default=50)
+    train.add_argument("--eval-every", type=int, default=None,
+                       help="val every N iterations (default: about 20 log-spaced evaluations, the last among them)")
+    train.add_argument("--eval-points", type=int, default=20, help="log-spaced val evaluations (default 20)")
+    train.add_argument("--checkpoint", choices=("best_val", "last"), default="best_val",
+                       help="the weights a run ends with: the best by val (early stopping, the default) or the last")
     train.add_argument("--objective", default=None, help="val metric to track (default: accuracy if closed, map_at_r if open)")
     train.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda, cuda:N")
     train.add_argument("--amp", action="store_true", help="mixed precision on GPU")
