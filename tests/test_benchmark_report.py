@@ -728,3 +728,17 @@ def test_a_cells_convergence_is_read_from_its_curves(tmp_path):
     curves.to_csv(tables / "learning_curves.csv", index=False)
     rises, basis = cell_plateau(tmp_path)  # every run's curve, once the cell kept them
     assert basis == "runs" and rises["softmax"] == pytest.approx((0.55 - 0.45) / 0.45)
+
+
+def test_a_new_sources_true_effect_and_the_weighting_are_printed_beside_the_interval_read(synthetic):
+    from study.analysis import bayesian_true_effect, weighting_sensitivity
+
+    facts = synthetic["pooled"].set_index("method").loc["arcface_tuned"]
+    cells = synthetic["rows"][(synthetic["rows"]["method"] == "arcface_tuned")
+                              & synthetic["rows"]["cell"].isin(SHORT)]
+    bayes = bayesian_true_effect(cells["relative"], cells["relative_se"], cells["source"])
+    weights = weighting_sensitivity(cells["relative"], cells["relative_se"], cells["source"])
+    assert (facts["short_true_low"], facts["short_true_high"]) == (pytest.approx(bayes.prediction_low),
+                                                                     pytest.approx(bayes.prediction_high))
+    assert facts["short_inverse_variance_mean"] == pytest.approx(weights.inverse_variance_mean)
+    assert facts["short_judgement"] == judgement(facts["short_prediction_low"], facts["short_prediction_high"])

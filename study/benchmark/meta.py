@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from study.analysis import pool_across_sources, random_effects, slope_within_source
+from study.analysis import (bayesian_true_effect, hartung_knapp_true_effect, pool_across_sources, random_effects,
+                            slope_within_source, weighting_sensitivity)
 from study.analysis.coverage import source_pooling_coverage
 from study.benchmark.cells import OUTCOME_ORDER
 
@@ -54,6 +55,26 @@ def _pooled(rows: pd.DataFrame, column: str, confidence: float) -> dict:
                                  confidence=confidence, degrees_of_freedom=rows["df"].astype(float))
     return {name: (float(result[name]) if name not in ("sources", "configurations") else int(result[name]))
             for name in POOLED_NUMBERS}
+
+
+BESIDE_NUMBERS = ("true_low", "true_high", "hk_true_low", "hk_true_high", "inverse_variance_mean",
+                  "inverse_variance_low", "inverse_variance_high")
+
+
+def _beside(rows: pd.DataFrame, confidence: float) -> dict:
+    """Printed beside pool_across_sources' prediction, never read by the verdict: a new source's true effect (the
+    Bayesian model with the between-source spread integrated out, and Hartung–Knapp with the HTS interval) and the
+    inverse-variance mean over sources (study/analysis/true_effect.py); NaN below 2 sources."""
+    if rows["source"].nunique() < 2:
+        return {name: math.nan for name in BESIDE_NUMBERS}
+    y, se, sources = rows["relative"].astype(float), rows["relative_se"].astype(float), rows["source"]
+    bayes = bayesian_true_effect(y, se, sources, confidence=confidence)
+    knapp = hartung_knapp_true_effect(y, se, sources, confidence=confidence)
+    weights = weighting_sensitivity(y, se, sources, confidence=confidence)
+    return {"true_low": bayes.prediction_low, "true_high": bayes.prediction_high,
+            "hk_true_low": knapp.prediction_low, "hk_true_high": knapp.prediction_high,
+            "inverse_variance_mean": weights.inverse_variance_mean, "inverse_variance_low": weights.inverse_variance_low,
+            "inverse_variance_high": weights.inverse_variance_high}
 
 
 def judgement(low: float, high: float, margin: float = RELATIVE_MARGIN) -> str:
@@ -105,6 +126,8 @@ def pooled_method(rows: pd.DataFrame, confidence: float) -> dict:
              "reference_mean": float((headline if len(headline) else short)["reference_test_mean"].mean())}
     for prefix, subset in scopes.items():
         facts.update({f"{prefix}{key}": value for key, value in _pooled(subset, "relative", confidence).items()})
+    for prefix in ("", "short_"):  # beside the interval read: a new source's true effect, and the weighting's sway
+        facts.update({f"{prefix}{key}": value for key, value in _beside(scopes[prefix], confidence).items()})
     facts.update({f"absolute_{key}": value for key, value in _pooled(headline, "difference", confidence).items()})
     facts["absolute_margin"] = RELATIVE_MARGIN * facts["reference_mean"]
     facts["judgement"] = judgement(facts["prediction_low"], facts["prediction_high"])

@@ -294,6 +294,10 @@ def methods_shown(pooled: pd.DataFrame) -> pd.DataFrame:
                                                     f"{pct_interval(row.short_prediction_low, row.short_prediction_high)}",
         "short, near-floor cells out (sensitivity)": f"{pct(row.short_off_floor_mean)} " + pct_interval(
             row.short_off_floor_prediction_low, row.short_off_floor_prediction_high),
+        "short: a new source's true effect, Bayesian (beside)": pct_interval(row.short_true_low, row.short_true_high),
+        "short: weighted by inverse variance (beside)": f"{pct(row.short_inverse_variance_mean)} "
+                                                         + pct_interval(row.short_inverse_variance_low,
+                                                                        row.short_inverse_variance_high),
         "absolute [95% CI]": f"{fmt.signed(row.absolute_mean)} {fmt.interval(row.absolute_low, row.absolute_high)}",
         "DerSimonian–Laird over configurations (not read)": f"{pct(row.dl_estimate)} "
                                                             f"{pct_interval(row.dl_low, row.dl_high)}",
