@@ -124,7 +124,7 @@ def main() -> None:
         train_missing(args.workers)
     from study.benchmark.long_cell import write_long_cell_report
 
-    write_long_cell_report(CELL, planned_runs=len(planned()))
+    write_long_cell_report(CELL, planned_runs=len(planned()), searched_cell=SEARCHED_AT.parents[2])
 
 
 if __name__ == "__main__":
