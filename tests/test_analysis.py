@@ -405,7 +405,9 @@ def test_summarise_runs_custom_group_and_missing_column():
 # The whole study: analyse_study on hand-made frames whose answers are known
 # =======================================================================================
 
-STUDY_CONFIG = AnalysisConfig.from_dict({"n_bootstrap": 200, "convergence_targets": [0.95, 0.99]})
+STUDY_CONFIG = AnalysisConfig.from_dict({"n_bootstrap": 200, "convergence_targets": [0.95, 0.99],
+                                         "equivalence_margin": {"accuracy": 0.005, "retrieval": 0.01,
+                                                                "verification": 0.01}})
 STEPS = [0, 10, 20, 30, 40]
 # Val curves per (method, seed); the final val score of a run is its curve's last point.
 CURVES = {

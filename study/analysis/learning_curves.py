@@ -81,3 +81,18 @@ def crossover(difference: pd.DataFrame) -> dict:
         row["high"] = steps[fails[-1] + 1] if fails.size else steps[0]
         row["ahead_at_end"] = "method" if sign > 0 else "reference"
     return row
+
+
+def crossover_table(curves: pd.DataFrame, adacos_methods, arcface_methods, score: str = "test",
+                    confidence: float = 0.95) -> pd.DataFrame:
+    """For every AdaCos × ArcFace pair with curves: `crossover` of ArcFace − AdaCos along training, and each one's
+    mean score at the last evaluation (`adacos_at_end`, `arcface_at_end`)."""
+    rows = []
+    last = curves[curves["iteration"] == curves["iteration"].max()].groupby("method")[score].mean()
+    for adacos in adacos_methods:
+        for arcface in arcface_methods:
+            curve = difference_curve(curves, arcface, score, confidence, reference=adacos)
+            if len(curve):
+                rows.append({"adacos": adacos, "arcface": arcface, **crossover(curve),
+                             "adacos_at_end": last.get(adacos, math.nan), "arcface_at_end": last.get(arcface, math.nan)})
+    return pd.DataFrame(rows, columns=["adacos", "arcface", *CROSSOVER_COLUMNS, "adacos_at_end", "arcface_at_end"])

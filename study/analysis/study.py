@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from study.analysis.common import (FINISHED_STATES, REFERENCE_METHOD, TEST_PREFIX, finite_values, fixed_scale_of, is_evidence,
+from study.analysis.common import (ADACOS_METHODS, ARCFACE_METHODS, FINISHED_STATES, REFERENCE_METHOD, TEST_PREFIX, finite_values, fixed_scale_of, is_evidence,
                                    primary_loss, split_of, untuned_methods)
 from study.analysis.comparison import final_tables, run_score_table
 from study.analysis.convergence import (
@@ -24,7 +24,8 @@ from study.analysis.convergence import (
     mean_curves,
     plateau_table,
 )
-from study.analysis.learning_curves import DIFFERENCE_CURVE_COLUMNS, difference_curve, learning_curves_table
+from study.analysis.learning_curves import (DIFFERENCE_CURVE_COLUMNS, crossover_table, difference_curve,
+                                           learning_curves_table)
 from study.analysis.tuning import _trial_draws, reference_bands, seed_luck_over_splits, tuning_budget
 from study.analysis.variance import search_variance
 from study.analysis.verdict import verdict_facts
@@ -70,6 +71,7 @@ class StudyAnalysis:
     learning_curves: pd.DataFrame  # LEARNING_CURVE_COLUMNS: every final run's val and test objective per evaluation
     plateau: pd.DataFrame  # PLATEAU_COLUMNS: the plateau rule of docs/analysis.md per method
     difference_curves: pd.DataFrame  # DIFFERENCE_CURVE_COLUMNS: each method − Fixed AdaCos on test along training
+    learning_crossovers: pd.DataFrame  # crossover_table: where each AdaCos overtakes each ArcFace on test, if anywhere
     num_classes: int | None
     s_f: float | None
     verdict_facts: dict
@@ -211,5 +213,7 @@ def analyse_study(trials: pd.DataFrame, runs: pd.DataFrame, history: pd.DataFram
         crossings=final_gap_tests(keyed_runs, crossings_table(curves), config), landscape=landscape,
         learning_curves=learning_curves, plateau=plateau_table(learning_curves, methods),
         difference_curves=difference_curves,
+        learning_crossovers=crossover_table(learning_curves, [m for m in ADACOS_METHODS if m in methods],
+                                            [m for m in ARCFACE_METHODS if m in methods], confidence=config.confidence),
         num_classes=num_classes, s_f=fixed_scale_of(num_classes), verdict_facts=facts,
     )

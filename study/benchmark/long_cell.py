@@ -12,11 +12,12 @@ import numpy as np
 import pandas as pd
 
 from study.analysis.convergence import PLATEAU_RISE, plateau_table
-from study.analysis.learning_curves import crossover, difference_curve, learning_curves_table
+from study.analysis.learning_curves import crossover_table, difference_curve, learning_curves_table
 from study.benchmark.cells import cell_plateau
 from study.benchmark.meta import RELATIVE_MARGIN
 from study.report.figures import figure_learning_curves
 from study.report.formats import method_name
+from study.report.verdict import overtaking_sentence
 from study.report.palette import styles_of
 from study.results import write_bytes
 
@@ -25,7 +26,6 @@ LEARNING_CURVE_CELL = "mnist-pairs-open-c50-20k"
 LEARNING_CURVE_INPUTS = ("reports/tables/crossovers.csv", "reports/tables/plateau.csv", "reports/tables/runs.csv",
                          "reports/figures/learning_curves.png")
 ADACOS = ("fixed_adacos", "dynamic_adacos")
-NEAR_CEILING = 0.9  # scores from which a difference is also read as a ratio of remaining errors
 ARCFACE = ("arcface_tuned", "arcface_default")
 
 
@@ -38,33 +38,6 @@ def read_runs(cell: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     return pd.DataFrame(summaries), pd.concat(histories, ignore_index=True)
 
 
-def overtaking_sentence(adacos: str, arcface: str, result: dict, reference_score: float) -> str:
-    """Whether and when `adacos` overtakes `arcface` on test, from `crossover` of arcface − adacos."""
-    first, last = method_name(adacos), method_name(arcface)
-    end = (f"at {result['last_iteration']:,.0f} iterations {last} − {first} is {result['difference_at_end']:+.4f} "
-           f"[{result['low_at_end']:+.4f}, {result['high_at_end']:+.4f}] "
-           f"({100 * result['difference_at_end'] / reference_score:+.1f}% of {first}'s score")
-    # Near a perfect score a small difference is a large share of what is left to get right: say that share too.
-    scores = (result.get("arcface_at_end", math.nan), result.get("adacos_at_end", math.nan))
-    near_ceiling = all(math.isfinite(score) and NEAR_CEILING <= score < 1 for score in scores)
-    end += (f"; near the ceiling, {last} leaves {(1 - scores[0]) / (1 - scores[1]):.2f}× {first}'s remaining error)"
-            if near_ceiling else ")")
-    crossed = math.isfinite(result["crossover"])
-    if result["ahead_at_end"] == "reference":
-        if not crossed:
-            return (f"{first} is ahead of {last} from the first evaluation on, and significantly from iteration "
-                    f"{result['high']:,.0f}: it needs no late overtaking; {end}.")
-        return (f"{first} overtakes {last} at iteration {result['crossover']:,.0f} (the crossover lies after "
-                f"{result['low']:,.0f}, where {last} was last significantly ahead, and {first} is significantly ahead "
-                f"from {result['high']:,.0f} on); {end}.")
-    if result["ahead_at_end"] == "method":
-        return (f"{first} does not overtake {last}: {last} ends significantly ahead"
-                + (f", from iteration {result['crossover']:,.0f} on" if crossed else "") + f"; {end}.")
-    return (f"Neither {first} nor {last} is significantly ahead at the end"
-            + (f" (their mean curves last cross at iteration {result['crossover']:,.0f})" if crossed else "")
-            + f"; {end}.")
-
-
 def write_long_cell_report(cell: Path, planned_runs: int, searched_cell: Path | None = None) -> None:
     """Tables, figure and report.md of a learning-curve cell, from its finished runs; `searched_cell` is the cell
     whose search gave tuned ArcFace its (s, m), whose own convergence the report states."""
@@ -75,15 +48,7 @@ def write_long_cell_report(cell: Path, planned_runs: int, searched_cell: Path | 
     differences = pd.concat([difference_curve(curves, method) for method in methods if method != "fixed_adacos"],
                             ignore_index=True)
     reference = summaries[summaries["method"] == "fixed_adacos"]["test_score"].mean()
-    pairs = []
-    for adacos in ADACOS:
-        for arcface in ARCFACE:
-            curve = difference_curve(curves, arcface, reference=adacos)
-            if len(curve):
-                last = curves[curves["iteration"] == curves["iteration"].max()].groupby("method")["test"].mean()
-                pairs.append({"adacos": adacos, "arcface": arcface, **crossover(curve),
-                              "adacos_at_end": last.get(adacos, math.nan), "arcface_at_end": last.get(arcface, math.nan)})
-    crossovers = pd.DataFrame(pairs)
+    crossovers = crossover_table(curves, ADACOS, ARCFACE)
     tables, figures = cell / "reports" / "tables", cell / "reports" / "figures"
     for name, frame in {"learning_curves": curves, "runs": summaries, "plateau": plateau,
                         "difference_curves": differences, "crossovers": crossovers}.items():
@@ -94,13 +59,13 @@ def write_long_cell_report(cell: Path, planned_runs: int, searched_cell: Path | 
     if searched_cell is not None:
         rises, _ = cell_plateau(searched_cell)
         searched = (searched_cell.name, rises.get("fixed_adacos", math.nan), rises.get("arcface_tuned", math.nan))
-    write_bytes(_markdown(summaries, plateau, crossovers, reference, planned_runs, searched).encode(),
+    write_bytes(_markdown(summaries, plateau, crossovers, planned_runs, searched).encode(),
                 cell / "reports" / "report.md")
     print(f"wrote {cell / 'reports'}: {len(summaries)} of {planned_runs} runs", flush=True)
 
 
-def _markdown(summaries: pd.DataFrame, plateau: pd.DataFrame, crossovers: pd.DataFrame, reference: float,
-              planned_runs: int, searched: tuple | None = None) -> str:
+def _markdown(summaries: pd.DataFrame, plateau: pd.DataFrame, crossovers: pd.DataFrame, planned_runs: int,
+              searched: tuple | None = None) -> str:
     done = len(summaries)
     seconds = summaries["seconds"].to_numpy(dtype=float)
     evaluating = summaries["eval_seconds"].to_numpy(dtype=float)
@@ -118,7 +83,7 @@ def _markdown(summaries: pd.DataFrame, plateau: pd.DataFrame, crossovers: pd.Dat
                 + " the plateau rule, on a tenth of this cell's images." if searched else ""),
              "", "## The answer", ""]
     for row in crossovers.itertuples(index=False):
-        lines.append("- " + overtaking_sentence(row.adacos, row.arcface, row._asdict(), reference))
+        lines.append("- " + overtaking_sentence(row._asdict()))
     lines += ["", "Intervals: 95%, over the class splits' paired (split, seed) differences, never below the seed noise "
               "(`standard_error_floor`); the crossover's bracket reads one such interval per evaluation.", "",
               "## Convergence (the plateau rule of docs/analysis.md)", "",
@@ -151,8 +116,6 @@ def overtaking_sentences(cell: Path) -> list[str]:
     if not (tables / "crossovers.csv").is_file():
         return []
     summaries, crossovers = pd.read_csv(tables / "runs.csv"), pd.read_csv(tables / "crossovers.csv")
-    reference = summaries.loc[summaries["method"] == "fixed_adacos", "test_score"].mean()
     lead = (f"**{cell.name}** (Double MNIST at 20,000 training images, {summaries['iterations'].max():,.0f} iterations, "
             f"{len(summaries)} runs):")
-    return [lead, *[overtaking_sentence(row["adacos"], row["arcface"], row, reference)
-                    for row in crossovers.to_dict("records")]]
+    return [lead, *[overtaking_sentence(row) for row in crossovers.to_dict("records")]]

@@ -17,7 +17,7 @@ from study.report.formats import loss_name, method_name, metric_name, trials_int
 from study.report.reproduction import reproduction_section
 from study.report.beside import BENCHMARK_NUMBERS, benchmark_section, beside_benchmark
 from study.report.verdict import (break_even_intervals, detectable_words, interval_notes, key_numbers,
-                                  verdict_sentences)
+                                  overtaking_sentence, verdict_sentences)
 
 
 def _splits_words(seeds) -> str:
@@ -480,9 +480,12 @@ def training_length_section(analysis: StudyAnalysis, figures: dict) -> Section:
              "best val at half-way": fmt.score(row.best_at_half), "at the end": fmt.score(row.best_at_end),
              "rise": f"{100 * row.rise:+.2f}%", "iteration val selected (median)": fmt.iterations(row.selected_iteration)}
             for row in analysis.plateau.itertuples()]
+    crossovers = analysis.learning_crossovers.dropna(subset=["difference_at_end"])
     blocks = [convergence_sentence(analysis),
               Table(pd.DataFrame(rows), "The plateau rule per method: the mean over runs of the best val score so far "
-                                        "at half-way and at the end")]
+                                        "at half-way and at the end"),
+              *([Bullets([overtaking_sentence(pair) for pair in crossovers.to_dict("records")])] if len(crossovers)
+                else [])]
     if "learning_curves" in figures:
         blocks.append(figures["learning_curves"])
     return Section("Training length and convergence", blocks)

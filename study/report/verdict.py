@@ -498,3 +498,36 @@ def interval_notes(intervals) -> str | None:
         if note not in notes:
             notes.append(note)
     return ("Interval notation: " + "; ".join(notes) + ".") if notes else None
+
+
+NEAR_CEILING = 0.9  # scores from which a difference is also read as a ratio of remaining errors
+
+
+def overtaking_sentence(pair: dict) -> str:
+    """Whether and when an AdaCos overtakes an ArcFace on test along training, from one row of
+    study.analysis.learning_curves.crossover_table (ArcFace − AdaCos, its interval, where it changes sign)."""
+    first, last = method_name(pair["adacos"]), method_name(pair["arcface"])
+    scores = (pair.get("arcface_at_end", math.nan), pair.get("adacos_at_end", math.nan))
+    end = (f"at {pair['last_iteration']:,.0f} iterations {last} − {first} is {pair['difference_at_end']:+.4f} "
+           f"[{pair['low_at_end']:+.4f}, {pair['high_at_end']:+.4f}]")
+    if math.isfinite(scores[1]) and scores[1] > 0:
+        end += f" ({100 * pair['difference_at_end'] / scores[1]:+.1f}% of {first}'s score"
+        # Near a perfect score a small difference is a large share of what is left to get right: say that too.
+        if all(math.isfinite(score) and NEAR_CEILING <= score < 1 for score in scores):
+            end += (f"; near the ceiling, {last} leaves {(1 - scores[0]) / (1 - scores[1]):.2f}× the remaining error "
+                    f"of {first}")
+        end += ")"
+    crossed = math.isfinite(pair["crossover"])
+    if pair["ahead_at_end"] == "reference":
+        if not crossed:
+            return (f"{first} is ahead of {last} from the first evaluation on, and significantly from iteration "
+                    f"{pair['high']:,.0f}: it needs no late overtaking; {end}.")
+        return (f"{first} overtakes {last} at iteration {pair['crossover']:,.0f} (the crossover lies after "
+                f"{pair['low']:,.0f}, where {last} was last significantly ahead, and {first} is significantly ahead "
+                f"from {pair['high']:,.0f} on); {end}.")
+    if pair["ahead_at_end"] == "method":
+        return (f"{first} does not overtake {last}: {last} ends significantly ahead"
+                + (f", from iteration {pair['crossover']:,.0f} on" if crossed else "") + f"; {end}.")
+    return (f"Neither {first} nor {last} is significantly ahead at the end"
+            + (f" (their mean curves last cross at iteration {pair['crossover']:,.0f})" if crossed else "")
+            + f"; {end}.")

@@ -322,6 +322,7 @@ def _write_all(analysis: StudyAnalysis, params: StudyParams, manifest: dict, env
         "learning_curves.csv": analysis.learning_curves,
         "plateau.csv": analysis.plateau,
         "difference_curves.csv": analysis.difference_curves,
+        "learning_crossovers.csv": analysis.learning_crossovers,
     }
     reproduction = (reproduction_table(analysis.run_scores, published_setup(params.report.reproduce))
                     if params.report.reproduce else None)
