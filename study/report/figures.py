@@ -337,9 +337,13 @@ def figure_learning_curves(curves: pd.DataFrame, differences: pd.DataFrame, refe
     gaps.axhline(0, color="0.3", linewidth=0.8)
     gaps.set(xscale="log", xlabel="training iteration", ylabel=f"method − Fixed AdaCos (95% interval)",
              title="Against Fixed AdaCos" + (f" (grey: ±{100 * margin:.0f}%)" if np.isfinite(margin) else ""))
-    focus_y(gaps, [*differences["low"], *differences["high"], 0.0])
+    # On the means and the margin: a band over two or three class splits can be far wider (t on 1 or 2 df), and
+    # runs off the panel rather than flatten every curve.
+    focus_y(gaps, [*differences["difference"], 0.0, *(margin * reference_score * np.array([-1, 1]))])
+    decades = np.log10(max(curves["iteration"].max(), 1)) - np.log10(max(curves["iteration"][curves["iteration"] > 0]
+                                                                          .min(), 1)) > 2.5
     for ax in (scores, gaps):
-        plain_log_ticks(ax.xaxis)
+        plain_log_ticks(ax.xaxis, decades_only=decades)
     handles, labels = unique_handles([scores])
     figure.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4), frameon=False)
     return save_figure(figure, path, dpi)

@@ -148,10 +148,11 @@ def legend_with_band(figure: Figure, axes, spare, band_label: str) -> None:
     legend(figure, handles, labels, spare, ncols=2)
 
 
-def plain_log_ticks(axis) -> None:
-    """Log-scale ticks at 1, 2, 5 × 10^k written as plain numbers (20, 50, 100), not 2×10^1."""
-    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+def plain_log_ticks(axis, decades_only: bool = False) -> None:
+    """Log-scale ticks at 1, 2, 5 × 10^k (or, over many decades, at 10^k alone, so that labels do not run into one
+    another) written as plain numbers with thousands separated (20, 1,000), not 2×10^1."""
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0,) if decades_only else (1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}" if value >= 1 else f"{value:g}"))
     axis.set_minor_formatter(NullFormatter())
 
 
