@@ -134,11 +134,12 @@ def pooled_method(rows: pd.DataFrame, confidence: float) -> dict:
     facts["short_judgement"] = judgement(facts["short_prediction_low"], facts["short_prediction_high"])
     facts["mean_judgement"] = judgement(facts["low"], facts["high"])
     facts.update(margin_reading(facts["prediction_low"], facts["prediction_high"]))
+    dl_keys = ("estimate", "low", "high", "prediction_low", "prediction_high", "tau2")
+    facts.update({f"dl_{key}": math.nan for key in dl_keys})  # none below 2 cells
     if len(headline) >= 2:
         dl = random_effects(headline["relative"].astype(float), headline["relative_se"].astype(float), confidence,
                             degrees_of_freedom=headline["df"].astype(float))
-        facts.update({f"dl_{key}": dl[key] for key in ("estimate", "low", "high", "prediction_low",
-                                                       "prediction_high", "tau2")})
+        facts.update({f"dl_{key}": dl[key] for key in dl_keys})
     primary = rows[rows["primary"].astype(bool)]
     facts.update({name: int((primary["outcome"] == name).sum()) for name in OUTCOME_ORDER})
     if facts["tuned"]:

@@ -89,6 +89,14 @@ def lead_sentence(arcface: dict, best: dict, wins: list[dict]) -> str:
 def method_sentence(facts: dict) -> str:
     """One method against Fixed AdaCos: the average over sources, a new source, real and synthetic apart."""
     name = method_name(facts["method"])
+    if not math.isfinite(facts.get("prediction_low", math.nan)):  # the converged cells do not predict yet
+        converged = (f"{pct(facts['mean'])} over {fmt.plural(facts['configurations'], 'converged cell')}"
+                     if facts["configurations"] else "no converged cell yet")
+        return (f"**{name}** − Fixed AdaCos: {converged}. Trained short: {pct(facts['short_mean'])} "
+                f"{pct_interval(facts['short_low'], facts['short_high'])} on average over "
+                f"{facts['short_sources']} sources; on a new source "
+                f"{pct_interval(facts['short_prediction_low'], facts['short_prediction_high'])}, "
+                f"{JUDGEMENT_WORDS[facts['short_judgement']]}.")
     text = (f"**{name}** − Fixed AdaCos: {pct(facts['mean'])} {pct_interval(facts['low'], facts['high'])} on average "
             f"over {facts['sources']} sources ({facts['configurations']} configurations); on a new source "
             f"{pct_interval(facts['prediction_low'], facts['prediction_high'])}, "
@@ -264,11 +272,13 @@ def published_shown(pooled: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """The published same-setup ArcFace − AdaCos rows beside the prediction for a new source (for ArcFace at its
     defaults, as they ran it, and tuned), and which pool's prediction that is."""
     rows = pooled.set_index("method")
-    prefix = "" if math.isfinite(rows.loc["arcface_tuned", "prediction_low"]) else "short_"
-    shown = published_beside_prediction(100 * rows.loc["arcface_default", f"{prefix}prediction_low"],
-                                        100 * rows.loc["arcface_default", f"{prefix}prediction_high"])
-    tuned = published_beside_prediction(100 * rows.loc["arcface_tuned", f"{prefix}prediction_low"],
-                                        100 * rows.loc["arcface_tuned", f"{prefix}prediction_high"])
+    prefix = "" if math.isfinite(rows["prediction_low"].get("arcface_tuned", math.nan)) else "short_"
+
+    def beside(method):  # a method the benchmark did not run has no prediction: every row then reads n/a
+        low, high = (100 * rows[f"{prefix}{key}"].get(method, math.nan) for key in ("prediction_low", "prediction_high"))
+        return published_beside_prediction(low, high)
+
+    shown, tuned = beside("arcface_default"), beside("arcface_tuned")
     table = pd.DataFrame({
         "source": shown["source"], "benchmark": shown["benchmark"], "AdaCos": shown["adacos_variant"],
         "ArcFace": shown["arcface"].map(lambda v: f"{v:.2f}"), "AdaCos score": shown["adacos"].map(lambda v: f"{v:.2f}"),
