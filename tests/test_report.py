@@ -203,7 +203,7 @@ def test_report_opens_with_the_verdict_and_has_every_section_and_the_numbers(wri
     # The one figure that shows the answer comes right after the recommendation, then the numbers.
     assert verdict_text.index("figures/tuning_trials.png") < verdict_text.index("The numbers behind the recommendation")
     sentences = verdict_sentences(analysis)
-    assert f"**{sentences[0]}**" in verdict_text and " ".join(sentences[1:]) in verdict_text
+    assert f"**{sentences[0]}**" in verdict_text and all(f"\n{sentence}\n" in verdict_text for sentence in sentences[1:])
     trials, seconds, gain = independent_break_even()
     assert trials is not None and f"after {trials} trials" in verdict_text
     assert f"about {seconds:,.0f} s" in verdict_text or f"about {seconds:.1f} s" in verdict_text

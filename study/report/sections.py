@@ -503,8 +503,7 @@ def answer_section(analysis: StudyAnalysis, figures: dict) -> Section:
         notes = interval_notes(break_even_intervals(analysis.verdict_facts["break_even"]))
         if notes:
             blocks.append(notes)  # where the notation first appears
-    if len(sentences) > 1:
-        blocks.append(" ".join(sentences[1:]))
+    blocks += sentences[1:]  # a paragraph each: the statistics, the variance, the cost, the other metrics, ...
     return Section("Verdict", blocks)
 
 
