@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import special, stats
+from scipy import stats
 
 from study.statistics import check_probability
 

@@ -14,11 +14,13 @@ from study.analysis import (bayesian_true_effect, hartung_knapp_true_effect, poo
                             slope_within_source, weighting_sensitivity)
 from study.analysis.coverage import source_pooling_coverage
 from study.benchmark.cells import OUTCOME_ORDER
+from study.config import AnalysisConfig
 
 # The relevance margin, pre-specified relative to the score: a difference within ±2% of Fixed AdaCos's score counts
 # as none. A share of the score reads the same on every data set (2% of MAP@R 0.9 is 0.018, of 0.3 is 0.006), where
-# an absolute ±0.01 is 1% of a high score and 15% of a near-floor one; the absolute value is shown beside it.
-RELATIVE_MARGIN = 0.02
+# an absolute ±0.01 is 1% of a high score and 15% of a near-floor one; the absolute value is shown beside it. It is
+# the study's own declared margin (analysis.equivalence_margin, "2% of score"), read from its one declaration.
+RELATIVE_MARGIN = AnalysisConfig().score_share("retrieval")
 # Methods that need no tuning, against which the answer names the best choice (Fixed AdaCos is the reference).
 UNTUNED = ("fixed_adacos", "dynamic_adacos", "p2sgrad", "softmax", "arcface_default")
 # The headline pools the cells where Fixed AdaCos and the method converged (docs/analysis.md's plateau rule, declared
