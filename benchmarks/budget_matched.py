@@ -33,19 +33,11 @@ OUT = REPO / "benchmarks" / "results" / "budget_matched"
 FIRST_SEED = 10_000
 
 
-def _sets(params, split: int):
-    from study.data import keep_classes, load_dataset, split_dataset
-
-    data = params.data
-    source = load_dataset(data.dataset, cache_dir=data.cache_dir)
-    kept = keep_classes(source, data.classes, seed=split) if data.classes is not None else source
-    return split_dataset(kept, data.protocol, data.fractions, seed=split)
-
-
 def train_seeds(cell: str) -> pd.DataFrame:
     """N Fixed AdaCos runs per class split of `cell` (N its search's trials per split), val and test objective each."""
     import torch
 
+    from study.data import class_split, load_dataset
     from study.training import evaluate, resolve_device, train
 
     params = load_params(CELLS / cell / "params.yaml")
@@ -58,7 +50,8 @@ def train_seeds(cell: str) -> pd.DataFrame:
         for seed in range(FIRST_SEED, FIRST_SEED + trials):
             if ((done["split"] == split) & (done["seed"] == seed)).any():
                 continue
-            sets = sets or _sets(params.for_split(split), split)
+            sets = sets or class_split(load_dataset(params.data.dataset, cache_dir=params.data.cache_dir),
+                                       params.data, split)
             config = params.train.replace(seed=seed, threads=1)
             began = time.perf_counter()
             result = train(sets, loss_name="fixed_adacos", model_config=params.model, config=config,

@@ -33,13 +33,13 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from study.config import ModelConfig, TrainConfig  # noqa: E402
+from study.config import DataConfig, ModelConfig, TrainConfig  # noqa: E402
 from study.results import write_bytes  # noqa: E402
 
 CELL = REPO / "benchmarks" / "cells" / "mnist-pairs-open-c50-20k"
 RUNS = CELL / "runs"
 SEARCHED_AT = REPO / "benchmarks" / "cells" / "mnist-pairs-open-c50-long" / "reports" / "tables" / "landscape.csv"
-DATASET, CLASSES, PROTOCOL, FRACTIONS = "compose:2:400:mnist5k", 99, "open", (0.5, 0.25, 0.25)
+DATA = DataConfig(dataset="compose:2:400:mnist5k", classes=99, protocol="open", fractions=(0.5, 0.25, 0.25))
 SPLITS, SEEDS = (0, 1), (0, 1, 2)
 ITERATIONS = 20_000
 MODEL = ModelConfig(name="cnn", embedding_size=64)
@@ -72,10 +72,9 @@ def planned() -> list[tuple[str, int, int]]:
 
 
 def _sets(split: int):
-    from study.data import keep_classes, load_dataset, split_dataset
+    from study.data import class_split, load_dataset
 
-    source = load_dataset(DATASET)
-    return split_dataset(keep_classes(source, CLASSES, seed=split), PROTOCOL, list(FRACTIONS), seed=split)
+    return class_split(load_dataset(DATA.dataset), DATA, split)
 
 
 def train_one(method: str, split: int, seed: int) -> str:

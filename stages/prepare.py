@@ -4,7 +4,7 @@ split (data.seeds), check each training split, and write each with a manifest.""
 import sys
 
 from study.config import load_params
-from study.data import keep_classes, load_dataset, save_splits, split_dataset
+from study.data import class_split, load_dataset, save_splits
 from study.results import prepared_dir
 from study.validation import check_images, check_training_split
 
@@ -24,8 +24,7 @@ def main() -> None:
     check_images(image_set, source)  # image files are otherwise first decoded in training
     for split in data.split_seeds():
         split_params = params.for_split(split)
-        kept = keep_classes(image_set, data.classes, seed=split) if data.classes is not None else image_set
-        splits = split_dataset(kept, data.protocol, data.fractions, seed=split)
+        splits = class_split(image_set, data, split)
         check_training_split(splits["train"], split_params, source)
         # The manifest records which source was asked for and which was used, so the report can say it.
         save_splits(splits, prepared_dir(split), source=source, protocol=data.protocol, seed=split,

@@ -417,6 +417,13 @@ def split_dataset(
 # Persistence
 
 
+def class_split(image_set: ImageSet, data, split: int) -> dict[str, ImageSet]:
+    """One class split of a loaded source as `data` (params.yaml's DataConfig) declares it: `data.classes` of its
+    classes kept (seeded by the split, nested), then split by `data.protocol` and `data.fractions` at that seed."""
+    kept = keep_classes(image_set, data.classes, seed=split) if data.classes is not None else image_set
+    return split_dataset(kept, data.protocol, data.fractions, seed=split)
+
+
 def save_splits(
     splits: dict[str, ImageSet],
     out_dir: str | os.PathLike,
