@@ -15,16 +15,20 @@ from study.analysis.convergence import PLATEAU_RISE, plateau_table
 from study.analysis.learning_curves import crossover_table, difference_curve, learning_curves_table
 from study.benchmark.cells import cell_plateau
 from study.benchmark.meta import RELATIVE_MARGIN
+import study.report.formats as fmt
+from study.report.document import FigureRef, Section, Table, render_markdown
 from study.report.figures import figure_learning_curves
 from study.report.formats import method_name
-from study.report.verdict import overtaking_sentence
 from study.report.palette import styles_of
+from study.report.sections import overtaking_bullets, plateau_shown
+from study.report.verdict import overtaking_sentence
 from study.results import write_bytes
 
 # The 20,000-iteration cell (benchmarks/long_training.py), in the benchmark's folder, and what the aggregate reads.
 LEARNING_CURVE_CELL = "mnist-pairs-open-c50-20k"
 LEARNING_CURVE_INPUTS = ("reports/tables/crossovers.csv", "reports/tables/plateau.csv", "reports/tables/runs.csv",
                          "reports/figures/learning_curves.png")
+TITLE = "Does AdaCos overtake ArcFace only after about 20,000 iterations?"
 ADACOS = ("fixed_adacos", "dynamic_adacos")
 ARCFACE = ("arcface_tuned", "arcface_default")
 
@@ -59,54 +63,47 @@ def write_long_cell_report(cell: Path, planned_runs: int, searched_cell: Path | 
     if searched_cell is not None:
         rises, _ = cell_plateau(searched_cell)
         searched = (searched_cell.name, rises.get("fixed_adacos", math.nan), rises.get("arcface_tuned", math.nan))
-    write_bytes(_markdown(summaries, plateau, crossovers, planned_runs, searched).encode(),
+    write_bytes(render_markdown(TITLE, _sections(summaries, plateau, crossovers, planned_runs, searched)).encode(),
                 cell / "reports" / "report.md")
     print(f"wrote {cell / 'reports'}: {len(summaries)} of {planned_runs} runs", flush=True)
 
 
-def _markdown(summaries: pd.DataFrame, plateau: pd.DataFrame, crossovers: pd.DataFrame, planned_runs: int,
-              searched: tuple | None = None) -> str:
+def _sections(summaries: pd.DataFrame, plateau: pd.DataFrame, crossovers: pd.DataFrame, planned_runs: int,
+              searched: tuple | None = None) -> list[Section]:
     done = len(summaries)
     seconds = summaries["seconds"].to_numpy(dtype=float)
     evaluating = summaries["eval_seconds"].to_numpy(dtype=float)
     iterations = summaries["iterations"].to_numpy(dtype=float)
-    lines = ["# Does AdaCos overtake ArcFace only after about 20,000 iterations?", "",
-             f"Double MNIST at face-training scale (`compose:2:400:mnist5k`, open protocol, 50 training classes of "
+    setup = (f"Double MNIST at face-training scale (`compose:2:400:mnist5k`, open protocol, 50 training classes of "
              f"400 images), every method trained {iterations.max():,.0f} iterations (about 64 passes over the "
              f"training images), {done} of {planned_runs} planned runs finished"
              + ("" if done == planned_runs else " (a partial report: rerun benchmarks/long_training.py)") + ". "
-             "Each run keeps the checkpoint val selects; test is scored at every evaluation and only reported. "
-             + (f"Tuned ArcFace takes each class split's (s, m) from {searched[0]}'s search: this cell runs no "
-                f"search. That cell's own best val rose {100 * searched[1]:+.1f}% (Fixed AdaCos) and "
-                f"{100 * searched[2]:+.1f}% (tuned ArcFace) over its second half, so its search ran at a length that "
-                + ("meets" if max(searched[1:]) < PLATEAU_RISE else "does not meet")
-                + " the plateau rule, on a tenth of this cell's images." if searched else ""),
-             "", "## The answer", ""]
-    for row in crossovers.itertuples(index=False):
-        lines.append("- " + overtaking_sentence(row._asdict()))
-    lines += ["", "Intervals: 95%, over the class splits' paired (split, seed) differences, never below the seed noise "
-              "(`standard_error_floor`); the crossover's bracket reads one such interval per evaluation.", "",
-              "## Convergence (the plateau rule of docs/analysis.md)", "",
-              f"Converged: the mean best val so far rose by less than {100 * PLATEAU_RISE:.0f}% over the second half "
-              "of training.", "",
-              "| method | converged | runs meeting the rule | best val at half-way | at the end | rise | "
-              "iteration val selected (median) |", "|---|---|---|---|---|---|---|"]
-    for row in plateau.itertuples(index=False):
-        lines.append(f"| {method_name(row.method)} | {'yes' if row.converged else 'no'} | "
-                     f"{row.runs_converged} of {row.runs} | {row.best_at_half:.4f} | {row.best_at_end:.4f} | "
-                     f"{100 * row.rise:+.2f}% | {row.selected_iteration:,.0f} |")
+             "Each run keeps the checkpoint val selects; test is scored at every evaluation and only reported.")
+    if searched:
+        setup += (f" Tuned ArcFace takes each class split's (s, m) from {searched[0]}'s search: this cell runs no "
+                  f"search. That cell's own best val rose {100 * searched[1]:+.1f}% (Fixed AdaCos) and "
+                  f"{100 * searched[2]:+.1f}% (tuned ArcFace) over its second half, so its search ran at a length "
+                  f"that {'meets' if max(searched[1:]) < PLATEAU_RISE else 'does not meet'} the plateau rule, on a "
+                  "tenth of this cell's images.")
     final = summaries.groupby("method")["test_score"].agg(["mean", "std", "count"])
-    lines += ["", "## Test MAP@R of the checkpoint val selected", "", "| method | mean | sd | runs |", "|---|---|---|---|"]
-    for method, row in final.iterrows():
-        lines.append(f"| {method_name(method)} | {row['mean']:.4f} | {row['std']:.4f} | {row['count']:.0f} |")
+    scores = pd.DataFrame([{"method": method_name(method), "mean": fmt.score(row["mean"]), "sd": fmt.score(row["std"]),
+                            "runs": f"{row['count']:.0f}"} for method, row in final.iterrows()])
     per_iteration = np.sum(seconds - evaluating) / np.sum(iterations)
-    lines += ["", "## Cost", "",
-              f"On {summaries['device'].iloc[0]}, one process per core and one thread each: "
-              f"{1000 * per_iteration:.1f} ms per training iteration without evaluation, "
-              f"{1000 * np.sum(seconds) / np.sum(iterations):.1f} ms with the 21 log-spaced evaluations of val and "
-              f"test; a run took {np.median(seconds) / 60:.1f} min (median).", "",
-              "![Test score and difference to Fixed AdaCos along training](figures/learning_curves.png)", ""]
-    return "\n".join(lines)
+    cost = (f"On {summaries['device'].iloc[0]}, one process per core and one thread each: "
+            f"{1000 * per_iteration:.1f} ms per training iteration without evaluation, "
+            f"{1000 * np.sum(seconds) / np.sum(iterations):.1f} ms with the 21 log-spaced evaluations of val and "
+            f"test; a run took {np.median(seconds) / 60:.1f} min (median).")
+    return [Section("Setup", [setup]),
+            Section("The answer", [*overtaking_bullets(crossovers),
+                                   "Intervals: 95%, over the class splits' paired (split, seed) differences, never "
+                                   "below the seed noise (`standard_error_floor`); the crossover's bracket reads one "
+                                   "such interval per evaluation."]),
+            Section("Convergence (the plateau rule of docs/analysis.md)", [
+                f"Converged: the mean best val so far rose by less than {100 * PLATEAU_RISE:.0f}% over the second "
+                "half of training.", plateau_shown(plateau)]),
+            Section("Test MAP@R of the checkpoint val selected", [Table(scores)]),
+            Section("Cost", [cost, FigureRef("figures/learning_curves.png",
+                                             "Test score and each method − Fixed AdaCos along training.")])]
 
 
 def overtaking_sentences(cell: Path) -> list[str]:

@@ -473,19 +473,27 @@ def convergence_sentence(analysis: StudyAnalysis) -> str:
     return " ".join(parts)
 
 
-def training_length_section(analysis: StudyAnalysis, figures: dict) -> Section:
-    """Each method's learning curve on test and its convergence by the plateau rule of docs/analysis.md."""
+def plateau_shown(plateau: pd.DataFrame) -> Table:
+    """study.analysis.convergence.plateau_table as the reader sees it."""
     rows = [{"method": method_name(row.method), "converged": "yes" if row.converged else "no",
              "runs meeting the rule": f"{row.runs_converged} of {row.runs}",
              "best val at half-way": fmt.score(row.best_at_half), "at the end": fmt.score(row.best_at_end),
              "rise": f"{100 * row.rise:+.2f}%", "iteration val selected (median)": fmt.iterations(row.selected_iteration)}
-            for row in analysis.plateau.itertuples()]
-    crossovers = analysis.learning_crossovers.dropna(subset=["difference_at_end"])
-    blocks = [convergence_sentence(analysis),
-              Table(pd.DataFrame(rows), "The plateau rule per method: the mean over runs of the best val score so far "
-                                        "at half-way and at the end"),
-              *([Bullets([overtaking_sentence(pair) for pair in crossovers.to_dict("records")])] if len(crossovers)
-                else [])]
+            for row in plateau.itertuples()]
+    return Table(pd.DataFrame(rows), "The plateau rule per method: the mean over runs of the best val score so far at "
+                                     "half-way and at the end")
+
+
+def overtaking_bullets(crossovers: pd.DataFrame) -> list:
+    """One sentence per AdaCos × ArcFace pair of study.analysis.learning_curves.crossover_table ([] without any)."""
+    found = crossovers.dropna(subset=["difference_at_end"])
+    return [Bullets([overtaking_sentence(pair) for pair in found.to_dict("records")])] if len(found) else []
+
+
+def training_length_section(analysis: StudyAnalysis, figures: dict) -> Section:
+    """Each method's learning curve on test and its convergence by the plateau rule of docs/analysis.md."""
+    blocks = [convergence_sentence(analysis), plateau_shown(analysis.plateau),
+              *overtaking_bullets(analysis.learning_crossovers)]
     if "learning_curves" in figures:
         blocks.append(figures["learning_curves"])
     return Section("Training length and convergence", blocks)
