@@ -217,7 +217,7 @@ def final_section(analysis: StudyAnalysis, figures: dict) -> Section:
         if fmt.missing(row.margin_seed_sds) else f"{row.margin_seed_sds:.2g} (sd {row.seed_sd:.4f}, {row.seed_sd_df} df)",
         "margin, share of remaining error": "n/a" if fmt.missing(row.margin_error_share)
         else f"{row.margin_error_share:.1%}",
-        "TOST p": "n/a" if fmt.missing(row.tost_p_value) else f"{row.tost_p_value:.3g}",
+        "TOST p (Holm)": "n/a" if fmt.missing(row.tost_p_holm) else f"{row.tost_p_holm:.3g}",
         "verdict": ("counts (significant, beyond the margin)" if row.significant and abs(row.difference) >= row.margin
                     else "significant, within the margin" if row.significant and row.equivalent
                     else "significant, not shown to reach the margin" if row.significant

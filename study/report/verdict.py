@@ -62,6 +62,12 @@ def detectable_words(row) -> str:
     return "n/a" if fmt.missing(row.get("detectable")) or pd.isna(row.get("detectable")) else f"{row['detectable']:.4f}"
 
 
+def _tost_p(row: dict) -> float:
+    """The equivalence test's p value that decides: Holm-corrected over the metric family (the raw one in tables
+    written before equivalence was corrected)."""
+    return row["tost_p_holm"] if not fmt.missing(row.get("tost_p_holm")) else row["tost_p_value"]
+
+
 def _judgement(row: dict) -> str:
     """Significant and beyond the margin, significant within it, equivalent within the margin, or neither."""
     if row["significant"] and abs(row["difference"]) >= row["margin"]:
@@ -69,10 +75,10 @@ def _judgement(row: dict) -> str:
     if row["significant"]:
         return f"significant, but not shown to reach the margin ±{row['margin']:.3g}"
     if row["equivalent"]:
-        return f"equivalent within ±{row['margin']:g} (TOST p = {fmt.p_value(row['tost_p_value'])})"
+        return f"equivalent within ±{row['margin']:.3g} (TOST p = {fmt.p_value(_tost_p(row))} after Holm)"
     if fmt.missing(row["low"]):
         return "too few seeds to judge"
-    return f"neither significant nor equivalent within ±{row['margin']:g}"
+    return f"neither significant nor equivalent within ±{row['margin']:.3g}"
 
 
 def _reach_clause(trials, shown: bool, interval: str, target: str, limit: str, seconds=None) -> str:
@@ -310,11 +316,10 @@ def statistics_sentence(facts: dict, confidence: float) -> str:
         return (f"The statistics: {fmt.signed(row['difference'])} with no interval (one seed per method: nothing is "
                 "known about seed-to-seed spread; list more seeds in runs.seeds).")
     family = facts["other_metrics"] + 1
-    tost_p = row.get("tost_p_holm") if not fmt.missing(row.get("tost_p_holm")) else row["tost_p_value"]
-    tost = (f"equivalent within ±{row['margin']:.3g} by two one-sided tests (p = {fmt.p_value(tost_p)} after Holm)"
-            if row["equivalent"] else
+    tost = (f"equivalent within ±{row['margin']:.3g} by two one-sided tests (p = {fmt.p_value(_tost_p(row))} after "
+            "Holm)" if row["equivalent"] else
             f"not shown equivalent within ±{row['margin']:.3g} (two one-sided tests, p = "
-            f"{fmt.p_value(tost_p)} after Holm)")
+            f"{fmt.p_value(_tost_p(row))} after Holm)")
     holm = (f"against zero, p = {fmt.p_value(row['p_holm'])} after Holm's correction over the "
             f"{fmt.plural(family, 'test metric')}: " + ("significant" if row["significant"] else "not significant"))
     excludes_zero = row["low"] > 0 or row["high"] < 0
