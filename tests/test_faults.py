@@ -123,7 +123,8 @@ def test_ten_kills_of_the_search_lose_nothing_and_leave_no_running_trial(tmp_pat
 
 
 def test_a_killed_runs_stage_keeps_its_finished_seeds(tmp_path):
-    root = study_folder(tmp_path)
+    # Seeds long enough (seconds each) that the kill lands before the last one ends, however loaded the machine.
+    root = study_folder(tmp_path, train={"epochs": 40})
     process = stage(root, "stages.runs", "--method", "fixed_adacos")
     lines = []
     for line in process.stdout:
@@ -131,10 +132,18 @@ def test_a_killed_runs_stage_keeps_its_finished_seeds(tmp_path):
         if "Trial 1 finished" in line:  # Optuna's log line: seeds 0 and 1 are stored as done
             break
     kill(process)
+    # What the storage holds as done at the kill, read independently of the stage's own bookkeeping.
+    storage = journal_storage(root / JOURNAL)
+    [name] = [summary.study_name for summary in optuna.get_all_study_summaries(storage)
+              if summary.study_name.startswith("runs-fixed_adacos")]
+    stored = {trial.user_attrs["seed"] for trial in optuna.load_study(study_name=name, storage=storage).trials
+              if trial.state == optuna.trial.TrialState.COMPLETE}
+    missing = sorted({0, 1, 2, 3} - stored)
+    assert {0, 1} <= stored and missing, "the stage finished every seed before the kill; give it longer runs"
     output = finish(stage(root, "stages.runs", "--method", "fixed_adacos"))
     trained_again = [line.split(":")[0] for line in output.splitlines() if line.startswith("fixed_adacos seed")]
     # Only the missing seeds; one a packed worker was training when the stage was killed is retried last.
-    assert sorted(trained_again) == ["fixed_adacos seed 2", "fixed_adacos seed 3"], output
+    assert sorted(trained_again) == [f"fixed_adacos seed {seed}" for seed in missing], output
     runs = pd.read_csv(root / runs_dir("fixed_adacos", 0) / "runs.csv")
     assert runs["seed"].tolist() == [0, 1, 2, 3] and (runs["status"] == "completed").all()
     assert all(Path(root / path).is_file() for path in runs["checkpoint"])
