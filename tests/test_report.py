@@ -192,9 +192,21 @@ def paired(a, b):
 def test_report_opens_with_the_verdict_and_has_every_section_and_the_numbers(written):
     analysis, paths, _ = written
     text = paths["report.md"].read_text(encoding="utf-8")
-    assert text.startswith(f"# {PARAMS.report.title}\n\n## Verdict\n\n**Tuned ArcFace scores ")
+    difference, low, high, _ = paired(FINAL_SCORES["arcface_tuned"], FINAL_SCORES["fixed_adacos"])
+    share = 100 * difference / np.mean(FINAL_SCORES["fixed_adacos"])
+    # The answer card first: at most 3 sentences of at most 25 words, its numbers computed independently here.
+    assert text.startswith(f"# {PARAMS.report.title}\n\n## The answer in a minute\n\n**No pick yet: tuned ArcFace is "
+                           f"{share:+.1f}% of Fixed AdaCos's score here")
+    card = text.split("## The answer in a minute\n\n**", 1)[1].split("**", 1)[0]
+    card_sentences = re.split(r"(?<=\.) (?=[A-Z])", card)
+    assert len(card_sentences) <= 3 and all(len(sentence.split()) <= 25 for sentence in card_sentences), card
+    assert f"{difference:+.4f} ({share:+.1f}%), 95% CI [{low:+.4f}, {high:+.4f}]" in text.split("## Verdict")[0]
+    # No paragraph (or list item) a reader must wade through: none over 120 words.
+    paragraphs = [block for block in re.split(r"\n\s*\n|\n(?=- )", text)
+                  if not block.lstrip().startswith(("|", "#", "!"))]
+    assert max(len(block.split()) for block in paragraphs) <= 120
     headings = re.findall(r"^## (.+)$", text, flags=re.MULTILINE)
-    assert headings == ["Verdict", "Training length and convergence", "Beside the benchmark", "What this answers", "Setup", "Tuning cost versus accuracy",
+    assert headings == ["The answer in a minute", "Verdict", "Training length and convergence", "Beside the benchmark", "What this answers", "Setup", "Tuning cost versus accuracy",
                         "Final comparison on test", "Convergence", "Convergence claim", "Angle dynamics",
                         "The (s, m) landscape", "Reproducibility"]
     for name in FIGURES:
@@ -203,12 +215,15 @@ def test_report_opens_with_the_verdict_and_has_every_section_and_the_numbers(wri
     # The one figure that shows the answer comes right after the recommendation, then the numbers.
     assert verdict_text.index("figures/tuning_trials.png") < verdict_text.index("The numbers behind the recommendation")
     sentences = verdict_sentences(analysis)
-    assert f"**{sentences[0]}**" in verdict_text and all(f"\n{sentence}\n" in verdict_text for sentence in sentences[1:])
+    # The statistics are the numbers table's rows, not a paragraph; every other sentence is one.
+    assert f"**{sentences[0]}**" in verdict_text and all(f"\n{sentence}\n" in verdict_text for sentence in sentences[2:])
+    assert sentences[1].startswith("The statistics:") and sentences[1] not in verdict_text
+    row = next(line for line in verdict_text.splitlines() if line.startswith("| tuned ArcFace − Fixed AdaCos"))
+    assert f"[{low:+.4f}, {high:+.4f}]" in row and "TOST p = " in row and "t-test p = " in row
     trials, seconds, gain = independent_break_even()
     assert trials is not None and f"after {trials} trials" in verdict_text
     assert f"about {seconds:,.0f} s" in verdict_text or f"about {seconds:.1f} s" in verdict_text
     assert f"buys {gain:+.4f}" in verdict_text
-    difference, low, high, _ = paired(FINAL_SCORES["arcface_tuned"], FINAL_SCORES["fixed_adacos"])
     assert sentences[0].startswith(f"Tuned ArcFace scores {difference:.4f} above Fixed AdaCos on test accuracy")
     assert f"95% CI [{low:+.4f}, {high:+.4f}], paired over 3 seeds" in sentences[1]
     # Three seeds resolve neither a difference nor equivalence within ±0.005: undecided, and it says what would.
@@ -245,7 +260,7 @@ def test_html_is_self_contained(written):
     text = re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "", page)  # base64 may spell anything
     assert "<link" not in text and "<script" not in text and "http" not in text and "url(" not in text
     headings = re.findall(r"<h2>(.+?)</h2>", page)
-    assert headings[0] == "Verdict" and "Tuning cost versus accuracy" in headings
+    assert headings[:2] == ["The answer in a minute", "Verdict"] and "Tuning cost versus accuracy" in headings
     assert "<table>" in page
 
 

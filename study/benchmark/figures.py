@@ -26,27 +26,49 @@ def _percent(value: float) -> str:
     return "n/a" if not math.isfinite(value) else f"{100 * value:+.1f}%"
 
 
+# The methods figure spans this many margins either side of zero: the ±2% band is then a fifth of the axis, not the
+# few pixels it was when the axis reached a loss 100% behind.
+METHODS_WINDOW = 5
+
+
 @readable
 def figure_methods(pooled: pd.DataFrame, path: Path, dpi: int) -> Path:
     """One row per method: its pooled mean against Fixed AdaCos with its 95% CI (thick) and the 95% prediction
-    interval for a new data source (thin), in % of Fixed AdaCos's score; grey: the ±margin band."""
+    interval for a new data source (thin), in % of Fixed AdaCos's score; grey: the ±margin band. The axis spans
+    METHODS_WINDOW margins either side, so the band that decides is wide enough to read; what reaches beyond ends in
+    an arrow, and a mean beyond is printed at the edge."""
     rows = pooled.reset_index(drop=True)
     figure, axes = new_figure(size=(FIGURE_WIDTH, 1.6 + 0.5 * len(rows)))
     ax = axes[0]
     margin = float(rows["margin"].iloc[0]) if len(rows) else math.nan
+    edge = 100 * METHODS_WINDOW * (margin if math.isfinite(margin) else 0.02)
     if math.isfinite(margin):
         ax.axvspan(-100 * margin, 100 * margin, color="#dcdcdc", alpha=0.7, zorder=0,
                    label=f"±{100 * margin:.0f}% margin")
     ax.axvline(0.0, color=method_style(REFERENCE).colour, linewidth=1.2)
     positions = np.arange(len(rows), 0, -1)
+
+    def clipped(low, high, y, colour, width, **style):
+        ax.plot([min(max(low, -edge), edge), max(min(high, edge), -edge)], [y, y], color=colour, linewidth=width,
+                **style)
+        for value, end, marker in ((low, -edge, "<"), (high, edge, ">")):
+            if (value < end) if marker == "<" else (value > end):
+                ax.plot(end, y, marker=marker, color=colour, markersize=7, clip_on=False)
+
     for y, row in zip(positions, rows.itertuples()):
         colour = method_style(row.method).colour
         if math.isfinite(row.prediction_low):
-            ax.plot([100 * row.prediction_low, 100 * row.prediction_high], [y, y], color=colour, linewidth=1.2)
+            clipped(100 * row.prediction_low, 100 * row.prediction_high, y, colour, 1.2)
         if math.isfinite(row.low):
-            ax.plot([100 * row.low, 100 * row.high], [y, y], color=colour, linewidth=4.5, solid_capstyle="butt",
-                    gid=f"method:{row.method}")
-        ax.plot(100 * row.mean, y, "o", color="white", markeredgecolor=colour, markersize=6, zorder=3)
+            clipped(100 * row.low, 100 * row.high, y, colour, 4.5, solid_capstyle="butt", gid=f"method:{row.method}")
+        mean = 100 * row.mean
+        if abs(mean) <= edge:
+            ax.plot(mean, y, "o", color="white", markeredgecolor=colour, markersize=6, zorder=3)
+        elif math.isfinite(mean):
+            ax.annotate(f"mean {mean:+.0f}%", (math.copysign(edge, mean), y), xytext=(0, 7),
+                        textcoords="offset points", ha="right" if mean > 0 else "left", va="bottom", color=colour,
+                        fontsize="small")
+    ax.set_xlim(-edge * 1.04, edge * 1.04)
     ax.set_yticks(positions, labels=[method_name(method) for method in rows["method"]])
     ax.set_ylim(0.4, len(rows) + 0.6)
     ax.set_xlabel("method − Fixed AdaCos,\n% of Fixed AdaCos's test score")

@@ -63,6 +63,43 @@ _INLINE = MarkdownIt("commonmark", {"html": False})  # raw HTML in a caption is 
 _UNBREAKABLE = re.compile(r"\[[^\[\]<>]*\]|[^\s<>]+ ± [^\s<>]+")
 
 
+# A reader skims: a paragraph (or a bullet) longer than this is split at its sentence ends into several.
+MAX_PARAGRAPH_WORDS = 120
+# A sentence ends at . ! or ? before a space and a capital, a bold mark, a quote or a parenthesis ("e.g. a" and
+# "0.5" do not end one).
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z*\"(])")
+
+
+def short_paragraphs(text: str) -> list[str]:
+    """`text` as paragraphs of at most MAX_PARAGRAPH_WORDS words, split only between sentences (one longer sentence
+    stays whole)."""
+    if len(text.split()) <= MAX_PARAGRAPH_WORDS:
+        return [text]
+    paragraphs, current = [], []
+    for sentence in _SENTENCE_END.split(text):
+        if current and len(" ".join(current + [sentence]).split()) > MAX_PARAGRAPH_WORDS:
+            paragraphs.append(" ".join(current))
+            current = []
+        current.append(sentence)
+    return paragraphs + [" ".join(current)]
+
+
+def _readable(sections: list[Section]) -> list[Section]:
+    """The sections with every long paragraph and bullet split by short_paragraphs."""
+    def blocks(section: Section) -> list:
+        out = []
+        for block in section.blocks:
+            if isinstance(block, str):
+                out += short_paragraphs(block)
+            elif isinstance(block, Bullets):
+                out.append(Bullets([part for item in block.items for part in short_paragraphs(item)]))
+            else:
+                out.append(block)
+        return out
+
+    return [Section(section.heading, blocks(section)) for section in sections]
+
+
 def _kind(block) -> str:
     return {Table: "table", FigureRef: "figure", Bullets: "bullets"}.get(type(block), "paragraph")
 
@@ -106,7 +143,7 @@ def _environment() -> jinja2.Environment:
 
 def render_markdown(title: str, sections: list[Section]) -> str:
     """The sections as a Markdown document; figures are linked by their relative paths."""
-    text = _environment().get_template("report.md.j2").render(title=title, sections=sections)
+    text = _environment().get_template("report.md.j2").render(title=title, sections=_readable(sections))
     return text.rstrip() + "\n"
 
 
@@ -116,4 +153,5 @@ def render_html(title: str, sections: list[Section], base_dir: Path) -> str:
         # Figures go into the page itself, so report.html is one file that opens anywhere, offline.
         return base64.b64encode((Path(base_dir) / path).read_bytes()).decode("ascii")
 
-    return _environment().get_template("report.html.j2").render(title=title, sections=sections, png_data=png_data)
+    return _environment().get_template("report.html.j2").render(title=title, sections=_readable(sections),
+                                                                png_data=png_data)

@@ -15,9 +15,10 @@ import study.report.formats as fmt
 from study.report.document import Bullets, Section, Table
 from study.report.formats import loss_name, method_name, metric_name, trials_interval
 from study.report.reproduction import reproduction_section
+from study.report.answer_card import card_blocks, study_card
 from study.report.beside import BENCHMARK_NUMBERS, benchmark_section, beside_benchmark
-from study.report.verdict import (break_even_intervals, detectable_words, interval_notes, key_numbers,
-                                  overtaking_sentence, verdict_sentences)
+from study.report.verdict import (STATISTICS_OPENING, break_even_intervals, detectable_words, interval_notes,
+                                  key_numbers, overtaking_sentence, verdict_sentences)
 
 
 def _splits_words(seeds) -> str:
@@ -499,6 +500,21 @@ def training_length_section(analysis: StudyAnalysis, figures: dict) -> Section:
     return Section("Training length and convergence", blocks)
 
 
+# The jargon of the numbers table, glossed where it first appears.
+STATISTICS_TERMS = ("Terms: TOST (two one-sided tests) shows a difference lies inside the margin; Holm's correction "
+                    "keeps the chance of any false finding over all test metrics at 5%; a studentised interval is "
+                    "scaled by its estimate's own standard error (here by the jackknife).")
+
+
+def card_section(analysis: StudyAnalysis, manifest: dict) -> Section:
+    """The answer card: what to use, when it holds, what tuning costs, and how sure, before any detail."""
+    facts = analysis.verdict_facts
+    searched = loss_name(facts["tuned_loss"]) if facts["tuned_loss"] else "the searched loss"
+    card = study_card(facts, analysis.plateau, manifest, searched, metric_name(facts["metric"]), analysis.confidence)
+    return Section("The answer in a minute", card_blocks(card, "The verdict below gives the numbers, the tests and the "
+                                                               "figures behind it; docs/analysis.md the methods."))
+
+
 def answer_section(analysis: StudyAnalysis, figures: dict) -> Section:
     """The answer first: the recommendation, the figure that shows it, the numbers behind it, then the full verdict."""
     sentences = verdict_sentences(analysis)
@@ -507,11 +523,13 @@ def answer_section(analysis: StudyAnalysis, figures: dict) -> Section:
         blocks.append(figures["tuning_trials"])
     numbers = key_numbers(analysis)
     if len(numbers):
-        blocks.append(Table(numbers, "The numbers behind the recommendation"))
+        blocks.append(Table(numbers, "The numbers behind the recommendation, one claim a row"))
+        blocks.append(STATISTICS_TERMS)
         notes = interval_notes(break_even_intervals(analysis.verdict_facts["break_even"]))
         if notes:
             blocks.append(notes)  # where the notation first appears
-    blocks += sentences[1:]  # a paragraph each: the statistics, the variance, the cost, the other metrics, ...
+    # A paragraph each: the variance, the cost, the other metrics, ...; the statistics are the table's rows.
+    blocks += [sentence for sentence in sentences[1:] if not sentence.startswith(STATISTICS_OPENING)]
     return Section("Verdict", blocks)
 
 
@@ -534,6 +552,7 @@ def report_sections(analysis: StudyAnalysis, params: StudyParams, manifest: dict
     figures_after_answer = {name: figure for name, figure in figures.items()
                             if name not in ("tuning_trials", "learning_curves")}
     return [
+        card_section(analysis, manifest),
         answer_section(analysis, figures),
         training_length_section(analysis, figures),
         benchmark_section(beside_benchmark(analysis, benchmark_numbers)),

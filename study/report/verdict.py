@@ -308,12 +308,16 @@ def lead_sentence(facts: dict, searched: str, metric: str) -> str:
     return f"{said}: undecided{'; ' + cost if cost else ''}{resolve}."
 
 
+# How statistics_sentence opens: the report shows the same claims as the numbers table's rows instead.
+STATISTICS_OPENING = "The statistics:"
+
+
 def statistics_sentence(facts: dict, confidence: float) -> str:
     """The statistics behind the lead: the interval and how it was made, the equivalence test against the margin and
     the Holm-corrected test against zero, reconciled where they seem to disagree."""
     row = facts["tuned"]
     if fmt.missing(row["low"]):
-        return (f"The statistics: {fmt.signed(row['difference'])} with no interval (one seed per method: nothing is "
+        return (f"{STATISTICS_OPENING} {fmt.signed(row['difference'])} with no interval (one seed per method: nothing is "
                 "known about seed-to-seed spread; list more seeds in runs.seeds).")
     family = facts["other_metrics"] + 1
     tost = (f"equivalent within ±{row['margin']:.3g} by two one-sided tests (p = {fmt.p_value(_tost_p(row))} after "
@@ -326,7 +330,7 @@ def statistics_sentence(facts: dict, confidence: float) -> str:
     if excludes_zero and not row["significant"]:
         holm += (" (the interval is one metric's own, uncorrected: it excludes zero, but corrected for the "
                  f"{family} metrics the difference from zero is not significant)")
-    sentence = (f"The statistics: {confidence:.0%} CI {fmt.interval(row['low'], row['high'])}, {_how_paired(row)}; "
+    sentence = (f"{STATISTICS_OPENING} {confidence:.0%} CI {fmt.interval(row['low'], row['high'])}, {_how_paired(row)}; "
                 f"{tost}; {holm}.")
     if not (row["significant"] or row["equivalent"]):
         unit = row.get("unit") or "seeds"
@@ -399,10 +403,17 @@ def key_numbers(analysis: StudyAnalysis) -> pd.DataFrame:
     rows = []
     row = facts["tuned"]
     if row:
+        family = facts["other_metrics"] + 1
+        tests = ("" if fmt.missing(row["low"]) else
+                 f"inside the margin? TOST p = {fmt.p_value(_tost_p(row))}; different from zero? t-test p = "
+                 f"{fmt.p_value(row['p_holm'])}; both Holm-corrected over {family} test metrics: {_judgement(row)}")
         rows.append({"number": f"tuned {searched} − Fixed AdaCos, test {metric}", "value": fmt.signed(row["difference"]),
                      f"{confidence} interval": fmt.interval(row["low"], row["high"]),
-                     "what the interval covers": f"{_how_paired(row)}; {_judgement(row)}; Holm p = "
-                                                 f"{fmt.p_value(row['p_holm'])}; margin {margin_words(row)}"})
+                     "what the interval covers": _how_paired(row), "the test": tests})
+        rows.append({"number": "the margin that matters", "value": f"±{row['margin']:.3g}",
+                     f"{confidence} interval": "—", "what the interval covers": margin_meaning_words(row) or "—",
+                     "the test": "declared in params.yaml (analysis.equivalence_margin) "
+                                                     "before the runs"})
     even = facts["break_even"]
     if even and even["max_trials"]:
         if even.get("control_n"):
@@ -461,7 +472,11 @@ def key_numbers(analysis: StudyAnalysis) -> pd.DataFrame:
                      "value": fmt.signed(default["difference"]),
                      f"{confidence} interval": fmt.interval(default["low"], default["high"]),
                      "what the interval covers": f"{_how_paired(default)}; {_judgement(default)}"})
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    if len(table):
+        table["the test"] = table["the test"].fillna("—") if "the test" in table else "—"
+        table = table.rename(columns={"number": "claim", "value": "number"})
+    return table
 
 
 def _trials_value(trials, shown: bool, limit: int, unit: str) -> str:

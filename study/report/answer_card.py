@@ -1,0 +1,126 @@
+"""The answer card a practitioner reads in a minute: at most three plain sentences of at most 25 words (what to use,
+when that holds, what tuning costs), then a small "how sure" table, every word chosen by the numbers. The default
+study's card is built here; the benchmark's (study.benchmark.report) is rendered by the same `card_blocks`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+import study.report.formats as fmt
+from study.analysis import REFERENCE_METHOD
+from study.report.document import Table
+
+CARD_SENTENCES = 3
+CARD_WORDS = 25
+
+
+@dataclass
+class AnswerCard:
+    """The card's sentences and its "how sure" rows (what, value)."""
+
+    sentences: list[str]
+    how_sure: list[tuple[str, str]]
+
+    def __post_init__(self):
+        too_long = [sentence for sentence in self.sentences if len(sentence.split()) > CARD_WORDS]
+        if len(self.sentences) > CARD_SENTENCES or too_long:
+            raise ValueError(f"an answer card holds at most {CARD_SENTENCES} sentences of at most {CARD_WORDS} "
+                             f"words; these are not: {too_long or self.sentences}")
+
+
+def card_blocks(card: AnswerCard, details: str) -> list:
+    """The card as report blocks: its sentences in bold, the "how sure" table, and where the details are."""
+    table = pd.DataFrame(card.how_sure, columns=["how sure", "value"])
+    return [f"**{' '.join(card.sentences)}**", Table(table), details]
+
+
+def share(value, reference) -> str:
+    """`value` in % of `reference`, signed: '+1.1%'."""
+    if fmt.missing(value) or fmt.missing(reference) or not reference:
+        return "n/a"
+    return f"{100 * value / abs(reference):+.1f}%"
+
+
+def _pick(facts: dict, searched: str) -> str:
+    """The first sentence: what to use on this data, and why in a few words."""
+    reason, row = facts["reason"], facts["tuned"] or {}
+    reference = facts.get("reference_test_mean")
+    margin = f"±{share(row.get('margin'), reference).lstrip('+')}" if row else ""
+    tuned = f"tuned {searched}"
+    if reason == "nothing_learned":
+        return "Use nothing yet: every method scored at chance, so the models learned nothing from this data."
+    if reason == "no_tuned_comparison":
+        return f"No pick yet: no {tuned} run finished to compare with Fixed AdaCos."
+    difference = share(row.get("difference"), reference)
+    if reason == "tuning_better_beyond_margin":
+        return f"Tune {searched}: it beats Fixed AdaCos by {difference} of the score here, beyond the {margin} margin."
+    if reason == "alternative_better_than_fixed_adacos":
+        alternative = fmt.method_name(facts["recommendation"])
+        return f"Use {alternative}: it beats Fixed AdaCos here by more than the {margin} margin, and needs no tuning."
+    if reason == "adacos_significantly_better":
+        return f"Use Fixed AdaCos: it beats {tuned} here ({difference} of the score) and needs no tuning."
+    if reason == "equivalent":
+        return f"Use Fixed AdaCos: {tuned} is within {margin} of its score here ({difference}), and it needs no tuning."
+    if reason == "gain_within_margin":
+        return (f"Use Fixed AdaCos: {tuned}'s gain here ({difference} of the score) is real but inside the {margin} "
+                "margin.")
+    settle = (f"; about {row['seeds_to_resolve']:,} {row.get('unit') or 'seeds'} settle it"
+              if row.get("seeds_to_resolve") else "")
+    return (f"No pick yet: {tuned} is {difference} of Fixed AdaCos's score here, not yet told apart from the {margin} "
+            f"margin{settle}.")
+
+
+def _conditions(plateau: pd.DataFrame, compared: list[str], manifest: dict) -> str:
+    """The second sentence: the data and the training length the answer holds for, and whether they converged."""
+    classes = manifest.get("train_classes") or [manifest.get("splits", {}).get("train", {}).get("num_classes")]
+    classes = sorted({count for count in classes if count})
+    count = f"{classes[0]}–{classes[-1]}" if len(classes) > 1 else f"{classes[0]}" if classes else ""
+    data = f"{count} training classes of `{manifest.get('source', 'this data')}`" if count else "this data"
+    found = plateau.set_index("method") if len(plateau) else pd.DataFrame()
+    if found.empty:
+        return f"It holds for {data}, at the training length used here."
+    iterations = fmt.iterations(found["last_iteration"].max())
+    still = [f"{fmt.method_name(method)} +{100 * found.loc[method, 'rise']:.0f}%" for method in compared
+             if method in found.index and not found.loc[method, "converged"]]
+    if still:
+        return f"It holds for {data} at {iterations} iterations, still improving ({', '.join(still)}): train longer to converge."
+    return f"It holds for {data} trained to convergence ({iterations} iterations)."
+
+
+def _cost(facts: dict, searched: str) -> str:
+    """The third sentence: what the search cost, against one training of Fixed AdaCos."""
+    trials, seconds, splits = facts.get("search_trials"), facts.get("search_seconds"), (facts["tuned"] or {}).get("splits")
+    if not trials:
+        return f"No {searched} search finished, so its cost is not known."
+    per = f" over {splits} splits" if splits and splits > 1 else ""
+    spent = f" ({fmt.seconds(seconds)} of device time)" if not fmt.missing(seconds) else ""
+    return f"The {searched} search took {trials:,} trainings{spent}{per}; Fixed AdaCos needs one per split."
+
+
+def study_card(facts: dict, plateau: pd.DataFrame, manifest: dict, searched: str, metric: str,
+               confidence: float) -> AnswerCard:
+    """The default study's card from its verdict facts, plateau table and prepared data's manifest."""
+    row = facts["tuned"]
+    compared = [REFERENCE_METHOD] + ([facts["tuned_method"]] if facts.get("tuned_method") else [])
+    if facts["reason"] == "nothing_learned":
+        sentences = [_pick(facts, searched), "Check the labels, the images per class and the training length before "
+                                             "comparing losses."]
+    else:
+        sentences = [_pick(facts, searched), _conditions(plateau, compared, manifest), _cost(facts, searched)]
+    how_sure = []
+    if row:
+        reference = facts.get("reference_test_mean")
+        how_sure.append((f"tuned {searched} − Fixed AdaCos, test {metric}",
+                         f"{fmt.signed(row['difference'])} ({share(row['difference'], reference)}), "
+                         f"{confidence:.0%} CI {fmt.interval(row['low'], row['high'])}"))
+        how_sure.append(("the margin that matters", f"±{row['margin']:.3g} ({share(row['margin'], reference).lstrip('+')}"
+                                                    " of Fixed AdaCos's score)"))
+        how_sure.append(("evidence", f"{row.get('splits') or 'n/a'} class splits × {row['pairs'] // max(row.get('splits') or 1, 1)}"
+                                     " seeds of one data source: it speaks for this data, not for a new one"))
+        if not fmt.missing(row.get("low")):
+            how_sure.append(("tests (Holm-corrected over the test metrics)",
+                             f"equivalence p = {fmt.p_value(row['tost_p_holm'])}, difference p = "
+                             f"{fmt.p_value(row['p_holm'])}"))
+    return AnswerCard(sentences, how_sure)

@@ -1,0 +1,56 @@
+"""The answer card (at most 3 sentences of at most 25 words, computed from the numbers) and the rule that splits a
+long paragraph between its sentences."""
+
+import pandas as pd
+import pytest
+
+from study.report.answer_card import CARD_WORDS, AnswerCard, study_card
+from study.report.document import MAX_PARAGRAPH_WORDS, short_paragraphs
+
+REASONS = ("tuning_better_beyond_margin", "alternative_better_than_fixed_adacos", "adacos_significantly_better",
+           "equivalent", "gain_within_margin", "not_resolved", "no_tuned_comparison", "nothing_learned")
+PLATEAU = pd.DataFrame({"method": ["fixed_adacos", "arcface_tuned"], "last_iteration": [12_000.0, 12_000.0],
+                        "rise": [0.004, 0.031], "converged": [True, False]})
+
+
+def facts(reason: str, difference: float = 0.012) -> dict:
+    row = {"difference": difference, "low": difference - 0.01, "high": difference + 0.01, "margin": 0.008,
+           "splits": 4, "pairs": 12, "unit": "splits", "seeds_to_resolve": 1234, "tost_p_holm": 0.2, "p_holm": 0.04}
+    return {"reason": reason, "tuned": None if reason == "no_tuned_comparison" else row,
+            "reference_test_mean": 0.4, "recommendation": "softmax", "tuned_method": "arcface_tuned",
+            "search_trials": 1200, "search_seconds": 98_765.4}
+
+
+@pytest.mark.parametrize("reason", REASONS)
+def test_every_verdict_gets_a_card_of_three_short_sentences_with_its_numbers(reason):
+    card = study_card(facts(reason), PLATEAU, {"source": "folder:/data/faces", "train_classes": [500, 512]},
+                      "ArcFace", "MAP@R", 0.95)
+    assert 1 <= len(card.sentences) <= 3 and all(len(s.split()) <= CARD_WORDS for s in card.sentences), card
+    first = card.sentences[0]
+    if reason in ("tuning_better_beyond_margin", "adacos_significantly_better", "equivalent", "gain_within_margin",
+                  "not_resolved"):
+        assert "+3.0%" in first and "2.0%" in first + card.how_sure[1][1]  # 0.012 and 0.008 of a score of 0.4
+    if reason == "nothing_learned":
+        assert first.startswith("Use nothing yet") and "train" in card.sentences[1]
+    else:
+        # The conditions: the class counts and the length, and who was still improving (+3%), by the plateau table.
+        assert card.sentences[1] == ("It holds for 500–512 training classes of `folder:/data/faces` at 12,000 "
+                                     "iterations, still improving (ArcFace tuned +3%): train longer to converge.")
+        assert "1,200 trainings" in card.sentences[2]
+
+
+def test_a_card_refuses_a_fourth_or_a_long_sentence():
+    with pytest.raises(ValueError, match="at most 3 sentences"):
+        AnswerCard(["One.", "Two.", "Three.", "Four."], [])
+    with pytest.raises(ValueError, match="at most 25 words"):
+        AnswerCard([" ".join(["word"] * 26) + "."], [])
+
+
+def test_a_long_paragraph_is_split_between_sentences_and_loses_nothing():
+    sentence = "The interval covers 0.5 of the margin, e.g. a difference of +0.0042 over 4 splits and 2 seeds. "
+    text = (sentence * 20).strip()
+    parts = short_paragraphs(text)
+    assert len(parts) > 1 and all(len(part.split()) <= MAX_PARAGRAPH_WORDS for part in parts)
+    assert " ".join(parts) == text
+    assert all(part.startswith("The interval") and part.endswith("seeds.") for part in parts)
+    assert short_paragraphs("A short one. Another.") == ["A short one. Another."]
