@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
+import os
 from functools import partial
 from pathlib import Path
 
@@ -26,7 +27,8 @@ from optuna.trial import FrozenTrial, TrialState
 from study.config import StudyParams
 from study.data import ImageSet
 from study.results import CHECKPOINT_STORE, RUN_COLUMNS, is_tuned, write_bytes
-from study.storage import create_or_load, load_history, save_history, set_missing_user_attrs, storage_url
+from study.storage import (create_or_load, load_history, quiet_optuna, save_history, set_missing_user_attrs,
+                           storage_url)
 from study.training import save_checkpoint, train
 from study.workers import Budget, describe_worker, digest, run_meaning, serve, study_identity
 
@@ -175,9 +177,11 @@ def serve_runs(study: optuna.Study, params: StudyParams, sets: dict[str, ImageSe
     """Train queued seeds of `study` until each of `seeds` (default runs.seeds) is done, by this or other workers,
     each taken only while this process's data and params are the study's own (see study/workers.py)."""
     identity = study_identity(runs_meaning(study.user_attrs["loss"], study.user_attrs["hyperparameters"], params), sets)
-    return serve(study, run_objective(study, params, sets, root, ship_checkpoints),
-                 SeedQueue(params.runs.seeds if seeds is None else seeds, lost_trials(study)), max_trials=max_trials,
-                 identity=identity, label=runs_label(study.user_attrs["method"], params))
+    # Each seed prints its own line (run_objective); Optuna's "parameters: {}. Best is trial 0" would only repeat it.
+    with quiet_optuna():
+        return serve(study, run_objective(study, params, sets, root, ship_checkpoints),
+                     SeedQueue(params.runs.seeds if seeds is None else seeds, lost_trials(study)),
+                     max_trials=max_trials, identity=identity, label=runs_label(study.user_attrs["method"], params))
 
 
 def _find_checkpoint(trial: FrozenTrial, study_name: str, root: Path) -> tuple[bytes | None, str]:
@@ -276,7 +280,7 @@ def serve_queued_runs(params: StudyParams, storage, sets: dict[str, ImageSet], r
     of these params, or only of the study named `only`."""
     trained = join_runs(params, storage, sets, root, ship_checkpoints=storage_url(params.search) is not None,
                         max_trials=max_trials, only=only)
-    print(f"{trained} final run(s) trained by this worker", flush=True)
+    print(f"worker {os.getpid()}: {trained} final run(s) trained by this process", flush=True)
 
 
 def packed_service(study: optuna.Study):

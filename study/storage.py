@@ -81,17 +81,24 @@ def first_attempt(study: optuna.Study, number: int) -> int:
     return number if retried is None else retried
 
 
+@contextlib.contextmanager
+def quiet_optuna():
+    """Optuna's INFO lines left out while inside (its warnings kept): where the caller prints its own, plainer line."""
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+
+
 def create_or_load(study_name: str, storage, objective: str, **options) -> optuna.Study:
     """The study `study_name` in `storage`, created when absent, with its objective named (the dashboard and
     `optuna trials` show it). Optuna's own lines ("A new study created", "Using an existing study") are left out:
     the caller says in one line where the study stands."""
-    verbosity = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
+    with quiet_optuna():
         study = optuna.create_study(study_name=study_name, storage=storage, direction="maximize", load_if_exists=True,
                                     **options)
-    finally:
-        optuna.logging.set_verbosity(verbosity)
     if study.metric_names != [objective]:
         with warnings.catch_warnings():  # "experimental" since Optuna 3.2
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

@@ -64,8 +64,14 @@ def test_headline_holds_the_verdict_rounded_as_the_report_states_it():
     assert headline == {"recommendation": "fixed_adacos", "difference": -0.0009, "low": -0.0047, "high": 0.0029,
                         "fixed_adacos": 0.3936, "tuned": 0.3927, "break_even": None}
     reached = json.loads(json.dumps(SUMMARY))
-    reached["break_even"]["arcface"]["fixed_adacos"].update(trials=4, reached=True)
+    reached["break_even"]["arcface"]["fixed_adacos"].update(trials=4, reached=True, shown=False)
+    assert headline_metrics(reached)["break_even"] is None  # a point estimate the interval does not show
+    reached["break_even"]["arcface"]["fixed_adacos"].update(shown=True)
     assert headline_metrics(reached)["break_even"] == 4  # against Fixed AdaCos, not Dynamic AdaCos's 5
+    # A difference that rounds to zero from below is 0.0, not the "-0" dvc metrics show would print.
+    tiny = json.loads(json.dumps(SUMMARY))
+    tiny["verdict"]["tuned"]["low"] = -0.00001
+    assert math.copysign(1.0, headline_metrics(tiny)["low"]) == 1.0 and json.dumps(headline_metrics(tiny)["low"]) == "0.0"
 
 
 def test_headline_of_a_study_without_a_search_leaves_its_numbers_empty():
@@ -101,7 +107,7 @@ def project_with_history(tmp_path_factory):
     tuned = json.loads(json.dumps(SUMMARY))
     tuned["verdict"].update(recommendation="arcface_tuned", tuned_test_mean=0.40591234)
     tuned["verdict"]["tuned"].update(difference=0.01231234, low=0.00511234, high=0.01951234)
-    tuned["break_even"]["arcface"]["fixed_adacos"].update(trials=17, reached=True)
+    tuned["break_even"]["arcface"]["fixed_adacos"].update(trials=17, reached=True, shown=True)
     for summary, change in ((SUMMARY, None), (tuned, ("  epochs: 10", "  epochs: 12"))):
         if change:
             params = root / "params.yaml"

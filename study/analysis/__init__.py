@@ -33,11 +33,13 @@ from study.analysis.common import (
     primary_loss,
 )
 from study.analysis.comparison import (
+    ABSOLUTE_METRICS,
     CHANCE_LEVEL,
     CHANCE_METRIC,
     DIFFERENCE_COLUMNS,
     METRIC_KIND,
     REPRODUCTION_SPREAD_STDS,
+    absolute_scores,
     differences_to_reference,
     equivalence_margin,
     margin_meaning,
@@ -131,8 +133,8 @@ __all__ = [
     "REFERENCE_METHOD",
     "TEST_PREFIX", "count_or_none", "fixed_scale_of", "higher_is_better", "primary_loss",
     # comparison
-    "CHANCE_LEVEL", "CHANCE_METRIC", "DIFFERENCE_COLUMNS", "METRIC_KIND", "REPRODUCTION_SPREAD_STDS",
-    "differences_to_reference", "equivalence_margin", "margin_meaning", "paired_runs",
+    "ABSOLUTE_METRICS", "CHANCE_LEVEL", "CHANCE_METRIC", "DIFFERENCE_COLUMNS", "METRIC_KIND",
+    "REPRODUCTION_SPREAD_STDS", "absolute_scores", "differences_to_reference", "equivalence_margin", "margin_meaning", "paired_runs",
     "reproduction_table", "runs_at_chance", "seed_sd", "summarise_runs",
     # convergence
     "ANGLE_COLUMNS", "CONVERGENCE_COLUMNS", "CROSSING_COLUMNS", "SPEED_COLUMNS", "convergence_targets",

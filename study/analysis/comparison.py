@@ -78,6 +78,33 @@ def summarise_runs(runs: pd.DataFrame, metric_columns: Sequence[str], group: str
     return pd.DataFrame(rows, columns=[group, "metric", "mean", "std", "n"])
 
 
+# The retrieval metrics papers lead with (Musgrave et al. 2020, PML's tables): what a reader compares first.
+ABSOLUTE_METRICS = ("precision_at_1", "r_precision", "map_at_r")
+
+
+def absolute_scores(runs: pd.DataFrame, methods: Sequence[str], confidence: float,
+                    metrics: Sequence[str] = ABSOLUTE_METRICS) -> pd.DataFrame:
+    """Each method's mean test score and its t interval, one row per (method, metric): over class splits (each split's
+    seeds averaged first) where there are several, else over seeds. Diverged runs are left out."""
+    rows = []
+    for method in methods:
+        group = runs[runs["method"] == method]
+        for metric in metrics:
+            column = f"{TEST_PREFIX}{metric}"
+            if column not in group or group[column].notna().sum() == 0:
+                continue
+            scores = group.dropna(subset=[column])
+            units = (scores.groupby("split")[column].mean() if "split" in scores and scores["split"].nunique() > 1
+                     else scores[column]).to_numpy(dtype=float)
+            mean, half = float(units.mean()), math.nan
+            if units.size > 1:
+                half = float(stats.t.ppf(0.5 + confidence / 2, units.size - 1) * units.std(ddof=1)
+                             / math.sqrt(units.size))
+            rows.append({"method": method, "metric": metric, "mean": mean, "low": mean - half, "high": mean + half,
+                         "over": "splits" if units.size != len(scores) else "seeds", "n": int(units.size)})
+    return pd.DataFrame(rows, columns=["method", "metric", "mean", "low", "high", "over", "n"])
+
+
 def _remaining_error(mean: float, higher_better: bool) -> float:
     """How far a bounded [0, 1] metric's mean is from perfect: 1 − mean, or the mean itself for an error rate."""
     return 1.0 - mean if higher_better else mean

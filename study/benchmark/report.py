@@ -24,6 +24,7 @@ from study.benchmark.meta import (RELATIVE_MARGIN, SCOPES, UNTUNED, benchmark_se
 from study.losses import fixed_adacos_scale
 from study.published import MLRC_ARCFACE
 from study.report.answer_card import AnswerCard, card_blocks
+from study.report.sections import absolute_shown as study_absolute_shown
 from study.report import Bullets, FigureRef, Section, Table, method_name, metric_name, render_html, render_markdown
 from study.results import REPORT_DIR, write_csv, write_json
 
@@ -392,6 +393,22 @@ def cells_shown(rows: pd.DataFrame, links: dict[str, str]) -> pd.DataFrame:
     } for row in rows.itertuples()])
 
 
+def absolute_shown(rows: pd.DataFrame, cells_dir: Path, confidence: float) -> pd.DataFrame:
+    """Per configuration, its longest cell's absolute test scores per method (mean [CI over class splits] of
+    precision@1, R-precision and MAP@R, PML-style), the objective's difference in % of Fixed AdaCos's beside."""
+    answered = rows[rows["primary"].astype(bool) | (rows["regime"] == "long")].assign(
+        data=lambda frame: frame["longer_of"].where(frame["longer_of"].notna(), frame["configuration"]))
+    tables = []
+    for cell in answered.sort_values("iterations", kind="stable").drop_duplicates("data", keep="last").itertuples():
+        runs = pd.read_csv(cells_dir / cell.cell / REPORT_DIR / "tables" / "run_scores.csv")
+        methods = list(dict.fromkeys(runs["method"]))
+        shown = study_absolute_shown(runs, methods, confidence, cell.metric.removeprefix("test_"))
+        shown.insert(0, "configuration", f"{cell.data} ({fmt.iteration_number(cell.iterations)} it"
+                                          + (", converged" if cell.converged else "") + ")")
+        tables.append(shown)
+    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+
+
 def tuners_shown(tuners: pd.DataFrame, labels: dict[str, str]) -> pd.DataFrame:
     return pd.DataFrame([{
         "configuration": row.configuration, "tuner": labels[row.cell],
@@ -540,6 +557,12 @@ def aggregate_benchmark(plan_path: str | Path, report_dir: str | Path, *, label:
     sections = [Section("The answer in a minute", card_blocks(card(arcface, wins, rows),
                                                               "The answer below gives every method, the intervals "
                                                               "and the cells behind it.")),
+                Section("Absolute scores", [Table(absolute_shown(rows, cells_dir, confidence),
+                                                  "Absolute test scores per configuration (its longest cell), mean "
+                                                  f"[{confidence:.0%} t interval over class splits], and the "
+                                                  "difference in % of Fixed AdaCos's score",
+                                                  summary="Show each method's precision@1, R-precision and MAP@R "
+                                                          "per configuration")]),
                 Section("Answer", answer),
                 Section("Sources", [Table(sources_shown(rows, cells_dir), "The independent data sources pooled "
                                                                           "over, and how far each reaches")]),

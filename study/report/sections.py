@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from study.analysis import REFERENCE_METHOD, TEST_PREFIX, StudyAnalysis, count_or_none
+from study.analysis import (ABSOLUTE_METRICS, REFERENCE_METHOD, TEST_PREFIX, StudyAnalysis, absolute_scores,
+                            count_or_none)
 from study.config import StudyParams
 from study.published import ADACOS_PAPER_CROSSOVER_ITERATIONS, published_setup
 import study.report.formats as fmt
 from study.report.document import Bullets, Section, Table
 from study.report.formats import loss_name, method_name, metric_name, trials_interval
 from study.report.reproduction import reproduction_section
-from study.report.answer_card import card_blocks, study_card
+from study.report.answer_card import card_blocks, share, study_card
 from study.report.beside import BENCHMARK_NUMBERS, benchmark_section, beside_benchmark
 from study.report.verdict import (STATISTICS_OPENING, break_even_intervals, detectable_words, interval_notes,
                                   key_numbers, overtaking_sentence, verdict_sentences)
@@ -172,6 +173,28 @@ def _difference_cell(row) -> str:
     if row["significant"]:
         return cell
     return cell + (" (equivalent)" if row["equivalent"] else " (n.s.)")
+
+
+def absolute_shown(run_scores: pd.DataFrame, methods: list[str], confidence: float, objective: str) -> pd.DataFrame:
+    """Each method's absolute test scores (mean [CI]) on the retrieval metrics papers lead with, PML-style, and its
+    objective's difference to Fixed AdaCos in % of Fixed AdaCos's score beside them."""
+    scores = absolute_scores(run_scores, methods, confidence).set_index(["method", "metric"])
+    if scores.empty:
+        return pd.DataFrame()
+    reference = (scores.loc[(REFERENCE_METHOD, objective), "mean"] if (REFERENCE_METHOD, objective) in scores.index
+                 else math.nan)
+    rows = []
+    for method in methods:
+        row = {"method": method_name(method)}
+        for metric in ABSOLUTE_METRICS:
+            found = scores.loc[(method, metric)] if (method, metric) in scores.index else None
+            row[metric_name(metric)] = ("n/a" if found is None else f"{fmt.score(found['mean'])} "
+                                        f"[{fmt.score(found['low'])}, {fmt.score(found['high'])}]")
+        mean = scores.loc[(method, objective), "mean"] if (method, objective) in scores.index else math.nan
+        row[f"{metric_name(objective)} vs Fixed AdaCos"] = ("reference" if method == REFERENCE_METHOD else
+                                                            share(mean - reference, reference))
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def final_section(analysis: StudyAnalysis, figures: dict) -> Section:
@@ -521,6 +544,13 @@ def answer_section(analysis: StudyAnalysis, figures: dict) -> Section:
     blocks = [f"**{sentences[0]}**"]
     if "tuning_trials" in figures:
         blocks.append(figures["tuning_trials"])
+    absolute = absolute_shown(analysis.run_scores, analysis.methods, analysis.confidence, analysis.objective)
+    if len(absolute):
+        runs = analysis.run_scores
+        over = ("class splits (each split's seeds averaged)" if "split" in runs and runs["split"].nunique() > 1
+                else "seeds")
+        blocks.append(Table(absolute, f"Absolute test scores first: mean [{analysis.confidence:.0%} t interval over "
+                                      f"{over}], and the difference in % of Fixed AdaCos's score"))
     numbers = key_numbers(analysis)
     if len(numbers):
         blocks.append(Table(numbers, "The numbers behind the recommendation, one claim a row"))

@@ -130,7 +130,7 @@ def metrics_summary(analysis: StudyAnalysis, reproduction: pd.DataFrame | None =
 def headline_metrics(summary: dict) -> dict:
     """What `dvc metrics show` and `dvc exp show` read (headline.json, DVC's metric): the recommendation, tuned −
     Fixed AdaCos on the objective with its confidence interval, both methods' test means, and the break-even in
-    trials (null when not reached). A few flat keys, rounded as the report states them, so that a row fits 120
+    trials (null unless its interval shows it). A few flat keys, rounded as the report states them, so that a row fits 120
     columns; metrics.json keeps every number at full precision."""
     verdict = summary["verdict"]
     tuned = verdict.get("tuned") or {}
@@ -139,12 +139,14 @@ def headline_metrics(summary: dict) -> dict:
     return {"recommendation": verdict.get("recommendation"),
             "difference": _rounded(tuned.get("difference")), "low": _rounded(tuned.get("low")),
             "high": _rounded(tuned.get("high")), "fixed_adacos": _rounded(verdict.get("reference_test_mean")),
-            "tuned": _rounded(verdict.get("tuned_test_mean")), "break_even": even.get("trials")}
+            # A break-even only where its interval shows it, as the report states it; a point estimate alone is null.
+            "tuned": _rounded(verdict.get("tuned_test_mean")),
+            "break_even": even.get("trials") if even.get("shown") else None}
 
 
 def _rounded(value, decimals: int = 4):
     """A score or difference to the report's four decimals (None stays None)."""
-    return None if value is None else round(float(value), decimals)
+    return None if value is None else round(float(value), decimals) + 0.0  # + 0.0: no "-0" for a tiny negative
 
 
 def _tuning_wide(analysis: StudyAnalysis, kind: str) -> pd.DataFrame:
