@@ -877,7 +877,7 @@ def test_bands_are_drawn_only_where_the_interval_is_valid_and_the_panel_says_so(
     (band,) = [c for c in ax.collections if isinstance(c, PolyCollection)]
     assert band.get_paths()[0].vertices[:, 0].max() == pytest.approx(valid_to)
     assert f"band for n ≤ {valid_to} only" in ax.get_title()
-    assert "no valid band" in _panel_of(figure, "control:fixed_adacos")[0].get_title()
+    assert "too few runs for a band" in _panel_of(figure, "control:fixed_adacos")[0].get_title()
 
 
 def test_convergence_bands_do_not_overlap_and_are_light(written):

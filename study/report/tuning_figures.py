@@ -74,7 +74,7 @@ def _valid_band_note(curve: pd.DataFrame) -> str:
     if valid.all():
         return ""
     if not valid.any():
-        return "no valid band"
+        return "too few runs for a band"
     return f"band for n ≤ {int(curve.loc[valid, 'n'].max())} only"
 
 
@@ -142,7 +142,8 @@ def draw_tuning(analysis: StudyAnalysis, styles: dict, x: str, measured_on: str 
             ax.axhline(target, color=styles.get(REFERENCE_METHOD, GREY).colour, linestyle=":", linewidth=1.4,
                        zorder=3, label="target: Fixed AdaCos, one run")
         notes = _mark_break_even(ax, analysis, method, curve, x, style.colour) if search else []
-        title = f"{loss_name(method)} tuned,\nn trials" if search else f"{method_name(method)},\nbest of n seeds"
+        title = (f"{loss_name(method)}: the trial val\nselects among n" if search
+                 else f"{method_name(method)}: the best\nof n seeds by val")
         notes.append(_valid_band_note(curve))
         ax.set_title("\n".join([title, *(f"({note})" for note in notes if note)]))
         shown += [*curve["expected_test"], *curve["low"].dropna(), *curve["high"].dropna()]

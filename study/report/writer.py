@@ -269,13 +269,8 @@ def _write_all(analysis: StudyAnalysis, params: StudyParams, manifest: dict, env
     }
     confidence = f"{analysis.confidence:.0%}"
     captions = {
-        "tuning_trials": "What n runs buy on held-out data, one panel per curve so that none hides another (grey "
-                         "behind: the other panels' curves): the expected test score of the run val selects among n "
-                         "tuning trials, or among n seeds of an untuned method (the budget-matched control). Bands are "
-                         f"{confidence} studentised intervals, drawn only where valid (a panel's title says when they "
-                         "stop). The dotted line is Fixed AdaCos's mean test score of one run, the one-run target; "
-                         "at an equal number of trainings, compare a search with Fixed AdaCos's own curve (the "
-                         "budget-matched control). "
+        "tuning_trials": "What n trainings buy on test: the run val selects among n ArcFace trials, or among n seeds "
+                         "of an untuned method; dotted: one Fixed AdaCos run. Compare at equal n. "
                          + break_even_note(analysis),
         "tuning_seconds": "The same against the device-seconds those runs cost (log scale), measured on "
                           f"{measurement_conditions(params, environment)}: the seconds compare methods within this "
