@@ -23,7 +23,7 @@ from study.benchmark import aggregate_benchmark, pooled_table, tuner_table
 from study.benchmark.cells import (NEAR_FLOOR_SCORE, cell_plateau, cell_rows, comparison_outcome, convergence_iterations,
                                    tuning_curve)
 from study.benchmark.meta import (RELATIVE_MARGIN, best_untuned, beyond_margin_from, converged_cells, judgement,
-                                  longer_table, margin_reading, trend_in_classes, value_at)
+                                  length_by_source, longer_table, margin_reading, trend_in_classes, value_at)
 from study.benchmark.report import JUDGEMENT_WORDS, pct, pct_interval, read_cells
 from study.config import AnalysisConfig
 
@@ -678,8 +678,8 @@ def test_the_training_length_sentence_reads_each_convergence_as_reached_or_not()
 
     from study.benchmark.report import longer_sentences
 
-    row = {"configuration": "glyphs-open-c100", "method": "arcface_tuned", "short_iterations": 234,
-           "long_iterations": 2340, "short_difference": -0.0074, "long_difference": 0.0535, "change": 0.0609,
+    row = {"configuration": "glyphs-open-c100", "long_cell": "glyphs-open-c100-long", "method": "arcface_tuned",
+           "short_iterations": 234, "long_iterations": 2340, "short_difference": -0.0074, "long_difference": 0.0535, "change": 0.0609,
            "change_low": 0.0292, "change_high": 0.0925, "reference_short_converged_at": math.nan,
            "reference_long_converged_at": math.nan, "short_converged_at": math.nan, "long_converged_at": 880.0}
     sentence, = longer_sentences(pd.DataFrame([row]))
@@ -701,6 +701,23 @@ def test_the_headline_takes_each_datas_longest_converged_cell():
         {"cell": "a-tpe", "configuration": "a", "longer_of": None, "primary": False, "regime": "short",
          "iterations": 100, "converged": True, "relative": 0.03, "relative_se": 0.01, "method": "arcface_tuned"}])
     assert converged_cells(rows)["cell"].tolist() == ["a-long"]  # b still improving; a-tpe another tuner's cell
+
+
+def test_training_length_per_source_sets_the_short_mean_beside_the_converged_one():
+    def cell(name, source, regime, iterations, converged, relative, longer_of=None):
+        return {"cell": name, "configuration": name, "source": source, "longer_of": longer_of,
+                "primary": regime == "short", "regime": regime, "iterations": iterations, "converged": converged,
+                "relative": relative, "relative_se": 0.01, "method": "arcface_tuned"}
+    rows = pd.DataFrame([cell("g50", "glyphs", "short", 100, False, 0.01),
+                         cell("g100", "glyphs", "short", 200, False, 0.03),
+                         cell("g100-conv", "glyphs", "long", 4000, True, 0.05, "g100"),
+                         cell("d", "digits", "short", 96, False, -0.02)])
+    table = length_by_source(rows).set_index("source")
+    assert table.loc["glyphs", "short_relative"] == pytest.approx(0.02)
+    assert table.loc["glyphs", "short_iterations"] == "100–200"
+    assert table.loc["glyphs", "converged_relative"] == pytest.approx(0.05)
+    assert table.loc["glyphs", "converged_cells"] == 1
+    assert table.loc["digits", "converged_cells"] == 0 and math.isnan(table.loc["digits", "converged_relative"])
 
 
 def test_a_class_count_range_where_a_method_beats_fixed_adacos_beyond_the_margin():

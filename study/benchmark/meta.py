@@ -334,6 +334,30 @@ def longer_table(rows: pd.DataFrame, convergence: dict[str, dict[str, float]], c
     return pd.DataFrame(table)
 
 
+def _span(cells: pd.DataFrame) -> str:
+    """The cells' training iterations: '96', '186–230', or '' for none."""
+    if cells.empty:
+        return ""
+    low, high = int(cells["iterations"].min()), int(cells["iterations"].max())
+    return f"{low:,}" if low == high else f"{low:,}–{high:,}"
+
+
+def length_by_source(rows: pd.DataFrame, method: str = "arcface_tuned") -> pd.DataFrame:
+    """Training length as a moderator: per source, `method` − Fixed AdaCos (in % of Fixed AdaCos's score) averaged
+    over its short-regime configurations and over its converged cells (those the headline pools), with the counts."""
+    short = rows[poolable(rows) & (rows["regime"] == "short") & (rows["method"] == method)]
+    converged = converged_cells(rows)
+    converged = converged[converged["method"] == method]
+    table = []
+    for source in sorted(set(short["source"]) | set(converged["source"])):
+        mine, done = short[short["source"] == source], converged[converged["source"] == source]
+        table.append({"source": source, "short_configurations": len(mine), "short_iterations": _span(mine),
+                      "short_relative": float(mine["relative"].mean()) if len(mine) else math.nan,
+                      "converged_cells": len(done), "converged_iterations": _span(done),
+                      "converged_relative": float(done["relative"].mean()) if len(done) else math.nan})
+    return pd.DataFrame(table)
+
+
 def benchmark_seconds(rows: pd.DataFrame) -> dict:
     """Device-seconds the benchmark trained: every cell's searches and tuned runs, and the untuned methods' final runs
     once per configuration (the other tuners' cells restore those from DVC's run cache)."""

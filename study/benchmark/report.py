@@ -20,7 +20,8 @@ from study.benchmark.figures import figure_forest, figure_methods, figure_tuners
 from study.benchmark.long_cell import LEARNING_CURVE_CELL, overtaking_sentences
 from study.benchmark.pipelines import cell_finished
 from study.benchmark.meta import (RELATIVE_MARGIN, SCOPES, UNTUNED, benchmark_seconds, best_untuned, beyond_margin_from,
-                                  longer_table, pooled_coverage, pooled_table, trend_in_classes, tuner_table)
+                                  length_by_source, longer_table, pooled_coverage, pooled_table, trend_in_classes,
+                                  tuner_table)
 from study.losses import fixed_adacos_scale
 from study.published import MLRC_ARCFACE
 from study.report.answer_card import AnswerCard, card_blocks
@@ -210,7 +211,7 @@ def longer_sentences(longer: pd.DataFrame) -> list[str]:
     if longer.empty:
         return ["No long-regime cell has finished: training length is not yet answered."]
     sentences = []
-    for configuration, group in longer.groupby("configuration", sort=False):
+    for (configuration, _), group in longer.groupby(["configuration", "long_cell"], sort=False):  # each longer cell
         tuned = group[group["method"] == "arcface_tuned"]
         if tuned.empty:
             continue
@@ -409,6 +410,17 @@ def absolute_shown(rows: pd.DataFrame, cells_dir: Path, confidence: float) -> pd
     return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 
 
+def length_shown(rows: pd.DataFrame) -> pd.DataFrame:
+    """meta.length_by_source as the reader sees it."""
+    return pd.DataFrame([{
+        "source": row.source, "short: configurations (iterations)": f"{row.short_configurations} "
+                                                                   f"({row.short_iterations or 'none'})",
+        "short: tuned ArcFace − Fixed AdaCos": pct(row.short_relative),
+        "converged: cells (iterations)": f"{row.converged_cells} ({row.converged_iterations or 'none yet'})",
+        "converged: tuned ArcFace − Fixed AdaCos": pct(row.converged_relative)}
+        for row in length_by_source(rows).itertuples()])
+
+
 def tuners_shown(tuners: pd.DataFrame, labels: dict[str, str]) -> pd.DataFrame:
     return pd.DataFrame([{
         "configuration": row.configuration, "tuner": labels[row.cell],
@@ -587,6 +599,9 @@ def aggregate_benchmark(plan_path: str | Path, report_dir: str | Path, *, label:
                     slope_sentence(slope), *longer_sentences(longer),
                     *_linked(overtaking_sentences(cells_dir / LEARNING_CURVE_CELL), cells_dir, report_dir),
                     *_learning_curve_figure(cells_dir / LEARNING_CURVE_CELL, report_dir),
+                    Table(length_shown(rows), "Training length as a moderator: tuned ArcFace − Fixed AdaCos in % "
+                                              "of Fixed AdaCos's score per source, short regime against converged "
+                                              "cells (means over each source's configurations)"),
                     Table(convergence_shown(rows), "Convergence per cell by the plateau rule of docs/analysis.md "
                                                    "(declared before the converged runs)")]),
                 Section("Published comparisons", _published_blocks(pooled))]
