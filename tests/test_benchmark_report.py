@@ -703,6 +703,16 @@ def test_the_headline_takes_each_datas_longest_converged_cell():
     assert converged_cells(rows)["cell"].tolist() == ["a-long"]  # b still improving; a-tpe another tuner's cell
 
 
+def test_a_selected_s_near_either_end_of_the_log_range_counts_as_at_its_edge():
+    from study.benchmark.cells import splits_at_edge
+
+    # On [1, 128] (log-width ln 128), 5% of it is a factor 128 ** 0.05 ≈ 1.27 from either end.
+    landscape = pd.DataFrame({"loss": "arcface", "best": [True, True, True, True, False],
+                              "s": [1.2, 1.3, 100.0, 128.0, 1.0], "split": [0, 1, 2, 3, 0]})
+    assert splits_at_edge(landscape, "arcface", (1.0, 128.0)) == 2  # 1.2 and 128; 1.3 and 100 inside; 1.0 not best
+    assert splits_at_edge(landscape, "arcface", (0.25, 512.0)) == 0
+
+
 def test_training_length_per_source_sets_the_short_mean_beside_the_converged_one():
     def cell(name, source, regime, iterations, converged, relative, longer_of=None):
         return {"cell": name, "configuration": name, "source": source, "longer_of": longer_of,

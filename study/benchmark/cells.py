@@ -16,6 +16,7 @@ from study.analysis import (REFERENCE_METHOD, TEST_PREFIX, count_or_none, expect
                             paired_differences, seed_luck, standard_error_floor)
 from study.analysis.convergence import PLATEAU_RISE, plateau_rise, plateau_table
 from study.analysis.verdict import difference_row, recommendation_rule
+from study.config import load_params
 from study.data import is_synthetic_source
 from study.losses import fixed_adacos_scale
 from study.results import REPORT_DIR, read_csv, read_json
@@ -71,6 +72,19 @@ def scale_ratios(landscape: pd.DataFrame, loss: str, train_classes: int) -> np.n
     """Each class split's best s over AdaCos's s_f = √2·ln(C − 1) at the cell's training class count."""
     best = landscape[(landscape["loss"] == loss) & landscape["best"].astype(bool)]
     return best["s"].astype(float).to_numpy() / fixed_adacos_scale(train_classes) if train_classes >= 3 else np.array([])
+
+
+# A selected s this close to an end of the searched range (as a share of its log-width) says the range may cut the
+# optimum off: the search should have reached further.
+EDGE_SHARE = 0.05
+
+
+def splits_at_edge(landscape: pd.DataFrame, loss: str, s_range) -> int:
+    """How many class splits selected an s within EDGE_SHARE of either end of the log-uniform range `s_range`."""
+    best = landscape[(landscape["loss"] == loss) & landscape["best"].astype(bool)]["s"].astype(float).to_numpy()
+    low, high = np.log(float(s_range[0])), np.log(float(s_range[1]))
+    where = (np.log(best) - low) / (high - low)
+    return int(((where <= EDGE_SHARE) | (where >= 1 - EDGE_SHARE)).sum())
 
 
 def importance_of_s(landscape: pd.DataFrame, loss: str, seed: int = 0) -> float:
@@ -139,7 +153,14 @@ def _search_facts(directory: Path, loss: str, facts: dict, landscape: pd.DataFra
         "s_ratio_high": float(ratios.max()) if ratios.size else math.nan,
         "best_m_median": float(trials.loc[trials["best"].astype(bool), "m"].median()) if len(trials) else math.nan,
         "importance_s": importance_of_s(landscape, loss),
+        "s_range": "–".join(f"{value:g}" for value in _s_range(directory)),
+        "s_edge_splits": splits_at_edge(landscape, loss, _s_range(directory)),
     }
+
+
+def _s_range(directory: Path) -> tuple[float, float]:
+    """The cell's searched s range, from its params.yaml (the code's default where the file leaves it out)."""
+    return tuple(load_params(directory / "params.yaml").search.s_range)
 
 
 def cell_plateau(directory: str | Path) -> tuple[dict[str, float], str]:

@@ -291,14 +291,25 @@ def score_table(summary: pd.DataFrame, configuration: str) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def reversal_table(swaps: pd.DataFrame) -> pd.DataFrame:
+    """The reversals as the report shows them: who leads where, each difference with its interval, and the verdict."""
+    return pd.DataFrame([{"between": f"{factor_label(swap['factor_a'])} and {factor_label(swap['factor_b'])}",
+                          "pair (ahead − behind at the first)": f"{method_name(swap['ahead'])} − "
+                                                               f"{method_name(swap['behind'])}",
+                          "at the first": _difference(swap["difference_a"], swap["low_a"], swap["high_a"]),
+                          "at the second": _difference(swap["difference_b"], swap["low_b"], swap["high_b"]),
+                          "beyond noise": "yes" if swap["beyond_noise"] else "no"}
+                         for swap in swaps.to_dict("records")])
+
+
 def configuration_section(runs: pd.DataFrame, summary: pd.DataFrame, swaps: pd.DataFrame, chosen: pd.DataFrame,
                           configuration: str, objective: str = "") -> Section:
     """One configuration's answer: whether the ranking changes (and which pairs swap), val's choice, the scores."""
     own = swaps[swaps["configuration"] == configuration]
+    resolved = own[own["beyond_noise"].astype(bool)]
     blocks = [verdict_sentence(swaps, configuration)]
-    if not own.empty:
-        blocks.append("Reversals of the order by mean test score: " + "; ".join(
-            swap_sentence(swap) for swap in own.to_dict("records")) + ".")
+    if not resolved.empty:  # the reversals that decide, in words; every reversal is in the table below
+        blocks.append("Resolved: " + "; ".join(swap_sentence(swap) for swap in resolved.to_dict("records")) + ".")
     blocks += [chosen_sentence(chosen, configuration), chosen_ranking_sentence(summary, chosen, configuration)]
     blocks += [text for text in (plateau_sentence(runs, configuration), divergence_sentence(runs, configuration))
                if text]
@@ -306,6 +317,10 @@ def configuration_section(runs: pd.DataFrame, summary: pd.DataFrame, swaps: pd.D
     blocks.append(Table(score_table(summary, configuration),
                         caption=f"Mean {scored} over class splits (seed 0), 95% t interval, rank at that learning "
                                 "rate."))
+    if not own.empty:
+        blocks.append(Table(reversal_table(own), caption="Every pair of methods whose order by mean test score "
+                            "reverses: the paired difference (same class splits) at each learning rate, 95% t "
+                            "interval."))
     return Section(configuration, blocks)
 
 
