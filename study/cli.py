@@ -238,6 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
                            help="with --add: a params key of the new configuration, e.g. data.dataset=folder:/data")
     benchmark.add_argument("--list", action="store_true",
                            help="list the cells, their planned trainings and whether each is finished; run nothing")
+    benchmark.add_argument("--report-only", action="store_true",
+                           help="train nothing: pool the cells finished so far into the report (the others named "
+                                "there as declared but not finished)")
     benchmark.set_defaults(handler=_benchmark_command)
     return parser
 
@@ -347,7 +350,7 @@ def _benchmark_command(args: argparse.Namespace) -> int:
             print(f"{cell.name:28} {facts['source']:14} {facts['planned_runs']:9} {iterations:>10}  "
                   f"{'to run' if cell.name in pending else 'finished'}")
         return 0
-    written = run_benchmark(plan, out, report_dir, args.rerun)
+    written = run_benchmark(plan, out, report_dir, args.rerun, report_only=args.report_only)
     print("\n".join(str(path) for path in written.values()))
     return 0
 

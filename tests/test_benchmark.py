@@ -172,11 +172,15 @@ def test_the_benchmark_writes_each_cells_pipeline_and_an_aggregate_reading_commi
     stage = yaml.safe_load((root / "bench" / "dvc.yaml").read_text())["stages"]["aggregate"]
     assert stage["cmd"] == ("python -m stages.benchmark_report --plan plan.json --report-dir ../reports/bench "
                             "--label bench --dpi 120")
-    # Only files a finished cell commits: its report's metrics and tables (never data/ or results/).
-    cell_deps = [dep for dep in stage["deps"] if dep.split("/")[0] in benchmark.cells]
-    assert cell_deps == [f"{name}/{path.as_posix()}" for name in benchmark.cells for path in CELL_INPUTS]
-    assert all(dep.split("/")[1] == "reports" for dep in cell_deps)
+    # Only files a finished cell commits, of the cells finished now: none yet.
+    assert not [dep for dep in stage["deps"] if dep.split("/")[0] in benchmark.cells]
     assert "plan.json" in stage["deps"] and "../stages/benchmark_report.py" in stage["deps"]
+    finished_cell(root / "bench" / "glyphs-open", plan.cells[2].params)
+    write_benchmark(plan, "bench", "reports/bench", log=lambda message: None)
+    stage = yaml.safe_load((root / "bench" / "dvc.yaml").read_text())["stages"]["aggregate"]
+    cell_deps = [dep for dep in stage["deps"] if dep.split("/")[0] in benchmark.cells]
+    assert cell_deps == [f"glyphs-open/{path.as_posix()}" for path in CELL_INPUTS]  # its report's metrics and tables
+    assert all(dep.split("/")[1] == "reports" for dep in cell_deps)  # never data/ or results/
     assert json.loads((root / "bench" / "plan.json").read_text())["title"] == "A tiny benchmark"
     assert "/*/results/trials/" in (root / "bench" / ".gitignore").read_text()
     before = {path: path.read_bytes() for path in (root / "bench").rglob("*") if path.is_file()}

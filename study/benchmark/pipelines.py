@@ -57,18 +57,25 @@ def write_benchmark(plan: BenchmarkPlan, out_dir: str | Path = DEFAULT_OUT,
     cells = {cell.name: write_study(project, cell.name, cell.params, cell.origin, UNIT,
                                     frozen=cell.name not in pending) for cell in plan.cells}
     write_generated(project.root / PLAN_FILE, plan.to_json(), mark="")  # JSON has no mark: plan.json is always ours
+    aggregate = write_benchmark_aggregate(project, plan)
+    log(f"{len(cells)} cells in {project.relative(project.root, project.repository)}/: {', '.join(cells)}")
+    return Benchmark(project, cells, aggregate, {name: project.report_dir / name for name in REPORT_OUTS})
+
+
+def write_benchmark_aggregate(project: Project, plan: BenchmarkPlan) -> Path:
+    """The aggregate's stage, reading the committed files of the cells finished now (a cell still to run is named
+    in the report as declared but not finished; rewritten once it lands)."""
     command = ["python", "-m", "stages.benchmark_report", "--plan", PLAN_FILE, "--report-dir",
                project.relative(project.report_dir), "--label", project.relative(project.root, project.repository),
                "--dpi", str(plan.cells[0].params.report.dpi)]
-    inputs = [PLAN_FILE, *(f"{cell.name}/{PurePosixPath(path).as_posix()}" for cell in plan.cells
+    finished = [cell for cell in plan.cells if cell_finished(project.root / cell.name, plain_params(cell.params))]
+    inputs = [PLAN_FILE, *(f"{cell.name}/{PurePosixPath(path).as_posix()}" for cell in finished
                            for path in CELL_INPUTS)]
     if (project.root / LEARNING_CURVE_CELL / "reports").is_dir():  # the 20,000-iteration cell, once it reported
         inputs += [f"{LEARNING_CURVE_CELL}/{path}" for path in LEARNING_CURVE_INPUTS]
     inputs += [f"../results/budget_matched/{path.name}"  # the control at the searches' real budget, where measured
                for path in sorted((project.root.parent / "results" / "budget_matched").glob("*_gap.csv"))]
-    aggregate = write_aggregate(project, command, inputs, AGGREGATE_MODULES, REPORT_OUTS)
-    log(f"{len(cells)} cells in {project.relative(project.root, project.repository)}/: {', '.join(cells)}")
-    return Benchmark(project, cells, aggregate, {name: project.report_dir / name for name in REPORT_OUTS})
+    return write_aggregate(project, command, inputs, AGGREGATE_MODULES, REPORT_OUTS)
 
 
 # --- which cells are finished ------------------------------------------------------------------------------
@@ -197,7 +204,14 @@ def reproduce_benchmark(benchmark: Benchmark, plan: BenchmarkPlan, rerun: Sequen
         log(f"cell {cell.name} finished: `git add {folder}` and commit it to keep it on a fresh clone")
     if failures:
         raise StudiesError("\n".join(failures))
-    reproduce(project, [benchmark.aggregate], log, options=["--single-item"], unit=UNIT, runner="benchmark")
+    reproduce_aggregate(benchmark, plan, log=log)
+
+
+def reproduce_aggregate(benchmark: Benchmark, plan: BenchmarkPlan, *, log: Log = to_stderr) -> None:
+    """The aggregate alone, over the cells finished now (--single-item: it reads only their committed files)."""
+    write_benchmark_aggregate(benchmark.project, plan)
+    reproduce(benchmark.project, [benchmark.aggregate], log, options=["--single-item"], unit=UNIT,
+              runner="benchmark")
 
 
 def default_locations(quick: bool) -> tuple[Path, Path, Path]:
@@ -206,10 +220,14 @@ def default_locations(quick: bool) -> tuple[Path, Path, Path]:
 
 
 def run_benchmark(plan_path: str | Path = FULL_PLAN, out_dir: str | Path = DEFAULT_OUT,
-                  report_dir: str | Path = DEFAULT_REPORT_DIR, rerun: Sequence[str] = (), *,
+                  report_dir: str | Path = DEFAULT_REPORT_DIR, rerun: Sequence[str] = (), *, report_only: bool = False,
                   log: Log = to_stderr) -> dict[str, Path]:
-    """Write the benchmark's pipelines and reproduce what is not finished; return the report's files."""
+    """Write the benchmark's pipelines and reproduce what is not finished (with `report_only`, only the aggregate
+    over the cells finished so far); return the report's files."""
     plan = load_plan(plan_path)
     benchmark = write_benchmark(plan, out_dir, report_dir, rerun, log=log)
-    reproduce_benchmark(benchmark, plan, rerun, log=log)
+    if report_only:
+        reproduce_aggregate(benchmark, plan, log=log)
+    else:
+        reproduce_benchmark(benchmark, plan, rerun, log=log)
     return benchmark.outputs
