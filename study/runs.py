@@ -63,7 +63,8 @@ def open_runs(method: str, loss: str, hyperparameters: dict, params: StudyParams
     """The runs study of `method`, with a trial queued for every seed of runs.seeds that has none done or under way
     (a done seed whose checkpoint under `root` is lost counts as none: see `retire_lost_checkpoints`)."""
     study = create_or_load(runs_study_name(method, loss, hyperparameters, params), storage, params.train.objective)
-    set_missing_user_attrs(study, {"kind": KIND, "method": method, "loss": loss, "hyperparameters": hyperparameters})
+    set_missing_user_attrs(study, {"kind": KIND, "method": method, "loss": loss, "hyperparameters": hyperparameters,
+                                   "split": params.data.seed})
     retire_lost_checkpoints(study, root)
     lost = lost_trials(study)
     trials = study.get_trials(deepcopy=False)

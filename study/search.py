@@ -200,7 +200,8 @@ def open_study(loss: str, params: StudyParams, storage, num_train: int, seed: in
     if seed is not None and existing and params.search.sampler != "random":
         # A resumed study with the original seed would draw its first points again (random search draws by trial).
         study.sampler = make_sampler(loss, params.search, sampler_seed(seed, repeat, existing))
-    set_missing_user_attrs(study, {"kind": KIND, "loss": loss, "repeat": repeat})
+    # What the dashboard shows beside the study's name (a hash of what it means): its loss and class split.
+    set_missing_user_attrs(study, {"kind": KIND, "loss": loss, "repeat": repeat, "split": params.data.seed})
     return study
 
 
