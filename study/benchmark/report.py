@@ -20,7 +20,7 @@ from study.benchmark.figures import figure_forest, figure_methods, figure_tuners
 from study.benchmark.long_cell import LEARNING_CURVE_CELL, overtaking_sentences
 from study.benchmark.pipelines import cell_finished
 from study.benchmark.meta import (RELATIVE_MARGIN, SCOPES, UNTUNED, benchmark_seconds, best_untuned, beyond_margin_from,
-                                  length_by_source, longer_table, pooled_coverage, pooled_table, trend_in_classes,
+                                  converged_cells, length_by_source, longer_table, pooled_coverage, pooled_table, trend_in_classes,
                                   tuner_table)
 from study.losses import fixed_adacos_scale
 from study.published import MLRC_ARCFACE
@@ -109,8 +109,8 @@ def card(arcface: dict, wins: list[dict], rows: pd.DataFrame) -> AnswerCard:
     first = (pick[arcface["judgement"]] if predicts else
              f"No general pick yet: tuned ArcFace and Fixed AdaCos converged in {fmt.plural(converged, 'cell')}, too "
              "few to predict new data.")
-    classes = rows.loc[rows["primary"].astype(bool), "train_classes"]
-    condition = (f"It holds trained to convergence, {arcface['sources']} sources, {classes.min():,}–{classes.max():,} "
+    pooled = converged_cells(rows[rows["method"] == "arcface_tuned"])["train_classes"]  # the cells it rests on
+    condition = (f"It holds trained to convergence, {arcface['sources']} sources, {pooled.min():,}–{pooled.max():,} "
                  "classes" if predicts else
                  f"Trained short, expect {pct_interval(arcface['short_prediction_low'], arcface['short_prediction_high'])}"
                  " on new data")
