@@ -50,7 +50,11 @@ def setup_section(analysis: StudyAnalysis, params: StudyParams, manifest: dict) 
         f"Training (identical for every loss): {train.optimizer}, lr {train.lr:g}, weight decay "
         f"{train.weight_decay:g}, {train.schedule} schedule, {train.epochs} epochs"
         + (f" capped at {train.max_iterations} iterations" if train.max_iterations else "")
-        + f", batch {train.batch_size}, val evaluated every {train.eval_every} iterations.",
+        + f", batch {train.batch_size}, "
+        + (f"val evaluated at about {train.eval_points} log-spaced iterations (half-way and the last among them)"
+           if train.eval_points else f"val evaluated every {train.eval_every} iterations")
+        + (", the weights val scored best kept (early stopping)." if train.checkpoint == "best_val"
+           else ", the last weights kept."),
         f"Objective: val {metric_name(analysis.objective)} (`{analysis.objective}`) selects; final runs at seeds "
         f"{', '.join(map(str, params.runs.seeds))}, every method at the same seeds (same initialisation and data "
         "order, so the comparisons pair by seed). Each search trial trains at its own seed, derived from the search "
