@@ -33,6 +33,10 @@ Higgins–Thompson–Spiegelhalter interval) beside pool_across_sources' predict
 (the headline method's cells off the floor, relative scale), in the same worlds as `--only pooled` and in worlds
 whose configuration sd is a quarter of it; `--worlds` per setting (`--true-effect-out`,
 benchmarks/results/true_effect_coverage.csv).
+
+`--only absolute` measures the absolute scores' t interval over class splits (study.analysis.absolute_scores) in
+worlds at the default study's own split and seed sds, with normal and skewed split effects
+(benchmarks/results/absolute_coverage.csv).
 """
 
 import argparse
@@ -65,7 +69,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--studies", type=int, default=500, help="simulated studies per world")
     parser.add_argument("--out", default="benchmarks/results/coverage.csv")
-    parser.add_argument("--only", choices=("coverage", "verdict", "decisions", "pooled", "three-level", "true-effect"),
+    parser.add_argument("--only", choices=("coverage", "verdict", "decisions", "pooled", "three-level", "true-effect",
+                                           "absolute"),
                         help="run only one of the simulations")
     parser.add_argument("--plan", default="benchmarks/cells/plan.json", help="the benchmark whose design is simulated")
     parser.add_argument("--pooled-out", default="benchmarks/results/pooled_coverage.csv")
@@ -78,6 +83,9 @@ def main() -> None:
         return
     if args.only == "true-effect":
         measure_true_effect_coverage(args)
+        return
+    if args.only == "absolute":
+        measure_absolute_coverage(args)
         return
     if args.only in (None, "pooled"):
         measure_pooled_coverage(args)
@@ -104,6 +112,39 @@ def measure_coverage(args) -> None:
     print(f"\n{args.studies} studies per world and design: lowest coverage of the "
           f"intervals the report shows {shown['coverage'].min():.3f}, widest {shown['width_ratio'].max():.2f}× the "
           f"real spread ({time.perf_counter() - start:.0f} s); written to {args.out}")
+
+
+def measure_absolute_coverage(args) -> None:
+    """Coverage of the absolute scores' intervals (study.analysis.absolute_scores: each split's seeds averaged, a t
+    interval over splits), in worlds with a class-split effect and seed noise at the default study's own spreads
+    (reports/tables/run_scores.csv), normal and skewed; written beside args.out as absolute_coverage.csv."""
+    from study.analysis import absolute_scores
+
+    runs = pd.read_csv("reports/tables/run_scores.csv")
+    scores = runs[runs["method"] == "fixed_adacos"]
+    split_sd = float(scores.groupby("split")["test_map_at_r"].mean().std(ddof=1))
+    seed_sd = float(np.sqrt(scores.groupby("split")["test_map_at_r"].var(ddof=1).mean()))
+    rng = np.random.default_rng(0)
+    rows = []
+    for splits, seeds in ((3, 2), (4, 2), (3, 3)):
+        for shape in ("normal", "skewed"):
+            covered = 0
+            for _ in range(args.studies * 8):
+                effect = (rng.normal(0, split_sd, splits) if shape == "normal"  # skewed: a centred gamma, same sd
+                          else (rng.gamma(1.0, split_sd, splits) - split_sd))
+                test = 0.5 + np.repeat(effect, seeds) + rng.normal(0, seed_sd, splits * seeds)
+                frame = pd.DataFrame({"method": "m", "split": np.repeat(np.arange(splits), seeds),
+                                      "test_map_at_r": test})
+                found = absolute_scores(frame, ["m"], 0.95, metrics=("map_at_r",)).iloc[0]
+                covered += found["low"] <= 0.5 <= found["high"]
+            worlds = args.studies * 8
+            rows.append({"splits": splits, "seeds": seeds, "split_effect": shape, "split_sd": split_sd,
+                         "seed_sd": seed_sd, "worlds": worlds, "coverage": covered / worlds,
+                         "monte_carlo_se": float(np.sqrt(0.95 * 0.05 / worlds))})
+    table = pd.DataFrame(rows)
+    path = Path(args.out).with_name("absolute_coverage.csv")
+    table.to_csv(path, index=False)
+    print(table.round(4).to_string(index=False) + f"\nwritten to {path}")
 
 
 def measure_verdict_coverage(args) -> None:
