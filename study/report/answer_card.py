@@ -55,14 +55,17 @@ def _pick(facts: dict, searched: str) -> str:
         return f"No pick yet: no {tuned} run finished to compare with Fixed AdaCos."
     difference = share(row.get("difference"), reference)
     if reason == "tuning_better_beyond_margin":
-        return f"Tune {searched}: it beats Fixed AdaCos by {difference} of the score here, beyond the {margin} margin."
+        return (f"Tune {searched}: it beats Fixed AdaCos by {difference} of the score here, beyond the {margin} "
+                "margin.")
     if reason == "alternative_better_than_fixed_adacos":
         alternative = fmt.method_name(facts["recommendation"])
-        return f"Use {alternative}: it beats Fixed AdaCos here by more than the {margin} margin, and needs no tuning."
+        return (f"Use {alternative}: it beats Fixed AdaCos here by more than the {margin} margin, and needs no "
+                "tuning.")
     if reason == "adacos_significantly_better":
         return f"Use Fixed AdaCos: it beats {tuned} here ({difference} of the score) and needs no tuning."
     if reason == "equivalent":
-        return f"Use Fixed AdaCos: {tuned} is within {margin} of its score here ({difference}), and it needs no tuning."
+        return (f"Use Fixed AdaCos: {tuned} is within {margin} of its score here ({difference}), and it needs no "
+                "tuning.")
     if reason == "gain_within_margin":
         return (f"Use Fixed AdaCos: {tuned}'s gain here ({difference} of the score) is real but inside the {margin} "
                 "margin.")
@@ -85,13 +88,15 @@ def _conditions(plateau: pd.DataFrame, compared: list[str], manifest: dict) -> s
     still = [f"{fmt.method_name(method)} +{100 * found.loc[method, 'rise']:.0f}%" for method in compared
              if method in found.index and not found.loc[method, "converged"]]
     if still:
-        return f"It holds for {data} at {iterations} iterations, still improving ({', '.join(still)}): train longer to converge."
+        return (f"It holds for {data} at {iterations} iterations, still improving ({', '.join(still)}): train longer "
+                "to converge.")
     return f"It holds for {data} trained to convergence ({iterations} iterations)."
 
 
 def _cost(facts: dict, searched: str) -> str:
     """The third sentence: what the search cost, against one training of Fixed AdaCos."""
-    trials, seconds, splits = facts.get("search_trials"), facts.get("search_seconds"), (facts["tuned"] or {}).get("splits")
+    trials, seconds = facts.get("search_trials"), facts.get("search_seconds")
+    splits = (facts["tuned"] or {}).get("splits")
     if not trials:
         return f"No {searched} search finished, so its cost is not known."
     per = f" over {splits} splits" if splits and splits > 1 else ""
@@ -115,10 +120,12 @@ def study_card(facts: dict, plateau: pd.DataFrame, manifest: dict, searched: str
         how_sure.append((f"tuned {searched} − Fixed AdaCos, test {metric}",
                          f"{fmt.signed(row['difference'])} ({share(row['difference'], reference)}), "
                          f"{confidence:.0%} CI {fmt.interval(row['low'], row['high'])}"))
-        how_sure.append(("the margin that matters", f"±{row['margin']:.3g} ({share(row['margin'], reference).lstrip('+')}"
-                                                    " of Fixed AdaCos's score)"))
-        how_sure.append(("evidence", f"{row.get('splits') or 'n/a'} class splits × {row['pairs'] // max(row.get('splits') or 1, 1)}"
-                                     " seeds of one data source: it speaks for this data, not for a new one"))
+        margin_share = share(row["margin"], reference).lstrip("+")
+        how_sure.append(("the margin that matters", f"±{row['margin']:.3g} ({margin_share} of Fixed AdaCos's score)"))
+        splits = row.get("splits") or 1
+        runs = (f"{splits} class splits × {row['pairs'] // splits} seeds" if splits > 1
+                else f"{row['pairs']} paired seeds on one class split")
+        how_sure.append(("evidence", f"{runs} of one data source: it speaks for this data, not for a new one"))
         if not fmt.missing(row.get("low")):
             how_sure.append(("tests (Holm-corrected over the test metrics)",
                              f"equivalence p = {fmt.p_value(row['tost_p_holm'])}, difference p = "
