@@ -51,6 +51,7 @@ from scipy import optimize, stats
 
 from study.analysis import (SOURCE_SPREAD_PRIOR_SCALE, bayesian_true_effect, hartung_knapp_true_effect,
                             pool_across_sources, source_membership)
+from study.benchmark.meta import converged_cells
 from study.benchmark.report import read_cells
 from study.analysis.coverage import (CALIBRATED_SPREAD, SOURCE_RATIOS, coverage_table, decision_rates,
                                      source_pooling_coverage, true_effect_coverage, verdict_interval_coverage)
@@ -174,14 +175,17 @@ def measure_decisions(args) -> None:
           f"({time.perf_counter() - start:.0f} s); written to {decisions_path}")
 
 
-def benchmark_design(plan_path: str | Path) -> pd.DataFrame:
-    """One row per method and primary cell of the benchmark (long-regime cells left out), as the aggregate reads
-    them: its source, the method − Fixed AdaCos difference with its standard error floored at the seed noise and
-    that SE's df, and relative to Fixed AdaCos's score."""
+def benchmark_design(plan_path: str | Path, design: str = "short") -> pd.DataFrame:
+    """One row per method and cell of the benchmark as the aggregate pools them: the short regime's primary cells, or
+    (`design` "converged") the headline's converged cells; each with its source, the method − Fixed AdaCos difference
+    with its standard error floored at the seed noise and that SE's df, and relative to Fixed AdaCos's score."""
     plan_path = Path(plan_path)
     rows = read_cells(json.loads(plan_path.read_text(encoding="utf-8")), plan_path.parent)
-    primary = rows["primary"].astype(bool) & rows["longer_of"].isna()
-    rows = rows[primary & np.isfinite(rows["difference"]) & (rows["standard_error"] > 0)]
+    if design == "converged":
+        rows = converged_cells(rows)
+    else:
+        rows = rows[rows["primary"].astype(bool) & rows["longer_of"].isna()]
+    rows = rows[np.isfinite(rows["difference"]) & (rows["standard_error"] > 0)]
     return rows.assign(reference=rows["reference_test_mean"])
 
 
@@ -198,38 +202,41 @@ def measure_pooled_coverage(args) -> None:
     """Coverage of the pooled intervals in worlds with a source effect, with the benchmark's real design, per method
     and scale; written to args.pooled_out."""
     start = time.perf_counter()
-    design = benchmark_design(args.plan)
-    if design.empty:
-        print(f"no finished primary cell in {args.plan}: nothing to simulate")
-        return
-    design = design.assign(relative=design["difference"] / design["reference"],
-                           relative_se=design["standard_error"] / design["reference"])
     tables = []
-    for method, rows in design.groupby("method", sort=False):
-        if len(rows) < 3:
+    for regime in ("short", "converged"):  # the sensitivity row's design, and the headline's
+        design = benchmark_design(args.plan, regime)
+        if design.empty:
+            print(f"no finished {regime} cell in {args.plan}: nothing to simulate")
             continue
-        for scale, column, se_column in (("absolute", "difference", "standard_error"),
-                                         ("relative", "relative", "relative_se")):
-            sd, origin = configuration_sd(rows, column, se_column)
-            table = source_pooling_coverage(rows[se_column], rows["df"], rows["source"], sd,
-                                            benchmarks=args.benchmarks, seed=0)
-            tables.append(table.assign(method=method, scale=scale, configuration_sd_from=origin))
+        design = design.assign(relative=design["difference"] / design["reference"],
+                               relative_se=design["standard_error"] / design["reference"])
+        for method, rows in design.groupby("method", sort=False):
+            if len(rows) < 3:
+                continue
+            for scale, column, se_column in (("absolute", "difference", "standard_error"),
+                                             ("relative", "relative", "relative_se")):
+                sd, origin = configuration_sd(rows, column, se_column)
+                table = source_pooling_coverage(rows[se_column], rows["df"], rows["source"], sd,
+                                                benchmarks=args.benchmarks, seed=0)
+                tables.append(table.assign(design=regime, method=method, scale=scale, configuration_sd_from=origin))
     table = pd.concat(tables, ignore_index=True)
-    table = table[["method", "scale", *[column for column in table.columns if column not in ("method", "scale")]]]
+    first = ["design", "method", "scale"]
+    table = table[[*first, *[column for column in table.columns if column not in first]]]
+    design = benchmark_design(args.plan, "converged")
     Path(args.pooled_out).parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.pooled_out, index=False)
     headline = design[design["method"] == HEADLINE]
     print("\nthe design (" + HEADLINE + "): " + ", ".join(
         f"{row.configuration} [{row.source}] SE {row.standard_error:.5f} on {row.df:g} df ({row.se_from})"
         for row in headline.itertuples()))
-    wide = table.pivot_table(index=["method", "scale", "source_ratio"], columns=["pooling", "interval"],
+    wide = table.pivot_table(index=["design", "method", "scale", "source_ratio"], columns=["pooling", "interval"],
                              values="coverage", sort=False)
     print(wide.round(3).to_string())
     read = table[table["read"]]
     worst = read.groupby("interval")["coverage"].min()
     print(f"\n{args.benchmarks} benchmarks per world: pool_across_sources covered ≥ {worst.min():.3f} "
           f"(CI {worst['mean']:.3f}, prediction {worst['prediction']:.3f}) in "
-          f"{read[['method', 'scale', 'source_ratio']].drop_duplicates().shape[0]} worlds "
+          f"{read[['design', 'method', 'scale', 'source_ratio']].drop_duplicates().shape[0]} worlds "
           f"({time.perf_counter() - start:.1f} s); written to {args.pooled_out}")
 
 
