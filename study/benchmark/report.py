@@ -563,9 +563,9 @@ def aggregate_benchmark(plan_path: str | Path, report_dir: str | Path, *, label:
     metric = metric_name(arcface["metric"].removeprefix("test_"))
     wins = [win for method in UNTUNED if (win := beyond_margin_from(rows, method))]
     answer = [lead_sentence(arcface, best, wins), method_sentence(arcface),
-              FigureRef("figures/methods.png", "Every method against Fixed AdaCos on test "
-                        f"{metric}, in % of Fixed AdaCos's score: the mean over data sources (thick, 95% CI) and "
-                        "what a new source should expect (thin, 95% prediction interval); grey: the margin." + drawn_words),
+              FigureRef("figures/methods.png", f"Each method − Fixed AdaCos, % of its test {metric}: mean over "
+                        "sources (thick, 95% CI), a new source (thin, 95% prediction); grey: the margin."
+                        + drawn_words),
               Table(methods_shown(pooled), "Which loss should I use: every method against Fixed AdaCos, pooled over "
                                            "data sources"),
               *[method_sentence(facts) for facts in pooled.to_dict("records")[1:]], scope_sentence(plan, rows)]

@@ -59,7 +59,7 @@ def break_even_note(analysis: StudyAnalysis) -> str:
     if reached.empty:
         return ""
     if reached.all():
-        return "The star marks the break-even, its bar the interval in trials (both in the legend)."
+        return "The star marks the break-even (its interval in the legend)."
     if not reached.any():
         most = int(rows["max_trials"].max())
         return (f"The break-even is not reached within {fmt.plural(most, 'trial')}: the search's panel says "

@@ -269,15 +269,13 @@ def _write_all(analysis: StudyAnalysis, params: StudyParams, manifest: dict, env
     }
     confidence = f"{analysis.confidence:.0%}"
     captions = {
-        "tuning_trials": "What n trainings buy on test: the run val selects among n ArcFace trials, or among n seeds "
-                         "of an untuned method; dotted: one Fixed AdaCos run. Compare at equal n. "
-                         + break_even_note(analysis),
+        "tuning_trials": "Test score of the run val selects among n ArcFace trials, or n seeds of an untuned method; "
+                         "dotted: one Fixed AdaCos run. " + break_even_note(analysis),
         "tuning_seconds": "The same against the device-seconds those runs cost (log scale), measured on "
                           f"{measurement_conditions(params, environment)}: the seconds compare methods within this "
                           "study, not across machines.",
-        "tuning_val": "For contrast, the classic curve: the expected best val score of n trials against the untuned "
-                      "methods' mean val (error bars on the right: their CIs over seeds). It includes the maximum of n "
-                      "draws of seed noise, so it overstates what tuning buys.",
+        "tuning_val": "For contrast, the classic curve: the expected best val of n trials against the untuned "
+                      "methods' mean val. It includes the best of n seed draws, so it overstates tuning.",
         "convergence": "Val score against iteration, one panel per method: its mean over seeds with its "
                        f"{confidence} band, the other methods' means in grey behind; dotted lines: the targets.",
         "crossings": "AdaCos minus ArcFace, mean val score over seeds, against iteration, one panel per pair (symlog: "
