@@ -78,8 +78,10 @@ def test_a_null_study_through_dvc_repro_recommends_no_tuning_and_reruns_only_wha
 
     reports = root / "reports"
     report = (reports / "report.md").read_text()
-    verdict = report.split("\n## ")[1]
-    # The answer first, in plain order: the difference, whether it matters, what to use; the statistics after it.
+    card, verdict = report.split("\n## ")[1:3]
+    # The answer card first, in plain words (what to use, no statistic in it), then the verdict with its numbers.
+    assert card.startswith("The answer in a minute\n\n**Use Fixed AdaCos")
+    assert "CI" not in card.split("**")[1] and " p = " not in card.split("**")[1]
     assert verdict.startswith("Verdict\n\n**Tuned ArcFace scores ")
     lead = verdict.split("**")[1]
     assert "use Fixed AdaCos" in lead and "CI" not in lead and " p = " not in lead

@@ -24,7 +24,8 @@ from study.benchmark.meta import (RELATIVE_MARGIN, SCOPES, UNTUNED, benchmark_se
                                   tuner_table)
 from study.losses import fixed_adacos_scale
 from study.published import MLRC_ARCFACE
-from study.report.answer_card import AnswerCard, card_blocks
+from study.benchmark.card import benchmark_card, pct, pct_interval
+from study.report.answer_card import card_blocks
 from study.report.sections import absolute_shown as study_absolute_shown
 from study.report import Bullets, FigureRef, Section, Table, method_name, metric_name, render_html, render_markdown
 from study.results import REPORT_DIR, write_csv, write_json
@@ -35,15 +36,6 @@ JUDGEMENT_WORDS = {"better": "better by more than the margin", "worse": "worse b
                    "slightly worse": "worse, by less than the margin",
                    "open": "not resolved: the interval covers zero and reaches beyond the margin",
                    "n/a": "not estimable (fewer than 3 sources)"}
-
-
-def pct(value) -> str:
-    """A share of Fixed AdaCos's score, signed: 0.0123 → '+1.2%'."""
-    return "n/a" if fmt.missing(value) else f"{100 * value:+.1f}%"
-
-
-def pct_interval(low, high) -> str:
-    return "[n/a]" if fmt.missing(low) or fmt.missing(high) else f"[{pct(low)}, {pct(high)}]"
 
 
 def tuner_label(sampler: str, repeats: int, pruner: str) -> str:
@@ -87,50 +79,6 @@ def lead_sentence(arcface: dict, best: dict, wins: list[dict]) -> str:
                     f"{win['from_classes']:,} ({win['source']}, {win['regime']} training: "
                     f"{', '.join(pct(value) for value in win['relative'])})")
     return f"**{at_convergence}. {short}. {untuned}.**"
-
-
-def card(arcface: dict, wins: list[dict], rows: pd.DataFrame) -> AnswerCard:
-    """The answer card: what to use on new data, when that holds (training length, class count), what tuning costs."""
-    margin = f"±{100 * RELATIVE_MARGIN:.0f}%"
-    predicts = math.isfinite(arcface.get("prediction_low", math.nan))
-    expected = pct_interval(arcface["prediction_low"], arcface["prediction_high"])
-    pick = {"equivalent": f"Use Fixed AdaCos: on new data, tuned ArcFace is expected within {margin} of its score, "
-                          "and it needs no tuning.",
-            "slightly better": f"Use Fixed AdaCos: on new data, tuned ArcFace's expected gain stays inside the "
-                               f"{margin} margin.",
-            "slightly worse": "Use Fixed AdaCos: on new data it is expected to beat tuned ArcFace, by less than "
-                              "the margin.",
-            "better": f"Tune ArcFace: on new data it is expected to beat Fixed AdaCos by more than {margin} of the "
-                      "score.",
-            "worse": f"Use Fixed AdaCos: on new data it is expected to beat tuned ArcFace by more than {margin}.",
-            "open": f"No general pick yet: on new data, tuned ArcFace − Fixed AdaCos is expected in {expected}, "
-                    f"across the {margin} margin."}
-    converged = len(arcface["converged_cells"])
-    first = (pick[arcface["judgement"]] if predicts else
-             f"No general pick yet: tuned ArcFace and Fixed AdaCos converged in {fmt.plural(converged, 'cell')}, too "
-             "few to predict new data.")
-    pooled = converged_cells(rows[rows["method"] == "arcface_tuned"])["train_classes"]  # the cells it rests on
-    condition = (f"It holds trained to convergence, {arcface['sources']} sources, {pooled.min():,}–{pooled.max():,} "
-                 "classes" if predicts else
-                 f"Trained short, expect {pct_interval(arcface['short_prediction_low'], arcface['short_prediction_high'])}"
-                 " on new data")
-    for win in wins[:1]:
-        condition += (f"; from {win['from_classes']:,} classes {method_name(win['method'])} beats Fixed AdaCos by over "
-                      f"{margin.lstrip('±')}" + (" trained short" if predicts and win["regime"] == "short" else ""))
-    searches = rows[(rows["method"] == "arcface_tuned") & (rows["primary"].astype(bool) | (rows["regime"] == "long"))]
-    trials = (searches["n_trials"] * searches["repeats"].fillna(1)).astype(int)
-    cost = (f"A random search took {trials.min()}–{trials.max()} trainings per split here; Fixed AdaCos needs one."
-            if len(trials) else "No search finished, so what tuning costs is not known.")
-    how_sure = [("tuned ArcFace − Fixed AdaCos on a new source, converged",
-                 f"{expected} (95% prediction, {arcface['sources']} sources)" if predicts else
-                 f"not estimable yet ({fmt.plural(converged, 'converged cell')})"),
-                ("the same, trained short (sensitivity)",
-                 f"{pct_interval(arcface['short_prediction_low'], arcface['short_prediction_high'])} "
-                 f"({arcface['short_sources']} sources)"),
-                ("the margin that matters", f"{margin} of Fixed AdaCos's score, on every data set"),
-                ("evidence", f"{rows['cell'].nunique()} cells of {rows['source'].nunique()} independent data sources; "
-                             "configurations of one source are not independent")]
-    return AnswerCard([first, condition + ".", cost], how_sure)
 
 
 def method_sentence(facts: dict) -> str:
@@ -569,7 +517,7 @@ def aggregate_benchmark(plan_path: str | Path, report_dir: str | Path, *, label:
               Table(methods_shown(pooled), "Which loss should I use: every method against Fixed AdaCos, pooled over "
                                            "data sources"),
               *[method_sentence(facts) for facts in pooled.to_dict("records")[1:]], scope_sentence(plan, rows)]
-    sections = [Section("The answer in a minute", card_blocks(card(arcface, wins, rows),
+    sections = [Section("The answer in a minute", card_blocks(benchmark_card(arcface, wins, rows),
                                                               "The answer below gives every method, the intervals "
                                                               "and the cells behind it.")),
                 Section("Absolute scores", [Table(absolute_shown(rows, cells_dir, confidence),

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import pandas as pd
 
 import study.report.formats as fmt
-from study.analysis import REFERENCE_METHOD
-from study.report.document import Table
+from study.analysis import REFERENCE_METHOD, StudyAnalysis
+from study.report.document import Section, Table
 
 CARD_SENTENCES = 3
 CARD_WORDS = 25
@@ -131,3 +131,19 @@ def study_card(facts: dict, plateau: pd.DataFrame, manifest: dict, searched: str
                              f"equivalence p = {fmt.p_value(row['tost_p_holm'])}, difference p = "
                              f"{fmt.p_value(row['p_holm'])}"))
     return AnswerCard(sentences, how_sure)
+
+
+# The jargon of the numbers table, glossed where it first appears.
+STATISTICS_TERMS = ("Terms: TOST (two one-sided tests) shows a difference lies inside the margin; Holm's correction "
+                    "keeps the chance of any false finding over all test metrics at 5%; a studentised interval is "
+                    "scaled by its estimate's own standard error (here by the jackknife).")
+
+
+def card_section(analysis: StudyAnalysis, manifest: dict) -> Section:
+    """The answer card: what to use, when it holds, what tuning costs, and how sure, before any detail."""
+    facts = analysis.verdict_facts
+    searched = fmt.loss_name(facts["tuned_loss"]) if facts["tuned_loss"] else "the searched loss"
+    card = study_card(facts, analysis.plateau, manifest, searched, fmt.metric_name(facts["metric"]),
+                      analysis.confidence)
+    return Section("The answer in a minute", card_blocks(card, "The verdict below gives the numbers, the tests and the "
+                                                               "figures behind it; docs/analysis.md the methods."))

@@ -16,7 +16,7 @@ import study.report.formats as fmt
 from study.report.document import Bullets, Section, Table
 from study.report.formats import loss_name, method_name, metric_name, trials_interval
 from study.report.reproduction import reproduction_section
-from study.report.answer_card import card_blocks, share, study_card
+from study.report.answer_card import STATISTICS_TERMS, card_section, share
 from study.report.beside import BENCHMARK_NUMBERS, benchmark_section, beside_benchmark
 from study.report.verdict import (STATISTICS_OPENING, break_even_intervals, detectable_words, interval_notes,
                                   key_numbers, overtaking_sentence, verdict_sentences)
@@ -525,21 +525,6 @@ def training_length_section(analysis: StudyAnalysis, figures: dict) -> Section:
     if "learning_curves" in figures:
         blocks.append(figures["learning_curves"])
     return Section("Training length and convergence", blocks)
-
-
-# The jargon of the numbers table, glossed where it first appears.
-STATISTICS_TERMS = ("Terms: TOST (two one-sided tests) shows a difference lies inside the margin; Holm's correction "
-                    "keeps the chance of any false finding over all test metrics at 5%; a studentised interval is "
-                    "scaled by its estimate's own standard error (here by the jackknife).")
-
-
-def card_section(analysis: StudyAnalysis, manifest: dict) -> Section:
-    """The answer card: what to use, when it holds, what tuning costs, and how sure, before any detail."""
-    facts = analysis.verdict_facts
-    searched = loss_name(facts["tuned_loss"]) if facts["tuned_loss"] else "the searched loss"
-    card = study_card(facts, analysis.plateau, manifest, searched, metric_name(facts["metric"]), analysis.confidence)
-    return Section("The answer in a minute", card_blocks(card, "The verdict below gives the numbers, the tests and the "
-                                                               "figures behind it; docs/analysis.md the methods."))
 
 
 def answer_section(analysis: StudyAnalysis, figures: dict) -> Section:
