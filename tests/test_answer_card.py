@@ -54,3 +54,26 @@ def test_a_long_paragraph_is_split_between_sentences_and_loses_nothing():
     assert " ".join(parts) == text
     assert all(part.startswith("The interval") and part.endswith("seeds.") for part in parts)
     assert short_paragraphs("A short one. Another.") == ["A short one. Another."]
+
+
+@pytest.mark.parametrize("judgement", ["equivalent", "slightly better", "slightly worse", "better", "worse", "open",
+                                       None])
+def test_the_benchmarks_card_fits_for_every_judgement_and_names_its_conditions(judgement):
+    from study.benchmark.card import benchmark_card
+
+    predicts = judgement is not None
+    arcface = {"judgement": judgement or "n/a", "prediction_low": -0.116 if predicts else float("nan"),
+               "prediction_high": 0.237 if predicts else float("nan"), "sources": 5, "short_prediction_low": -0.042,
+               "short_prediction_high": 0.045, "short_sources": 6, "converged_cells": [{"cell": "a"}, {"cell": "b"}]}
+    rows = pd.DataFrame([{"cell": f"c{i}", "configuration": f"c{i}", "longer_of": None, "primary": True,
+                          "regime": "short", "iterations": 100 * (i + 1), "converged": True, "relative": 0.01,
+                          "relative_se": 0.01, "method": "arcface_tuned", "train_classes": classes, "n_trials": 12,
+                          "repeats": 1, "source": f"s{i}"} for i, classes in enumerate((10, 100, 1000))])
+    wins = [{"method": "softmax", "from_classes": 300, "regime": "short"}]
+    card = benchmark_card(arcface, wins, rows)
+    assert len(card.sentences) == 3 and all(len(s.split()) <= CARD_WORDS for s in card.sentences), card.sentences
+    if predicts:
+        assert "10–1,000 classes" in card.sentences[1] and "from 300 classes Softmax" in card.sentences[1]
+    else:
+        assert card.sentences[0].startswith("No general pick yet") and "[-4.2%, +4.5%]" in card.sentences[1]
+    assert card.sentences[2] == "A random search took 12 trainings per split here; Fixed AdaCos needs one."

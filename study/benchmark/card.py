@@ -52,7 +52,8 @@ def benchmark_card(arcface: dict, wins: list[dict], rows: pd.DataFrame) -> Answe
                       f"{margin.lstrip('±')}" + (" trained short" if predicts and win["regime"] == "short" else ""))
     searches = rows[(rows["method"] == "arcface_tuned") & (rows["primary"].astype(bool) | (rows["regime"] == "long"))]
     trials = (searches["n_trials"] * searches["repeats"].fillna(1)).astype(int)
-    cost = (f"A random search took {trials.min()}–{trials.max()} trainings per split here; Fixed AdaCos needs one."
+    spent = f"{trials.min()}" if len(trials) and trials.min() == trials.max() else f"{trials.min()}–{trials.max()}"
+    cost = (f"A random search took {spent} trainings per split here; Fixed AdaCos needs one."
             if len(trials) else "No search finished, so what tuning costs is not known.")
     how_sure = [("tuned ArcFace − Fixed AdaCos on a new source, converged",
                  f"{expected} (95% prediction, {arcface['sources']} sources)" if predicts else
