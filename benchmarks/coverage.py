@@ -202,9 +202,9 @@ def measure_pooled_coverage(args) -> None:
     """Coverage of the pooled intervals in worlds with a source effect, with the benchmark's real design, per method
     and scale; written to args.pooled_out."""
     start = time.perf_counter()
-    tables = []
+    tables, designs = [], {}
     for regime in ("short", "converged"):  # the sensitivity row's design, and the headline's
-        design = benchmark_design(args.plan, regime)
+        design = designs[regime] = benchmark_design(args.plan, regime)
         if design.empty:
             print(f"no finished {regime} cell in {args.plan}: nothing to simulate")
             continue
@@ -222,7 +222,7 @@ def measure_pooled_coverage(args) -> None:
     table = pd.concat(tables, ignore_index=True)
     first = ["design", "method", "scale"]
     table = table[[*first, *[column for column in table.columns if column not in first]]]
-    design = benchmark_design(args.plan, "converged")
+    design = designs["converged"]
     Path(args.pooled_out).parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(args.pooled_out, index=False)
     headline = design[design["method"] == HEADLINE]

@@ -133,6 +133,7 @@ def _search_facts(directory: Path, loss: str, facts: dict, landscape: pd.DataFra
     trials = landscape[landscape["loss"] == loss]
     luck, matched = seed_luck(landscape, run_scores, loss, metric), budget_matched(landscape, run_scores, loss, metric)
     ratios = scale_ratios(landscape, loss, int(facts["train_classes"]))
+    s_range = _s_range(directory)  # read once: its params.yaml
     return {
         "break_even_reached": bool(reached.get("reached", False)),
         "break_even_trials": _number(count_or_none(reached.get("trials"))),
@@ -153,8 +154,8 @@ def _search_facts(directory: Path, loss: str, facts: dict, landscape: pd.DataFra
         "s_ratio_high": float(ratios.max()) if ratios.size else math.nan,
         "best_m_median": float(trials.loc[trials["best"].astype(bool), "m"].median()) if len(trials) else math.nan,
         "importance_s": importance_of_s(landscape, loss),
-        "s_range": "–".join(f"{value:g}" for value in _s_range(directory)),
-        "s_edge_splits": splits_at_edge(landscape, loss, _s_range(directory)),
+        "s_range": "–".join(f"{value:g}" for value in s_range),
+        "s_edge_splits": splits_at_edge(landscape, loss, s_range),
     }
 
 
