@@ -122,6 +122,15 @@ def test_ten_kills_of_the_search_lose_nothing_and_leave_no_running_trial(tmp_pat
     assert (root / JOURNAL).read_bytes().endswith(b"\n")
 
 
+def completed_seeds(storage) -> set[int]:
+    """The seeds of the Fixed AdaCos runs the storage holds as done, read independently of the stage's bookkeeping."""
+    names = [summary.study_name for summary in optuna.get_all_study_summaries(storage)
+             if summary.study_name.startswith("runs-fixed_adacos")]
+    return {trial.user_attrs["seed"] for name in names
+            for trial in optuna.load_study(study_name=name, storage=storage).trials
+            if trial.state == optuna.trial.TrialState.COMPLETE}
+
+
 def test_a_killed_runs_stage_keeps_its_finished_seeds(tmp_path):
     # Seeds long enough (seconds each) that the kill lands before the last one ends, however loaded the machine.
     root = study_folder(tmp_path, train={"epochs": 40})
@@ -129,16 +138,15 @@ def test_a_killed_runs_stage_keeps_its_finished_seeds(tmp_path):
     lines = []
     for line in process.stdout:
         lines.append(line)
-        if sum(line.startswith("fixed_adacos seed") for line in lines) == 2:  # two seeds trained (and printed)
+        if line.startswith("fixed_adacos seed"):  # a seed trained; it is stored as done right after this line
             break
-    time.sleep(1.0)  # time to store them as done; the next two take seconds each
-    kill(process)
-    # What the storage holds as done at the kill, read independently of the stage's own bookkeeping.
     storage = journal_storage(root / JOURNAL)
-    [name] = [summary.study_name for summary in optuna.get_all_study_summaries(storage)
-              if summary.study_name.startswith("runs-fixed_adacos")]
-    stored = {trial.user_attrs["seed"] for trial in optuna.load_study(study_name=name, storage=storage).trials
-              if trial.state == optuna.trial.TrialState.COMPLETE}
+    while not completed_seeds(storage):
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)  # the next seeds take seconds each, so some are still missing
+    lines += process.communicate()[0].splitlines(keepends=True)  # everything printed up to the kill
+    # What the storage holds as done at the kill, read independently of the stage's own bookkeeping.
+    stored = completed_seeds(journal_storage(root / JOURNAL))
     missing = sorted({0, 1, 2, 3} - stored)
     assert stored and missing, "the kill landed before any seed was stored or after every one; give it longer runs"
     output = finish(stage(root, "stages.runs", "--method", "fixed_adacos"))
