@@ -1,5 +1,5 @@
 """The `study` command: one training run from the shell, a worker that joins a study's searches and runs, the speed bench,
-the class-count sweep, the tuning-cost benchmark and presets."""
+the class-count sweep, the tuning-cost benchmark, presets and the advice on a running study."""
 
 from __future__ import annotations
 
@@ -242,6 +242,26 @@ def build_parser() -> argparse.ArgumentParser:
                            help="train nothing: pool the cells finished so far into the report (the others named "
                                 "there as declared but not finished)")
     benchmark.set_defaults(handler=_benchmark_command)
+
+    advise = commands.add_parser(
+        "advise", help="on a running or finished study: does tuning ArcFace pay over Fixed AdaCos here, and may the "
+                       "search stop? (reads its storage, or its committed report tables)",
+        description="Reads the study of params.yaml in this folder: its storage (the journal or search.storage) while "
+                    "it runs, or its reports/tables once finished. Prints what to use now; tuned ArcFace − Fixed "
+                    "AdaCos for a search of search.n_trials trials, with an interval valid however often it is read; "
+                    "what 5, 10 and 20 more trials are expected to add and cost; and whether to stop. The method and "
+                    "its error rates: study/advice.py, docs/usage.md.")
+    advise.add_argument("--prior", default="reports/benchmark/tables/cells.csv", metavar="CELLS_CSV",
+                        help="the benchmark whose pooled cells are the prior (default: the committed one), or 'none'")
+    advise.add_argument("--prior-regime", choices=("converged", "short"), default="converged",
+                        help="which of the benchmark's cells make the prior: those trained to convergence (default: "
+                             "users train until the model stops improving) or the short regime's")
+    advise.add_argument("--from", dest="source", choices=("auto", "storage", "report"), default="auto",
+                        help="where the evidence is read: the study's storage, its reports/tables, or (auto) the "
+                             "storage when it holds the searches, else the report")
+    advise.add_argument("--alpha", type=float, default=0.05, help="each error rate's bound (default 0.05)")
+    advise.add_argument("--json", default=None, metavar="FILE", help="also write the advice as JSON here")
+    advise.set_defaults(handler=_advise_command)
     return parser
 
 
@@ -352,6 +372,40 @@ def _benchmark_command(args: argparse.Namespace) -> int:
         return 0
     written = run_benchmark(plan, out, report_dir, args.rerun, report_only=args.report_only)
     print("\n".join(str(path) for path in written.values()))
+    return 0
+
+
+def _advise_command(args: argparse.Namespace) -> int:
+    from study.advice import AdviceError, Prior, advise, benchmark_prior, report_evidence, study_evidence
+    from study.analysis.comparison import METRIC_KIND
+    from study.config import load_params
+    from study.results import JOURNAL, REPORT_DIR, write_json
+    from study.storage import open_storage
+
+    params = load_params()
+    objective = params.train.objective
+    margin = params.analysis.score_share(METRIC_KIND[objective])
+    if not math.isfinite(margin):
+        raise AdviceError(f"the advice reads its margin as a share of the score: set analysis.equivalence_margin."
+                          f"{METRIC_KIND[objective]} to e.g. '2% of score' (it is "
+                          f"{params.analysis.equivalence_margin[METRIC_KIND[objective]]!r})")
+    prior = Prior.flat(objective) if args.prior == "none" else \
+        benchmark_prior(args.prior, objective, regime=args.prior_regime)
+    evidence, best = None, ""
+    if args.source in ("auto", "storage") and (params.search.storage or Path(JOURNAL).is_file()):
+        evidence, best = study_evidence(params, open_storage(params.search, JOURNAL))
+    if args.source == "report" or args.source == "auto" and (evidence is None or evidence.trials.empty):
+        tables = REPORT_DIR / "tables"
+        if not (tables / "landscape.csv").is_file():
+            raise AdviceError(f"no evidence: neither a storage with the study's searches nor {tables}/landscape.csv; "
+                              f"run `dvc repro` (or `study worker`) first")
+        evidence = report_evidence(tables, objective, params.search.n_trials)
+    elif evidence is None:
+        raise AdviceError(f"no storage: {JOURNAL} is missing and search.storage is not set; run `dvc repro` first")
+    advice = advise(evidence, margin, prior, args.alpha, best=best)
+    print("\n".join(advice.lines()))
+    if args.json:
+        write_json(advice.as_dict(), args.json)
     return 0
 
 

@@ -67,10 +67,10 @@ def _mixture_quantiles(probabilities: np.ndarray, centres: np.ndarray, spreads: 
     return results
 
 
-def _bayesian_rows(means: np.ndarray, errors: np.ndarray, prior_scale: float, confidence: float,
-                   grid_points: int = TAU_GRID_POINTS) -> dict:
-    """bayesian_true_effect's numbers for every row of source means and their standard errors (benchmarks × sources):
-    the one code path behind the function and its coverage simulation."""
+def _tau_posterior(means: np.ndarray, errors: np.ndarray, prior_scale: float, grid_points: int = TAU_GRID_POINTS
+                   ) -> tuple[np.ndarray, ...]:
+    """τ's posterior on a grid for every row of source means and their standard errors (benchmarks × sources):
+    (τ grid, its density up to a constant, the points' probabilities, μ̂_τ, Σwᵢ), each with rows first."""
     rows = means.shape[0]
     smallest = np.minimum(prior_scale, errors.min(axis=-1)) * 1e-3
     # τ on a log-spaced grid from far below the smallest standard error to 8 prior scales (prior mass beyond: 1e-15),
@@ -91,6 +91,16 @@ def _bayesian_rows(means: np.ndarray, errors: np.ndarray, prior_scale: float, co
     mass[:, 1:] += 0.5 * steps
     probabilities = density * mass
     probabilities /= probabilities.sum(axis=-1, keepdims=True)
+    return tau, density, probabilities, centre, total
+
+
+def _bayesian_rows(means: np.ndarray, errors: np.ndarray, prior_scale: float, confidence: float,
+                   grid_points: int = TAU_GRID_POINTS) -> dict:
+    """bayesian_true_effect's numbers for every row of source means and their standard errors (benchmarks × sources):
+    the one code path behind the function and its coverage simulation."""
+    rows = means.shape[0]
+    tau, density, probabilities, centre, total = _tau_posterior(means, errors, prior_scale, grid_points)
+    steps = np.diff(tau, axis=-1)
     lower, upper = 0.5 - confidence / 2.0, 0.5 + confidence / 2.0
     mean_low, mean_median, mean_high = _mixture_quantiles(probabilities, centre, np.sqrt(1.0 / total),
                                                           (lower, 0.5, upper))
@@ -163,6 +173,15 @@ def bayesian_true_effect(estimates, standard_errors, sources, prior_scale: float
         source_means=tuple((name, float(mean), float(error), int(count))
                            for name, mean, error, count in zip(names, means, errors, counts)),
         confidence=confidence, method=BAYESIAN_METHOD)
+
+
+def new_source_mixture(estimates, standard_errors, sources, prior_scale: float = SOURCE_SPREAD_PRIOR_SCALE
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """bayesian_true_effect's predictive distribution of a new source's true effect θ_new, as the normal mixture
+    Σ_g p_g·N(centre_g, spread_g²) over its τ grid (τ integrated out, not plugged in): (p, centres, spreads)."""
+    _, _, means, errors = _source_level(estimates, standard_errors, sources)
+    tau, _, probabilities, centre, total = _tau_posterior(means[None, :], errors[None, :], prior_scale)
+    return probabilities[0], centre[0], np.sqrt(1.0 / total[0] + tau[0] ** 2)
 
 
 def _hartung_knapp_rows(means: np.ndarray, errors: np.ndarray, confidence: float, tau2=None) -> dict:

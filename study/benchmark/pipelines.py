@@ -28,7 +28,7 @@ CELL_INPUTS = (METRICS_FILE, DIFFERENCES_FILE, TABLES / "search.csv", TABLES / "
                TABLES / "run_scores.csv", TABLES / "break_even.csv", TABLES / "tuning_curves.csv",
                TABLES / "landscape.csv", TABLES / "curves.csv")
 REPORT_OUTS = ("report.md", "report.html", "benchmark.json", "tables", "figures")
-AGGREGATE_MODULES = ("stages.benchmark_report", "study.benchmark", "study.report", "study.analysis")
+AGGREGATE_MODULES = ("stages.benchmark_report", "study.benchmark", "study.report", "study.analysis", "study.advice")
 UNIT = "cell"
 
 

@@ -25,6 +25,7 @@ from study.benchmark.meta import (RELATIVE_MARGIN, SCOPES, UNTUNED, benchmark_se
 from study.losses import fixed_adacos_scale
 from study.published import MLRC_ARCFACE
 from study.benchmark.card import benchmark_card, pct, pct_interval
+from study.benchmark.replay import advice_replay, replay_shown, replay_sentences
 from study.report.answer_card import card_blocks
 from study.report.sections import absolute_shown as study_absolute_shown
 from study.report import Bullets, FigureRef, Section, Table, method_name, metric_name, render_html, render_markdown
@@ -486,11 +487,12 @@ def aggregate_benchmark(plan_path: str | Path, report_dir: str | Path, *, label:
     longer = longer_table(rows, convergence, confidence)
     seconds = benchmark_seconds(rows)
     coverage = pooled_coverage(rows)
+    replayed = advice_replay(rows, cells_dir)
     (report_dir / "tables").mkdir(parents=True, exist_ok=True)
     written = {name: report_dir / "tables" / f"{name}.csv" for name in ("cells", "pooled", "tuners", "longer",
-                                                                         "pooled_coverage")}
+                                                                         "pooled_coverage", "advise_replay")}
     for name, table in (("cells", rows), ("pooled", pooled), ("tuners", tuners), ("longer", longer),
-                        ("pooled_coverage", coverage)):
+                        ("pooled_coverage", coverage), ("advise_replay", replayed)):
         write_csv(table, written[name])
     # The figures draw the pool the answer reads: the converged cells once they predict a new source, else the short
     # regime's (labelled as such in the captions).
@@ -561,6 +563,10 @@ def aggregate_benchmark(plan_path: str | Path, report_dir: str | Path, *, label:
             FigureRef("figures/tuners.png", "Expected test score of the trial val selects against training "
                       "iterations per search, with its band; dashed: one Fixed AdaCos run; dotted: the budget every "
                       "tuner reached."), Table(tuners_shown(tuners, labels), "ArcFace's search under each tuner")]))
+    sections.append(Section("When to stop tuning: `study advise`, replayed", [
+        *replay_sentences(replayed),
+        Table(replay_shown(replayed), "The advice read after every round of each cell, as if live: where it "
+                                      "stopped, what it said, and the cell's full-design verdict")]))
     sections.append(Section("Cells", [Table(cells_shown(rows, links), f"Every finished cell of `{label}`: each "
                                                                       "method against Fixed AdaCos")]))
     sections.append(Section("How these numbers are computed", [Bullets(method_bullets(plan, rows, seconds, coverage,

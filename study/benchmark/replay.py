@@ -1,0 +1,85 @@
+"""`study advise` replayed round by round on every finished random-search cell of the benchmark, as if it had run
+live, beside the cell's full-design verdict (reports/benchmark/tables/advise_replay.csv and its report section)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from study.benchmark.meta import RELATIVE_MARGIN
+from study.results import REPORT_DIR
+
+# The advice's decisions in the full design's words (study.benchmark.cells.OUTCOMES).
+ADVICE_OUTCOMES = {"tuning_pays": "paid", "equivalent": "equivalent", "adacos_better": "adacos_better",
+                   "budget_spent": "undecided", "run_more": "undecided"}
+REPLAY_COLUMNS = ["cell", "source", "regime", "converged", "splits", "budget", "stopped_round", "trainings",
+                  "design_trainings", "decision", "difference", "low", "high", "prior_weight", "full_design",
+                  "full_design_difference", "agrees"]
+
+
+def advice_replay(rows: pd.DataFrame, cells_dir: Path) -> pd.DataFrame:
+    """`study advise` replayed round by round on every random-search cell, as if it had run live, its prior the
+    benchmark without the cell's own source; beside it, the cell's full-design verdict on tuned ArcFace."""
+    from study.advice import AdviceError, Prior, benchmark_prior, replay, report_evidence
+
+    table = []
+    for cell in rows[(rows["method"] == "arcface_tuned") & (rows["sampler"] == "random")].itertuples():
+        objective = cell.metric.removeprefix("test_")
+        evidence = report_evidence(cells_dir / cell.cell / REPORT_DIR / "tables", objective, int(cell.n_trials))
+        try:
+            prior = benchmark_prior(rows, objective, leave_out_source=cell.source,
+                                    regime="converged" if cell.regime == "long" else "short")
+        except AdviceError:
+            prior = Prior.flat(objective)
+        advice = replay(evidence, RELATIVE_MARGIN, prior)
+        outcome = ADVICE_OUTCOMES[advice.decision]
+        table.append({"cell": cell.cell, "source": cell.source, "regime": cell.regime,
+                      "converged": bool(cell.converged), "splits": advice.splits, "budget": advice.budget,
+                      "stopped_round": advice.round, "trainings": advice.trainings,
+                      "design_trainings": int(cell.splits) * (int(cell.n_trials) + 2 * int(cell.seeds)),
+                      "decision": advice.decision, "difference": advice.difference, "low": advice.low,
+                      "high": advice.high, "prior_weight": advice.prior_weight, "full_design": cell.outcome,
+                      "full_design_difference": cell.relative, "agrees": outcome == cell.outcome})
+    return pd.DataFrame(table, columns=REPLAY_COLUMNS)
+
+
+def replay_sentences(replayed: pd.DataFrame) -> list[str]:
+    """What the replay shows, computed: how often the advice stopped early, what it saved, where it disagreed."""
+    if replayed.empty:
+        return ["No random-search cell is finished: the advice has nothing to replay."]
+    early = replayed[replayed["stopped_round"] < replayed["budget"]]
+    saved = int(((early["budget"] - early["stopped_round"]) * early["splits"]).sum())
+    searched = int((replayed["budget"] * replayed["splits"]).sum())
+    sentences = [f"Replayed round by round on {len(replayed)} finished random-search cells (its prior the benchmark's "
+                 f"cells of the same training length without the cell's own source), the advice stopped before the "
+                 f"budget in {len(early)}, saving {saved} of the {searched} search trainings; the full designs also "
+                 f"retrain the best configuration, which the advice does not need (the trainings column)."]
+    differ = replayed[~replayed["agrees"].astype(bool)]
+    if differ.empty:
+        sentences.append("Its decision matched the full design's verdict in every cell.")
+        return sentences
+    described = "; ".join(f"{row.cell}: the advice {row.decision.replace('_', ' ')} at round {row.stopped_round} "
+                          f"({100 * row.difference:+.1f}% [{100 * row.low:+.1f}%, {100 * row.high:+.1f}%]), the full "
+                          f"design {row.full_design.replace('_', ' ')}" for row in differ.itertuples())
+    same_sign = int((np.sign(differ["difference"]) == np.sign(differ["full_design_difference"])).sum())
+    sentences.append(f"It differed from the full design's verdict in {len(differ)} of {len(replayed)}: {described}. "
+                     "The full design judges the best configuration retrained at fresh seeds with a t interval over "
+                     "class splits, the advice the trial val selects within a search, pooled over splits, at "
+                     f"α/budget a look; in {same_sign} of the {len(differ)} the two estimates have the same sign.")
+    return sentences
+
+
+def replay_shown(replayed: pd.DataFrame) -> pd.DataFrame:
+    """The replay table as the report shows it."""
+    return pd.DataFrame({
+        "cell": replayed["cell"], "regime": replayed["regime"],
+        "stopped": [f"round {row.stopped_round} of {row.budget}" for row in replayed.itertuples()],
+        "trainings": [f"{row.trainings} of {row.design_trainings}" for row in replayed.itertuples()],
+        "advice": replayed["decision"].str.replace("_", " "),
+        "tuned ArcFace − Fixed AdaCos": [f"{100 * row.difference:+.1f}% [{100 * row.low:+.1f}%, {100 * row.high:+.1f}%]"
+                                        for row in replayed.itertuples()],
+        "prior's weight": [f"{row.prior_weight:.0%}" for row in replayed.itertuples()],
+        "full design": replayed["full_design"].str.replace("_", " "),
+        "same": ["yes" if same else "no" for same in replayed["agrees"]]})

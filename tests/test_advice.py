@@ -1,0 +1,237 @@
+"""study/advice.py against independent computations: the selected difference and its jackknife by enumerating every
+draw and deleting every trial, the posterior against the conjugate normal-normal closed form and scipy's densities,
+the decisions on evidence whose answer is clear, the errors on evidence that cannot be judged, and the benchmark
+prior against bayesian_true_effect's prediction interval."""
+
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from study.advice import (GAIN_TRIALS, Advice, AdviceError, Centred, Evidence, Prior, _gain_variance, advise,
+                          benchmark_prior, difference_at, judge, posterior, selected_difference, within_split)
+from study.analysis.true_effect import _mixture_quantiles, bayesian_true_effect
+
+CELLS_CSV = "reports/benchmark/tables/cells.csv"
+MARGIN = 0.02
+
+
+def brute_selected(val, test, n):
+    """The mean test score of the highest-val trial over every ordered draw of n trials with replacement."""
+    draws = list(itertools.product(range(len(val)), repeat=n))
+    return np.mean([test[max(draw, key=lambda i: val[i])] for draw in draws])
+
+
+def brute_jackknife(statistic, val, test):
+    """(size − 1)/size · Σ(θ₋ᵢ − mean)², θ₋ᵢ the statistic with trial i deleted."""
+    size = len(val)
+    left_out = np.array([statistic(np.delete(val, i), np.delete(test, i)) for i in range(size)])
+    return (size - 1) / size * np.sum((left_out - left_out.mean()) ** 2)
+
+
+def trials_with_distinct_vals(size, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.permutation(size) + rng.uniform(0, 0.5, size), rng.normal(size=size)
+
+
+@pytest.mark.parametrize("n", range(1, 7))
+def test_selected_difference_is_the_enumerated_expectation_and_its_jackknife(n):
+    val, test = trials_with_distinct_vals(4, seed=n)
+    estimate, variance = selected_difference(val, test, n)
+    assert estimate == pytest.approx(brute_selected(val, test, n), rel=1e-12)
+    jackknife = brute_jackknife(lambda v, t: selected_difference(v, t, n)[0], val, test)
+    assert variance == pytest.approx(jackknife, rel=1e-10)
+
+
+def test_one_trial_has_its_own_score_and_no_variance():
+    estimate, variance = selected_difference([0.3], [0.7], 5)
+    assert estimate == pytest.approx(0.7) and math.isnan(variance)
+
+
+@pytest.mark.parametrize("size, n_now, n_later", [(4, 1, 3), (5, 2, 7), (6, 3, 23)])
+def test_gain_variance_is_the_jackknife_of_the_curve_difference(size, n_now, n_later):
+    val, test = trials_with_distinct_vals(size, seed=size)
+    gain = lambda v, t: selected_difference(v, t, n_later)[0] - selected_difference(v, t, n_now)[0]  # noqa: E731
+    assert _gain_variance(val, test, n_now, n_later) == pytest.approx(brute_jackknife(gain, val, test), rel=1e-10)
+
+
+def mixture(probabilities, centres, spreads, metric="map_at_r"):
+    return Prior(np.array(probabilities, float), np.array(centres, float), np.array(spreads, float), metric, "test")
+
+
+def test_one_component_posterior_is_the_conjugate_normal():
+    centre, prior_sd, estimate, variance = 0.1, 0.05, -0.02, 0.03 ** 2
+    probabilities, centres, spreads, weight = posterior(mixture([1.0], [centre], [prior_sd]), estimate, variance)
+    precision = 1 / prior_sd ** 2 + 1 / variance
+    assert probabilities == pytest.approx([1.0])
+    assert centres[0] == pytest.approx((centre / prior_sd ** 2 + estimate / variance) / precision)
+    assert spreads[0] ** 2 == pytest.approx(1 / precision)
+    assert weight == pytest.approx(variance / (variance + prior_sd ** 2))
+
+
+def test_mixture_posterior_weights_are_the_components_marginal_likelihoods():
+    prior = mixture([0.3, 0.7], [-0.05, 0.08], [0.02, 0.06])
+    estimate, variance = 0.01, 0.025 ** 2
+    probabilities, _, _, _ = posterior(prior, estimate, variance)
+    marginal = prior.probabilities * stats.norm.pdf(estimate, prior.centres, np.sqrt(prior.spreads ** 2 + variance))
+    assert probabilities == pytest.approx(marginal / marginal.sum(), rel=1e-12)
+
+
+def test_a_flat_prior_weighs_nothing():
+    *_, weight = posterior(Prior.flat("map_at_r"), 0.05, 0.01 ** 2)
+    assert weight == pytest.approx(0.0, abs=1e-9)
+
+
+def centred(val_by_split, test_by_split, reference_variance=1e-6, runs=3, scale=0.5):
+    """A Centred from per-split trials (already centred); the reference runs only need the right count."""
+    splits = np.repeat(np.arange(len(test_by_split)), [len(test) for test in test_by_split])
+    reference = np.zeros(runs * len(test_by_split))
+    return Centred(np.concatenate(val_by_split).astype(float), np.concatenate(test_by_split).astype(float), splits,
+                   reference, reference, reference_variance, pd.Series(runs, index=range(len(test_by_split))), scale)
+
+
+def test_within_split_deviations_have_zero_mean_and_the_small_sample_inflation():
+    val = [np.array([1.0, 2.0, 6.0]), np.array([0.0, 4.0])]
+    test = [np.array([0.5, -1.0, 2.0]), np.array([3.0, 1.0])]
+    deviations_val, deviations_test = within_split(centred(val, test))
+    for split, (first, last) in enumerate([(0, 3), (3, 5)]):
+        r = last - first
+        for got, given in ((deviations_val, val[split]), (deviations_test, test[split])):
+            assert got[first:last].mean() == pytest.approx(0.0, abs=1e-12)
+            assert got[first:last] == pytest.approx((given - given.mean()) * math.sqrt(r / (r - 1)))
+
+
+def test_difference_at_on_identical_splits_is_the_selection_gain_plus_the_level_by_hand():
+    val, test = np.array([0.3, 0.1, 0.4, 0.2]), np.array([0.02, -0.01, 0.05, 0.0])
+    splits, runs, reference_variance, n = 3, 2, 4e-4, 5
+    inflate = math.sqrt(4 / 3)
+    gain = brute_selected(val, (test - test.mean()) * inflate, n)
+    estimate, variance = difference_at(centred([val] * splits, [test] * splits, reference_variance, runs), n)
+    assert estimate == pytest.approx(gain + test.mean(), rel=1e-12)
+    # No spread between identical splits: the level's variance is the noise within them, averaged over splits.
+    within = splits * (test.var(ddof=1) / 4 + reference_variance / runs) / splits ** 2
+    gain_variance = selected_difference(np.tile((val - val.mean()) * inflate, splits),
+                                        np.tile((test - test.mean()) * inflate, splits), n)[1]
+    assert variance == pytest.approx(gain_variance + within, rel=1e-12)
+
+
+def test_a_constant_on_every_trial_moves_the_estimate_by_it_and_not_its_variance():
+    rng = np.random.default_rng(1)
+    val, test = [rng.normal(size=5) for _ in range(3)], [rng.normal(size=5) for _ in range(3)]
+    before = difference_at(centred(val, test), 10)
+    after = difference_at(centred([v + 0.3 for v in val], [t + 0.3 for t in test]), 10)
+    assert after[0] == pytest.approx(before[0] + 0.3, rel=1e-12)
+    assert after[1] == pytest.approx(before[1], rel=1e-12)
+
+
+def drawn(mean, noise, splits, trials, seed=0):
+    """Trials per split drawn around `mean` (already centred), val tracking test."""
+    rng = np.random.default_rng(seed)
+    test = [mean + noise * rng.normal(size=trials) for _ in range(splits)]
+    return centred([t + 0.5 * noise * rng.normal(size=trials) for t in test], test)
+
+
+@pytest.mark.parametrize("mean, noise, splits, trials, last, decision", [
+    (0.05, 0.005, 4, 20, False, "tuning_pays"),
+    (0.0, 0.0005, 4, 20, False, "equivalent"),
+    (-0.05, 0.005, 4, 20, False, "adacos_better"),
+    (0.0, 0.05, 2, 3, False, "run_more"),
+    (0.0, 0.05, 2, 3, True, "budget_spent"),
+])
+def test_judge_decides_where_the_answer_is_clear(mean, noise, splits, trials, last, decision):
+    budget = 10
+    judged = judge(drawn(mean, noise, splits, trials), budget, last, MARGIN, Prior.flat("map_at_r"), 0.05 / budget)
+    assert judged.decision == decision
+    assert judged.low <= judged.middle <= judged.high
+
+
+def frame(rows):
+    return pd.DataFrame(rows, columns=["split", "val", "test", "seconds"])
+
+
+def evidence(trials_per_split=(4, 5, 6), runs_per_split=(2, 2, 2), budget=10, metric="map_at_r", seed=0):
+    rng = np.random.default_rng(seed)
+    trials = [(split, *rng.uniform(0.4, 0.6, 2), 30.0) for split, count in enumerate(trials_per_split)
+              for _ in range(count)]
+    runs = [(split, *rng.uniform(0.45, 0.55, 2), 30.0) for split, count in enumerate(runs_per_split)
+            for _ in range(count)]
+    return Evidence(frame(trials), frame(runs), tuple(range(len(trials_per_split))), budget, metric)
+
+
+@pytest.mark.parametrize("study, missing", [
+    (dict(trials_per_split=(4, 1, 6)), "finished ArcFace trials"),
+    (dict(runs_per_split=(2, 0, 2)), "Fixed AdaCos run"),
+])
+def test_advise_names_the_missing_evidence(study, missing):
+    with pytest.raises(AdviceError, match=missing):
+        advise(evidence(**study), MARGIN, Prior.flat("map_at_r"))
+
+
+def test_advise_refuses_a_prior_on_another_metric():
+    with pytest.raises(AdviceError) as error:
+        advise(evidence(metric="accuracy"), MARGIN, Prior.flat("map_at_r"))
+    assert "map_at_r" in str(error.value) and "accuracy" in str(error.value)
+
+
+def test_a_budget_below_two_is_refused():
+    with pytest.raises(AdviceError, match="budget"):
+        evidence(budget=1)
+
+
+def test_advise_on_good_evidence():
+    advice = advise(evidence(), MARGIN, Prior.flat("map_at_r"))
+    assert isinstance(advice, Advice)
+    lines = advice.lines()
+    assert lines[0].startswith("Use now:") and lines[-1].startswith("Decision:")
+    assert advice.round == 4 and advice.trainings == 3 * 4 + 3 * 2
+    assert [gain.trials for gain in advice.gains] == list(GAIN_TRIALS)
+    assert [gain.trainings for gain in advice.gains] == [k * 3 for k in GAIN_TRIALS]
+
+
+def test_round_and_at_round_keep_the_first_trials_of_every_split_in_order():
+    rows = [(0, 0.1, 0.0, 1.0), (1, 0.2, 0.0, 1.0), (1, 0.3, 0.0, 1.0), (0, 0.4, 0.0, 1.0), (1, 0.5, 0.0, 1.0),
+            (1, 0.6, 0.0, 1.0), (0, 0.7, 0.0, 1.0), (1, 0.8, 0.0, 1.0)]
+    study = Evidence(frame(rows), frame([(0, 0.5, 0.5, 1.0), (1, 0.5, 0.5, 1.0)]), (0, 1), 10, "map_at_r")
+    assert study.round() == 3
+    trials, _ = study.at_round(3)
+    assert list(trials.loc[trials["split"] == 0, "val"]) == [0.1, 0.4, 0.7]
+    assert list(trials.loc[trials["split"] == 1, "val"]) == [0.2, 0.3, 0.5]
+    assert Evidence(frame(rows), frame([]), (0, 1), 2, "map_at_r").round() == 2  # capped at the budget
+
+
+def test_benchmark_prior_from_the_committed_cells():
+    cells = pd.read_csv(CELLS_CSV)
+    tuned = cells[(cells["method"] == "arcface_tuned") & cells["converged"].astype(bool)]["relative"]
+    prior = benchmark_prior(CELLS_CSV, "map_at_r")
+    assert prior.probabilities.sum() == pytest.approx(1.0)
+    assert tuned.min() <= float(prior.probabilities @ prior.centres) <= tuned.max()
+    with pytest.raises(AdviceError) as error:
+        benchmark_prior(CELLS_CSV, "accuracy")
+    assert "map_at_r" in str(error.value) and "accuracy" in str(error.value)
+
+
+def test_benchmark_prior_without_a_benchmark_names_the_path(tmp_path):
+    with pytest.raises(AdviceError, match="nowhere.csv"):
+        benchmark_prior(tmp_path / "nowhere.csv", "map_at_r")
+
+
+def test_benchmark_prior_is_bayesian_true_effects_prediction(tmp_path):
+    pooled = pd.DataFrame({
+        "configuration": ["a1", "a2", "b1", "c1", "c2", "d1"], "source": ["a", "a", "b", "c", "c", "d"],
+        "relative": [0.03, 0.01, -0.02, 0.06, 0.04, 0.0], "relative_se": [0.01, 0.02, 0.015, 0.01, 0.03, 0.02]})
+    common = dict(primary=True, regime="short", converged=True, longer_of=np.nan, iterations=100,
+                  method="arcface_tuned", metric="test_map_at_r")
+    left_out = [dict(configuration="e1", source="e", relative=0.9, relative_se=0.01, converged=False),
+                dict(configuration="f1", source="f", relative=-0.9, relative_se=0.01, method="p2sgrad")]
+    cells = pd.concat([pooled.assign(**common), pd.DataFrame([common | row for row in left_out])])
+    path = tmp_path / "cells.csv"
+    cells.to_csv(path, index=False)
+    prior = benchmark_prior(path, "map_at_r")
+    low, high = (float(q[0]) for q in _mixture_quantiles(prior.probabilities[None, :], prior.centres[None, :],
+                                                          prior.spreads[None, :], (0.025, 0.975)))
+    expected = bayesian_true_effect(pooled["relative"], pooled["relative_se"], pooled["source"])
+    assert (low, high) == pytest.approx((expected.prediction_low, expected.prediction_high), rel=1e-6)
+    assert prior.metric == "map_at_r" and "4 sources" in prior.source

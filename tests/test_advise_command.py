@@ -1,0 +1,117 @@
+"""`study advise` on a real (tiny) study, read from its storage while nothing has been evaluated yet, against the
+evaluate stage's own test scores; its bad-input messages; and the Optuna callback stopping a user's own search."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pandas as pd
+import pytest
+
+from study.advice import AdviceCallback, AdviceError, study_evidence
+from study.config import StudyParams, load_params
+from study.data import load_dataset, save_splits, split_dataset
+from study.presets import write_params
+from study.results import EVALUATION_DIR, JOURNAL, prepared_dir, search_dir
+from study.storage import open_storage
+from tests.conftest import copy_study
+
+SPLIT = (0.6, 0.2, 0.2)
+BENCHMARK_CELLS = Path(__file__).resolve().parents[1] / "reports" / "benchmark" / "tables" / "cells.csv"
+
+
+def run(root, *arguments, check=True):
+    done = subprocess.run([sys.executable, "-m", *arguments], cwd=root, capture_output=True, text=True, timeout=600)
+    assert not check or done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+@pytest.fixture(scope="module")
+def tiny_study(tmp_path_factory):
+    """A digits study of two class splits, four ArcFace trials and two Fixed AdaCos runs each, searched, run and
+    evaluated."""
+    root = copy_study(tmp_path_factory.mktemp("advise"))
+    params = StudyParams.from_dict({
+        "data": {"dataset": "digits", "protocol": "closed", "fractions": list(SPLIT), "seeds": [0, 1]},
+        "model": {"name": "mlp", "embedding_size": 16},
+        "train": {"epochs": 1, "batch_size": 128, "eval_every": 5, "device": "cpu", "lr": 0.01,
+                  "objective": "accuracy", "threads": 1, "parallel": 1},
+        "search": {"n_trials": 4}, "runs": {"seeds": [0, 1], "methods": ["fixed_adacos"]}})
+    write_params(params, root / "params.yaml", "test")
+    for seed in (0, 1):
+        sets = split_dataset(load_dataset("digits"), "closed", SPLIT, seed=seed)
+        save_splits(sets, root / prepared_dir(seed), source="digits", protocol="closed", seed=seed, fractions=SPLIT)
+    run(root, "stages.search", "--loss", "arcface")
+    run(root, "stages.runs", "--method", "fixed_adacos")
+    run(root, "stages.runs", "--tuned", "arcface")
+    run(root, "stages.evaluate")
+    return root
+
+
+@pytest.mark.slow
+def test_the_storage_holds_what_the_stages_wrote(tiny_study, monkeypatch):
+    monkeypatch.chdir(tiny_study)
+    params = load_params()
+    evidence, best = study_evidence(params, open_storage(params.search, JOURNAL))
+    for split in (0, 1):
+        trials = pd.read_csv(search_dir("arcface", split) / "trials.csv").sort_values("trial")
+        read = evidence.trials[evidence.trials["split"] == split]
+        np.testing.assert_allclose(read[["val", "test"]].to_numpy(), trials[["value", "test_value"]].to_numpy())
+    # The runs' test scores before the evaluate stage ran (their learning curve at the iteration val selected) are
+    # the scores the evaluate stage computes from their checkpoints.
+    evaluated = pd.read_csv(EVALUATION_DIR / "runs.csv")
+    evaluated = evaluated[evaluated["method"] == "fixed_adacos"].sort_values(["split", "seed"])
+    read = evidence.reference.sort_values(["split", "test"])
+    assert len(read) == 4
+    for split in (0, 1):
+        np.testing.assert_allclose(np.sort(read.loc[read["split"] == split, "test"]),
+                                   np.sort(evaluated.loc[evaluated["split"] == split, "test_accuracy"]), atol=1e-6)
+    assert best.startswith("(s, m) = (")
+
+
+@pytest.mark.slow
+def test_the_command_prints_the_advice_and_writes_it(tiny_study):
+    done = run(tiny_study, "study.cli", "advise", "--prior", "none", "--json", "advice.json")
+    lines = done.stdout.strip().splitlines()
+    assert lines[0].startswith("Use now:") and lines[-1].startswith("Decision:")
+    advice = json.loads((tiny_study / "advice.json").read_text())
+    assert advice["round"] == 4 and advice["splits"] == 2 and advice["trainings"] == 12
+    assert advice["low"] <= advice["difference"] <= advice["high"]
+
+
+@pytest.mark.slow
+def test_bad_input_is_named_and_nothing_is_written(tiny_study):
+    # The benchmark's prior is about MAP@R; this study selects by accuracy.
+    done = run(tiny_study, "study.cli", "advise", "--prior", str(BENCHMARK_CELLS), "--json", "wrong.json", check=False)
+    assert done.returncode == 2 and "map_at_r" in done.stderr and "accuracy" in done.stderr
+    assert not (tiny_study / "wrong.json").exists()
+    done = run(tiny_study, "study.cli", "advise", "--from", "report", "--prior", "none", check=False)
+    assert done.returncode == 2 and "landscape.csv" in done.stderr
+
+
+def test_the_callback_stops_a_search_once_tuning_pays():
+    rng = np.random.default_rng(0)
+
+    def objective(trial):
+        x = trial.suggest_float("x", 0.0, 1.0)
+        trial.set_user_attr("test", 0.5 + 0.4 * x + rng.normal(0, 0.01))
+        return 0.5 + 0.4 * x + rng.normal(0, 0.01)
+
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=0))
+    callback = AdviceCallback([(0.50, 0.50), (0.51, 0.49), (0.49, 0.50)], budget=30, objective="toy")
+    study.optimize(objective, n_trials=30, callbacks=[callback])
+    advice = study.user_attrs["advice"]
+    assert advice["decision"] == "tuning_pays" and len(study.trials) < 30
+    assert advice["low"] > 0.02 and advice["lines"][-1].startswith("Decision: stop: tuning pays")
+
+
+def test_the_callback_says_what_is_missing_before_it_can_judge_and_refuses_unrecorded_test_scores():
+    study = optuna.create_study(direction="maximize")
+    callback = AdviceCallback([(0.5, 0.5), (0.5, 0.5)], budget=10, objective="toy")
+    study.optimize(lambda trial: trial.set_user_attr("test", 0.5) or 0.5, n_trials=1, callbacks=[callback])
+    assert study.user_attrs["advice"]["decision"] == "run_more" and "2 finished" in study.user_attrs["advice"]["says"]
+    with pytest.raises(AdviceError, match="set_user_attr"):
+        study.optimize(lambda trial: 0.5, n_trials=1, callbacks=[callback])
