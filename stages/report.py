@@ -51,6 +51,9 @@ def main() -> None:
     manifests = [read_json(prepared_dir(split) / "manifest.json", "prepare") for split in splits]
     manifest = manifests[0] | {"split_seeds": list(splits),
                                "train_classes": [m["splits"]["train"]["num_classes"] for m in manifests]}
+    # search.stop_early: where the rounds stopped and why (written by the search stage).
+    stopped = [search_dir(loss, splits[0]).parent / "advice.json" for loss in params.search.losses]
+    manifest["advice"] = next((read_json(path, "search") for path in stopped if path.is_file()), None)
     trials = pd.concat([read_csv(search_dir(loss, split) / "trials.csv", f"search@{loss}")
                         for loss in params.search.losses for split in splits], ignore_index=True)
     runs = read_csv(EVALUATION_DIR / "runs.csv", "evaluate")

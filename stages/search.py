@@ -23,8 +23,47 @@ def main() -> None:
         params = load_params()
         with ends_cleanly(params.search, JOURNAL):  # a storage fault: one message naming the path or URL and the fix
             storage = open_storage(params.search, JOURNAL)
+            if params.search.stop_early is not None:
+                search_in_rounds(loss, params, storage)
+                return
             for split in params.data.split_seeds():
                 search_split(loss, params.for_split(split), storage, split)
+
+
+def search_in_rounds(loss: str, params, storage) -> None:
+    """search.stop_early: the Fixed AdaCos runs the advice compares with first (the runs stage then finds them done),
+    then one more trial on every class split a round until `study advise` says stop; its last advice goes to
+    results/search/<loss>/advice.json. The same seeds draw the same trials, so a rerun reaches the same decision."""
+    from study.advice import MIN_ROUND, Prior, advise, benchmark_prior, study_evidence
+    from study.config import METRIC_KIND
+    from study.results import REPORT_DIR
+    from study.runs import open_runs, serve_runs
+
+    splits = params.data.split_seeds()
+    for split in splits:
+        split_params = params.for_split(split)
+        runs = open_runs("fixed_adacos", *params.runs.hyperparameters("fixed_adacos"), split_params, storage)
+        serve_runs(runs, split_params, load_splits(prepared_dir(split)), root=Path.cwd())
+    objective = params.train.objective
+    prior = (benchmark_prior(REPORT_DIR / "benchmark" / "tables" / "cells.csv", objective)
+             if params.search.stop_early == "benchmark" else Prior.flat(objective))
+    margin = params.analysis.score_share(METRIC_KIND[objective])
+    for round_ in range(1, params.search.n_trials + 1):
+        for split in splits:
+            split_params = params.for_split(split)
+            # This round's budget: the trials every split has after it (the rounds' own bookkeeping is this loop).
+            round_search = {**split_params.search.to_dict(), "n_trials": round_, "stop_early": None}
+            search_split(loss, split_params.replace(search=round_search), storage, split)
+        if round_ < MIN_ROUND:
+            continue
+        evidence, best = study_evidence(params, storage)
+        advice = advise(evidence, margin, prior, best=best)
+        print(f"{loss}, round {advice.round} of {advice.budget}: {advice.says}", flush=True)
+        if advice.decision != "run_more":
+            break
+    saved = (advice.budget - advice.round) * len(splits)
+    write_json({**advice.as_dict(), "lines": advice.lines(), "saved_trials": saved,
+                "saved_seconds": saved * advice.seconds_per_trial}, search_dir(loss, splits[0]).parent / "advice.json")
 
 
 def search_split(loss: str, params, storage, split: int) -> None:

@@ -203,6 +203,9 @@ class SearchConfig(ParamsModel):
         default_factory=lambda: {"arcface": (0.0, 1.0), "cosface": (0.0, 0.7), "sphereface": (1.0, 4.0)})
     # Optuna's grid sampler lists every (s, m) point at once: 1000 a side is a million points, 100 MB per worker.
     grid_points: Int = Field(5, ge=2, le=MAX_GRID_POINTS)
+    # Search in rounds and stop once `study advise` says so, its prior none ("flat") or the committed benchmark's; off
+    # (null) by default: its error rates hold but it saved little (docs/analysis.md).
+    stop_early: Optional[Literal["flat", "benchmark"]] = None
 
     @model_validator(mode="after")
     def _searchable(self) -> Self:
@@ -291,6 +294,11 @@ class RunsConfig(ParamsModel):
 
 # The kinds of test metric that share an equivalence margin (see study/analysis/comparison.py for which metric is which).
 METRIC_KINDS = ("accuracy", "retrieval", "verification")
+# Which kind (and so which margin) each test metric is.
+METRIC_KIND = {"accuracy": "accuracy", "knn_accuracy": "accuracy", "precision_at_1": "retrieval",
+               "r_precision": "retrieval", "map_at_r": "retrieval", "roc_auc": "verification", "eer": "verification",
+               "tar_at_far_1e-2": "verification", "tar_at_far_1e-3": "verification",
+               "verification_accuracy": "verification"}
 
 
 _RELATIVE_MARGIN = re.compile(r"(\d+\.?\d*|\.\d+)\s*(sd|%)(\s+of\s+score)?")
@@ -390,6 +398,21 @@ class StudyParams(ParamsModel):
             raise _invalid("train.objective", f"{self.train.objective} classifies into the training classes, which "
                            "the open protocol's val and test classes never are; choose map_at_r, r_precision or "
                            "precision_at_1, or set data.protocol: closed")
+        return self
+
+    @model_validator(mode="after")
+    def _stop_early_can_be_judged(self) -> Self:
+        if self.search.stop_early is None:
+            return self
+        kind, search = METRIC_KIND[self.train.objective], self.search
+        problems = {"search.sampler": (search.sampler != "random", "must be random: its trials independent draws"),
+                    "search.repeats": (search.repeats != 1, "must be 1: the advice follows one search a split"),
+                    "search.n_trials": (search.n_trials < 2, "must be at least 2: the advice judges from round 2"),
+                    f"analysis.equivalence_margin.{kind}": (math.isnan(self.analysis.score_share(kind)),
+                                                            "must be a share of the score such as '2% of score'")}
+        for where, (wrong, fix) in problems.items():
+            if wrong:
+                raise _invalid(where, f"{fix} (search.stop_early is {self.search.stop_early!r}; or set it to null)")
         return self
 
     @model_validator(mode="after")

@@ -46,7 +46,7 @@ def study_name(loss: str, params: StudyParams, repeat: int = 0) -> str:
 def search_meaning(loss: str, params: StudyParams) -> dict:
     """What gives a trial of `loss`'s search its meaning: data, model, training and this loss's search space."""
     search = params.search.to_dict()
-    excluded = ("n_trials", "max_failed_trials", "storage", "heartbeat_seconds", "losses", "repeats")
+    excluded = ("n_trials", "max_failed_trials", "storage", "heartbeat_seconds", "losses", "repeats", "stop_early")
     space = {k: v for k, v in search.items() if k not in excluded}
     space["m_range"] = search["m_range"].get(loss)  # only this loss's range: adding another loss's keeps its studies
     return {**run_meaning(params), "search": space, "loss": loss}

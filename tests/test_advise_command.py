@@ -1,5 +1,6 @@
 """`study advise` on a real (tiny) study, read from its storage while nothing has been evaluated yet, against the
-evaluate stage's own test scores; its bad-input messages; and the Optuna callback stopping a user's own search."""
+evaluate stage's own test scores; its bad-input messages; the Optuna callback stopping a user's own search; and
+search.stop_early, whose rounds stop where the advice replayed on the storage says, the same on a rerun."""
 
 import json
 import subprocess
@@ -11,11 +12,12 @@ import optuna
 import pandas as pd
 import pytest
 
-from study.advice import AdviceCallback, AdviceError, study_evidence
+from study.advice import AdviceCallback, AdviceError, Prior, replay, study_evidence
 from study.config import StudyParams, load_params
 from study.data import load_dataset, save_splits, split_dataset
 from study.presets import write_params
 from study.results import EVALUATION_DIR, JOURNAL, prepared_dir, search_dir
+from study.search import study_name
 from study.storage import open_storage
 from tests.conftest import copy_study
 
@@ -115,3 +117,55 @@ def test_the_callback_says_what_is_missing_before_it_can_judge_and_refuses_unrec
     assert study.user_attrs["advice"]["decision"] == "run_more" and "2 finished" in study.user_attrs["advice"]["says"]
     with pytest.raises(AdviceError, match="set_user_attr"):
         study.optimize(lambda trial: 0.5, n_trials=1, callbacks=[callback])
+
+
+@pytest.fixture(scope="module")
+def stopping_study(tmp_path_factory):
+    """The tiny study searched with search.stop_early: flat (its Fixed AdaCos runs first, then rounds)."""
+    root = copy_study(tmp_path_factory.mktemp("stop_early"))
+    params = StudyParams.from_dict({
+        "data": {"dataset": "digits", "protocol": "closed", "fractions": list(SPLIT), "seeds": [0, 1]},
+        "model": {"name": "mlp", "embedding_size": 16},
+        "train": {"epochs": 1, "batch_size": 128, "eval_every": 5, "device": "cpu", "lr": 0.01,
+                  "objective": "accuracy", "threads": 1, "parallel": 1},
+        "search": {"n_trials": 4, "stop_early": "flat"}, "runs": {"seeds": [0, 1], "methods": ["fixed_adacos"]}})
+    write_params(params, root / "params.yaml", "test")
+    for seed in (0, 1):
+        sets = split_dataset(load_dataset("digits"), "closed", SPLIT, seed=seed)
+        save_splits(sets, root / prepared_dir(seed), source="digits", protocol="closed", seed=seed, fractions=SPLIT)
+    run(root, "stages.search", "--loss", "arcface")
+    return root
+
+
+@pytest.mark.slow
+def test_stop_early_searches_in_rounds_and_a_rerun_reaches_the_same_decision(stopping_study, monkeypatch):
+    monkeypatch.chdir(stopping_study)
+    params = load_params()
+    storage = open_storage(params.search, JOURNAL)
+    written = json.loads((search_dir("arcface", 0).parent / "advice.json").read_text())
+    # What the advice says, replayed independently round by round on what the storage holds.
+    evidence, _ = study_evidence(params, storage)
+    replayed = replay(evidence, 0.02, Prior.flat("accuracy"))
+    assert (written["round"], written["decision"]) == (replayed.round, replayed.decision)
+    assert written["saved_trials"] == (4 - written["round"]) * 2
+    # Rounds: one trial per split at a time, so no split is ever more than one trial ahead of the other.
+    studies = [optuna.load_study(study_name=study_name("arcface", params.for_split(split), 0), storage=storage)
+               for split in (0, 1)]
+    started = sorted((trial.datetime_start, split) for split, study in enumerate(studies) for trial in study.trials)
+    lead = np.cumsum([1 if split == 0 else -1 for _, split in started])
+    assert set(lead) <= {0, 1} and len(started) == 2 * written["round"]
+    # The Fixed AdaCos runs it compared with are the runs stage's: it trains none of them again.
+    assert "fixed_adacos seed" not in run(stopping_study, "stages.runs", "--method", "fixed_adacos").stdout
+    # A rerun trains nothing and reaches the same decision.
+    run(stopping_study, "stages.search", "--loss", "arcface")
+    assert json.loads((search_dir("arcface", 0).parent / "advice.json").read_text()) == written
+    assert sum(len(study.trials) for study in (
+        optuna.load_study(study_name=study.study_name, storage=storage) for study in studies)) == len(started)
+
+
+def test_stop_early_refuses_a_design_it_cannot_judge():
+    values = {"search": {"stop_early": "benchmark", "sampler": "tpe"}}
+    with pytest.raises(ValueError, match="search.sampler: must be random"):
+        StudyParams.from_dict(values)
+    with pytest.raises(ValueError, match="search.n_trials: must be at least 2"):
+        StudyParams.from_dict({"search": {"stop_early": "flat", "n_trials": 1}})

@@ -16,7 +16,7 @@ from scipy import stats
 from study.analysis.common import (METRIC_RANGE, REFERENCE_METHOD, TEST_PREFIX, finite_values, higher_is_better,
                                    mean_or_nan, split_of, within_range)
 from study.analysis.pooling import standard_error_floor
-from study.config import AnalysisConfig, relative_margin
+from study.config import METRIC_KIND, AnalysisConfig, relative_margin  # noqa: F401 (METRIC_KIND read from here too)
 from study.published import PublishedSetup
 from study.statistics import (
     difference_ci,
@@ -45,12 +45,6 @@ DIFFERENCE_COLUMNS = ["method", "metric", "test", "pairs", "splits", "unit", "di
                       "welch_high", "welch_p_value", "margin", "seed_sd", "seed_sd_df", "margin_seed_sds",
                       "margin_error_share", "margin_score_share", "tost_p_value", "tost_p_holm", "equivalent",
                       "detectable", "not_detectable", "decision_alpha", "seeds_to_resolve", "higher_is_better"]
-
-# Which equivalence margin (see equivalence_margin) each test metric takes.
-METRIC_KIND = {"accuracy": "accuracy", "knn_accuracy": "accuracy", "precision_at_1": "retrieval",
-                "r_precision": "retrieval", "map_at_r": "retrieval", "roc_auc": "verification", "eer": "verification",
-                "tar_at_far_1e-2": "verification", "tar_at_far_1e-3": "verification",
-                "verification_accuracy": "verification"}
 
 
 def summarise_runs(runs: pd.DataFrame, metric_columns: Sequence[str], group: str = "method") -> pd.DataFrame:

@@ -62,6 +62,14 @@ def setup_section(analysis: StudyAnalysis, params: StudyParams, manifest: dict) 
         f"Search: {', '.join(loss_name(loss) for loss in search.losses)}; {budget}"
         + (f"; {ranges}" if ranges else "") + ".",
     ]
+    advice = manifest.get("advice")
+    if advice:
+        where = (f"stopped at round {advice['round']} of {advice['budget']}" if advice["round"] < advice["budget"]
+                 else f"ran all {advice['budget']} rounds")
+        bullets.append(f"Searched in rounds, one trial per class split a round, to stop once `study advise` said so "
+                       f"(search.stop_early: {search.stop_early}): the searches {where}, where the advice said "
+                       f"\"{advice['says']}\"; {advice['saved_trials']} trials, about {advice['saved_seconds']:,.0f} "
+                       f"device-seconds, were not run. Its reading there: {advice['lines'][1]}")
     if manifest.get("fallback_reason"):
         bullets.insert(1, f"`{manifest.get('requested_source')}` was asked for but could not be had, so this study "
                           f"ran on the fallback `{manifest.get('source')}` ({manifest['fallback_reason']}).")

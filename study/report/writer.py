@@ -14,7 +14,7 @@ import pandas as pd
 
 from study.analysis import REPRODUCTION_SPREAD_STDS, TEST_PREFIX, StudyAnalysis, count_or_none, reproduction_table
 from study.analysis.common import REFERENCE_METHOD
-from study.analysis.comparison import METRIC_KIND
+from study.config import METRIC_KIND
 from study.config import StudyParams
 from study.published import published_setup
 import study.report.formats as fmt
