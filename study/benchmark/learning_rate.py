@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -330,3 +331,18 @@ def learning_rate_sections(runs: pd.DataFrame, summary: pd.DataFrame, swaps: pd.
     objectives = objectives or {}
     return [configuration_section(runs, summary, swaps, chosen, configuration, objectives.get(configuration, ""))
             for configuration in dict.fromkeys(runs["configuration"])]
+
+
+def learning_rate_sentences(results: Path) -> list[str]:
+    """For the benchmark's report: per configuration the check ran on (results/learning_rate/runs.csv), whether any
+    ranking of the methods changes at lr/3 or 3·lr, and which learning rate val would choose."""
+    path = Path(results) / "learning_rate" / "runs.csv"
+    if not path.is_file():
+        return []
+    runs = pd.read_csv(path)
+    summary = summary_table(runs)
+    swaps, chosen = swap_table(runs, summary), chosen_learning_rates(runs)
+    return [f"On {configuration}, every method trained again at a third and at three times the shared learning rate "
+            f"(benchmarks/results/learning_rate.md). {verdict_sentence(swaps, configuration)} "
+            f"{chosen_sentence(chosen, configuration)} {chosen_ranking_sentence(summary, chosen, configuration)}"
+            for configuration in runs["configuration"].unique()]

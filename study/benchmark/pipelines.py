@@ -75,6 +75,8 @@ def write_benchmark_aggregate(project: Project, plan: BenchmarkPlan) -> Path:
         inputs += [f"{LEARNING_CURVE_CELL}/{path}" for path in LEARNING_CURVE_INPUTS]
     inputs += [f"../results/budget_matched/{path.name}"  # the control at the searches' real budget, where measured
                for path in sorted((project.root.parent / "results" / "budget_matched").glob("*_gap.csv"))]
+    if (project.root.parent / "results" / "learning_rate" / "runs.csv").is_file():  # the learning-rate check
+        inputs.append("../results/learning_rate/runs.csv")
     return write_aggregate(project, command, inputs, AGGREGATE_MODULES, REPORT_OUTS)
 
 

@@ -60,9 +60,13 @@ def replay_sentences(replayed: pd.DataFrame) -> list[str]:
     if differ.empty:
         sentences.append("Its decision matched the full design's verdict in every cell.")
         return sentences
-    described = "; ".join(f"{row.cell}: the advice {row.decision.replace('_', ' ')} at round {row.stopped_round} "
-                          f"({100 * row.difference:+.1f}% [{100 * row.low:+.1f}%, {100 * row.high:+.1f}%]), the full "
-                          f"design {row.full_design.replace('_', ' ')}" for row in differ.itertuples())
+    said = {"tuning_pays": "said tuning pays", "equivalent": "said equivalent", "budget_spent": "was still undecided",
+            "adacos_better": "said Fixed AdaCos is better", "run_more": "was still undecided"}
+    found = {"paid": "found tuning pays", "equivalent": "found them equivalent", "undecided": "was undecided",
+             "adacos_better": "found Fixed AdaCos better"}
+    described = "; ".join(f"on {row.cell} the advice {said[row.decision]} at round {row.stopped_round} of "
+                          f"{row.budget} ({100 * row.difference:+.1f}% [{100 * row.low:+.1f}%, {100 * row.high:+.1f}%]) "
+                          f"and the full design {found[row.full_design]}" for row in differ.itertuples())
     same_sign = int((np.sign(differ["difference"]) == np.sign(differ["full_design_difference"])).sum())
     sentences.append(f"It differed from the full design's verdict in {len(differ)} of {len(replayed)}: {described}. "
                      "The full design judges the best configuration retrained at fresh seeds with a t interval over "

@@ -25,6 +25,7 @@ from study.benchmark.meta import (RELATIVE_MARGIN, SCOPES, UNTUNED, benchmark_se
 from study.losses import fixed_adacos_scale
 from study.published import MLRC_ARCFACE
 from study.benchmark.card import benchmark_card, pct, pct_interval
+from study.benchmark.learning_rate import learning_rate_sentences
 from study.benchmark.replay import advice_replay, replay_shown, replay_sentences
 from study.report.answer_card import card_blocks
 from study.report.sections import absolute_shown as study_absolute_shown
@@ -550,6 +551,7 @@ def aggregate_benchmark(plan_path: str | Path, report_dir: str | Path, *, label:
                     Table(findings_shown(rows), "ArcFace's best (s, m) per configuration")]),
                 Section("Trends and training length", [
                     slope_sentence(slope), *longer_sentences(longer),
+                    *learning_rate_sentences(cells_dir.resolve().parent / "results"),
                     *_linked(overtaking_sentences(cells_dir / LEARNING_CURVE_CELL), cells_dir, report_dir),
                     *_learning_curve_figure(cells_dir / LEARNING_CURVE_CELL, report_dir),
                     Table(length_shown(rows), "Training length as a moderator: tuned ArcFace − Fixed AdaCos in % "
@@ -563,7 +565,7 @@ def aggregate_benchmark(plan_path: str | Path, report_dir: str | Path, *, label:
             FigureRef("figures/tuners.png", "Expected test score of the trial val selects against training "
                       "iterations per search, with its band; dashed: one Fixed AdaCos run; dotted: the budget every "
                       "tuner reached."), Table(tuners_shown(tuners, labels), "ArcFace's search under each tuner")]))
-    sections.append(Section("When to stop tuning: `study advise`, replayed", [
+    sections.append(Section("When to stop tuning: the advice replayed", [
         *replay_sentences(replayed),
         Table(replay_shown(replayed), "The advice read after every round of each cell, as if live: where it "
                                       "stopped, what it said, and the cell's full-design verdict")]))
