@@ -2,11 +2,12 @@
 
 Each world is built from one committed random-search cell (reports/tables/landscape.csv and run_scores.csv): its
 ArcFace trials, centred on their split's Fixed AdaCos means, are the world's distribution of (s, m) draws; a drawn trial
-is one of them with fresh seed noise added (the cell's Fixed AdaCos seed sd, val and test), a split shifts all of its
-trials by a normal interaction of the cell's own size, and Fixed AdaCos runs are its mean plus seed noise. Every
-trial is shifted by one constant so that the true difference of a search of `budget` trials (the expected test score
-of the trial val selects among `budget` draws, less Fixed AdaCos's mean) is 0, half the margin, the margin or twice
-it (the margin: 2% of the cell's Fixed AdaCos test score); the truth is computed by Monte Carlo over 40,000 searches.
+is one of them with fresh seed noise added (normal, with the covariance of the cell's Fixed AdaCos runs: val and test
+move together with the seed), a split shifts all of its trials by a normal interaction of the cell's own size, and
+Fixed AdaCos runs are its mean plus that seed noise. Every trial is shifted by one constant so that the true
+budget-matched difference of a search of `budget` trials (the expected test score of the trial val selects among
+`budget` draws, less that of the Fixed AdaCos seed val selects among as many) is 0, half the margin, the margin or
+twice it (the margin: 2% of the cell's Fixed AdaCos test score); the truth by Monte Carlo over 40,000 searches.
 
 Each simulated study has `splits` class splits and a budget of `budget` trials per split, and two Fixed AdaCos runs a
 split (the default study's design: 4 splits, 12 trials). The rules:
@@ -36,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from study.advice import Centred, Prior, benchmark_prior, judge
+from study.advice import Centred, Prior, benchmark_prior, expected_maximum, judge
 
 ROOT = Path(__file__).resolve().parents[1]
 CELLS = ROOT / "benchmarks" / "cells"
@@ -68,25 +69,33 @@ class CellWorld:
         self.s, self.m = trials["s"].to_numpy(), trials["m"].to_numpy()
         residual = runs[["val_score", f"test_{objective}"]].to_numpy() - means.reindex(runs["split"]).to_numpy()
         df = len(runs) - len(means)
-        self.val_sd, self.test_sd = np.sqrt((residual ** 2).sum(axis=0) / df)
+        self.seed_covariance = residual.T @ residual / df  # val and test move together with the seed
+        self.val_sd, self.test_sd = np.sqrt(np.diag(self.seed_covariance))
         self.scale = float(runs[f"test_{objective}"].mean())
         split_means = pd.Series(self.test).groupby(trials["split"].to_numpy()).agg(["mean", "var", "size"])
         within = (split_means["var"] / split_means["size"]).mean() + self.test_sd ** 2 / 2
         self.interaction_sd = math.sqrt(max(0.0, split_means["mean"].var(ddof=1) - within))
         self.shift = 0.0
 
+    def seed_noise(self, rng, shape):
+        """(val, test) seed noise of `shape` trainings, correlated as the cell's Fixed AdaCos runs are."""
+        noise = rng.multivariate_normal(np.zeros(2), self.seed_covariance, size=shape)
+        return noise[..., 0], noise[..., 1]
+
     def draw_trials(self, rng, shape):
         """(val, test, index of the real trial) of `shape` draws."""
         index = rng.integers(0, self.val.size, size=shape)
-        return (self.val[index] + rng.normal(0, self.val_sd, shape) + self.shift,
-                self.test[index] + rng.normal(0, self.test_sd, shape) + self.shift, index)
+        val_noise, test_noise = self.seed_noise(rng, shape)
+        return self.val[index] + val_noise + self.shift, self.test[index] + test_noise + self.shift, index
 
     def set_truth(self, truth: float, budget: int, rng) -> None:
-        """Shift every trial so that the true D(budget) is `truth` (absolute units)."""
+        """Shift every trial so that the true budget-matched difference (the val-selected trial of `budget` draws less
+        the val-selected of `budget` Fixed AdaCos seeds, whose gain over one is E[max]·cov/sd(val)) is `truth`."""
         self.shift = 0.0
         val, test, _ = self.draw_trials(rng, (40_000, budget))
         best = test[np.arange(len(test)), np.argmax(val, axis=1)].mean()
-        self.shift = truth - best
+        luck = expected_maximum(budget) * self.seed_covariance[0, 1] / self.val_sd
+        self.shift = truth - (best - luck)
 
 
 def centred(val, test, splits, reference_val, reference_test, scale_reference) -> Centred:
@@ -96,9 +105,10 @@ def centred(val, test, splits, reference_val, reference_test, scale_reference) -
     mean_val, mean_test = reference_val.mean(axis=1), reference_test.mean(axis=1)
     counts = [row.size for row in val]
     split_of_trial = np.repeat(np.arange(splits), counts)
-    residual_val = (reference_val - mean_val[:, None]).ravel()
-    residual_test = (reference_test - mean_test[:, None]).ravel()
-    variance = float(np.sum(residual_test ** 2) / (splits * (runs - 1)))
+    inflate = math.sqrt(runs / (runs - 1))  # as study.advice.centre: a deviation from the mean of r runs
+    residual_val = (reference_val - mean_val[:, None]).ravel() * inflate
+    residual_test = (reference_test - mean_test[:, None]).ravel() * inflate
+    variance = float(np.sum(residual_test ** 2) / (splits * runs))
     return Centred(np.concatenate([row - mean_val[j] for j, row in enumerate(val)]),
                    np.concatenate([row - mean_test[j] for j, row in enumerate(test)]),
                    split_of_trial, residual_val, residual_test, variance,
@@ -114,8 +124,7 @@ def simulate(world: CellWorld, truth_multiple: float, worlds: int, splits: int, 
         val, test, drawn = world.draw_trials(rng, (splits, budget))
         interaction = rng.normal(0, world.interaction_sd, (splits, 1))
         val, test = val + interaction, test + interaction
-        reference_val = rng.normal(0, world.val_sd, (splits, 2))
-        reference_test = rng.normal(0, world.test_sd, (splits, 2))
+        reference_val, reference_test = world.seed_noise(rng, (splits, 2))
         scale = world.scale + reference_test.mean()
 
         def judged(counts, level, chosen_prior, last=True, whole=False):

@@ -203,8 +203,8 @@ class SearchConfig(ParamsModel):
         default_factory=lambda: {"arcface": (0.0, 1.0), "cosface": (0.0, 0.7), "sphereface": (1.0, 4.0)})
     # Optuna's grid sampler lists every (s, m) point at once: 1000 a side is a million points, 100 MB per worker.
     grid_points: Int = Field(5, ge=2, le=MAX_GRID_POINTS)
-    # Search in rounds and stop once `study advise` says so, its prior none ("flat") or the committed benchmark's; off
-    # (null) by default: its error rates hold but it saved little (docs/analysis.md).
+    # Search in rounds and stop once `study advise` says so, its prior none ("flat") or the committed benchmark's (read
+    # then, not a DVC dependency); off (null) by default: its error rates hold but it saved little (docs/analysis.md).
     stop_early: Optional[Literal["flat", "benchmark"]] = None
 
     @model_validator(mode="after")
