@@ -259,3 +259,24 @@ def test_seed_luck_is_what_picking_the_best_of_n_seeds_by_val_adds_on_test():
              for s in sets]
     spread = np.var([seed_luck(one, 12)[0] for one in small])
     assert np.mean([seed_luck(one, 12)[1] for one in small]) == pytest.approx(spread, rel=0.5)
+
+
+def test_the_benchmark_replay_counts_its_trainings_and_sets_the_full_design_beside_it():
+    import json
+    from pathlib import Path
+
+    from study.benchmark.report import read_cells
+    from study.benchmark.replay import advice_replay, replay_sentences
+
+    cells_dir = Path(__file__).resolve().parents[1] / "benchmarks" / "cells"
+    rows = read_cells(json.loads((cells_dir / "plan.json").read_text()), cells_dir)
+    chosen = rows[(rows["method"] == "arcface_tuned") & (rows["sampler"] == "random")].iloc[:3]
+    replayed = advice_replay(rows[rows["cell"].isin(chosen["cell"])], cells_dir)
+    assert list(replayed["cell"]) == list(chosen["cell"])
+    for row, cell in zip(replayed.itertuples(), chosen.itertuples()):
+        runs = pd.read_csv(cells_dir / cell.cell / "reports" / "tables" / "run_scores.csv")
+        fixed_runs = int((runs["method"] == "fixed_adacos").sum())
+        assert row.trainings == row.stopped_round * row.splits + fixed_runs
+        assert row.design_trainings == cell.splits * (cell.n_trials + 2 * cell.seeds)
+        assert row.full_design == cell.outcome and row.low <= row.difference <= row.high
+    assert replay_sentences(replayed)[0].startswith(f"Replayed round by round on {len(replayed)} finished")

@@ -52,10 +52,11 @@ def replay_sentences(replayed: pd.DataFrame) -> list[str]:
     early = replayed[replayed["stopped_round"] < replayed["budget"]]
     saved = int(((early["budget"] - early["stopped_round"]) * early["splits"]).sum())
     searched = int((replayed["budget"] * replayed["splits"]).sum())
+    stopped = (f"stopped before the budget in {len(early)}, saving {saved} of the {searched} search trainings"
+               if len(early) else f"never stopped before the budget ({searched} search trainings in all)")
     sentences = [f"Replayed round by round on {len(replayed)} finished random-search cells (its prior the benchmark's "
-                 f"cells of the same training length without the cell's own source), the advice stopped before the "
-                 f"budget in {len(early)}, saving {saved} of the {searched} search trainings; the full designs also "
-                 f"retrain the best configuration, which the advice does not need (the trainings column)."]
+                 f"cells of the same training length without the cell's own source), the advice {stopped}; the full "
+                 f"designs also retrain the best configuration, which the advice does not need (the trainings column)."]
     differ = replayed[~replayed["agrees"].astype(bool)]
     if differ.empty:
         sentences.append("Its decision matched the full design's verdict in every cell.")
