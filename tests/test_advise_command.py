@@ -31,21 +31,27 @@ def run(root, *arguments, check=True):
     return done
 
 
-@pytest.fixture(scope="module")
-def tiny_study(tmp_path_factory):
-    """A digits study of two class splits, four ArcFace trials and two Fixed AdaCos runs each, searched, run and
-    evaluated."""
-    root = copy_study(tmp_path_factory.mktemp("advise"))
+def digits_study(root, **search):
+    """A digits study of two class splits, four ArcFace trials and two Fixed AdaCos runs each (`search`: more keys),
+    its params written and its splits prepared."""
+    copy_study(root)
     params = StudyParams.from_dict({
         "data": {"dataset": "digits", "protocol": "closed", "fractions": list(SPLIT), "seeds": [0, 1]},
         "model": {"name": "mlp", "embedding_size": 16},
         "train": {"epochs": 1, "batch_size": 128, "eval_every": 5, "device": "cpu", "lr": 0.01,
                   "objective": "accuracy", "threads": 1, "parallel": 1},
-        "search": {"n_trials": 4}, "runs": {"seeds": [0, 1], "methods": ["fixed_adacos"]}})
+        "search": {"n_trials": 4, **search}, "runs": {"seeds": [0, 1], "methods": ["fixed_adacos"]}})
     write_params(params, root / "params.yaml", "test")
     for seed in (0, 1):
         sets = split_dataset(load_dataset("digits"), "closed", SPLIT, seed=seed)
         save_splits(sets, root / prepared_dir(seed), source="digits", protocol="closed", seed=seed, fractions=SPLIT)
+    return root
+
+
+@pytest.fixture(scope="module")
+def tiny_study(tmp_path_factory):
+    """The digits study searched, run and evaluated."""
+    root = digits_study(tmp_path_factory.mktemp("advise"))
     run(root, "stages.search", "--loss", "arcface")
     run(root, "stages.runs", "--method", "fixed_adacos")
     run(root, "stages.runs", "--tuned", "arcface")
@@ -121,18 +127,8 @@ def test_the_callback_says_what_is_missing_before_it_can_judge_and_refuses_unrec
 
 @pytest.fixture(scope="module")
 def stopping_study(tmp_path_factory):
-    """The tiny study searched with search.stop_early: flat (its Fixed AdaCos runs first, then rounds)."""
-    root = copy_study(tmp_path_factory.mktemp("stop_early"))
-    params = StudyParams.from_dict({
-        "data": {"dataset": "digits", "protocol": "closed", "fractions": list(SPLIT), "seeds": [0, 1]},
-        "model": {"name": "mlp", "embedding_size": 16},
-        "train": {"epochs": 1, "batch_size": 128, "eval_every": 5, "device": "cpu", "lr": 0.01,
-                  "objective": "accuracy", "threads": 1, "parallel": 1},
-        "search": {"n_trials": 4, "stop_early": "flat"}, "runs": {"seeds": [0, 1], "methods": ["fixed_adacos"]}})
-    write_params(params, root / "params.yaml", "test")
-    for seed in (0, 1):
-        sets = split_dataset(load_dataset("digits"), "closed", SPLIT, seed=seed)
-        save_splits(sets, root / prepared_dir(seed), source="digits", protocol="closed", seed=seed, fractions=SPLIT)
+    """The digits study searched with search.stop_early: flat (its Fixed AdaCos runs first, then rounds)."""
+    root = digits_study(tmp_path_factory.mktemp("stop_early"), stop_early="flat")
     run(root, "stages.search", "--loss", "arcface")
     return root
 
