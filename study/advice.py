@@ -143,22 +143,28 @@ def _weights(size: int, n: int) -> np.ndarray:
     return (rank / size) ** n - ((rank - 1) / size) ** n
 
 
-def selected_difference(val, test, n: int) -> tuple[float, float]:
-    """D(n) from centred trials and its delete-one jackknife variance (NaN for fewer than two trials).
+def _ranked(val, test) -> np.ndarray:
+    """Test scores in ascending order of val."""
+    return np.asarray(test, dtype=float)[np.argsort(np.asarray(val, dtype=float), kind="stable")]
 
-    The jackknife in closed form: leaving out the trial of val rank k shifts the ranks above it down by one, so its
-    estimate is Σ_{i<k} w'(i)·e₍ᵢ₎ + Σ_{i>k} w'(i−1)·e₍ᵢ₎ with the weights w' of size − 1 items."""
-    val, test = np.asarray(val, dtype=float), np.asarray(test, dtype=float)
-    ranked = test[np.argsort(val, kind="stable")]
+
+def _jackknife(ranked: np.ndarray, inner: np.ndarray) -> float:
+    """Delete-one jackknife variance of Σ w(i)·e₍ᵢ₎ in closed form, `inner` the weights of size − 1 items: leaving out
+    the trial of val rank k shifts the ranks above it down by one, so its estimate is Σ_{i<k} w'(i)·e₍ᵢ₎ +
+    Σ_{i>k} w'(i−1)·e₍ᵢ₎. NaN for fewer than two trials."""
     size = ranked.size
-    estimate = float(_weights(size, n) @ ranked)
     if size < 2:
-        return estimate, math.nan
-    inner = _weights(size - 1, n)
+        return math.nan
     below = np.concatenate([[0.0], np.cumsum(inner * ranked[:-1])])  # Σ_{i<k}, k = 1…size
     above = np.concatenate([np.cumsum((inner * ranked[1:])[::-1])[::-1], [0.0]])  # Σ_{i>k}
     leave_one_out = below + above
-    return estimate, float((size - 1) / size * np.sum((leave_one_out - leave_one_out.mean()) ** 2))
+    return float((size - 1) / size * np.sum((leave_one_out - leave_one_out.mean()) ** 2))
+
+
+def selected_difference(val, test, n: int) -> tuple[float, float]:
+    """D(n) from centred trials and its delete-one jackknife variance (NaN for fewer than two trials)."""
+    ranked = _ranked(val, test)
+    return float(_weights(ranked.size, n) @ ranked), _jackknife(ranked, _weights(max(ranked.size - 1, 1), n))
 
 
 @dataclass(frozen=True)
@@ -346,16 +352,9 @@ def _gains(centred: Centred, round_: int, scale: float, z: float, splits: int, s
 
 def _gain_variance(val, test, n_now: int, n_later: int) -> float:
     """Delete-one jackknife variance of D(n_later) − D(n_now)."""
-    val, test = np.asarray(val, float), np.asarray(test, float)
-    ranked = test[np.argsort(val, kind="stable")]
-    size = ranked.size
-    if size < 2:
-        return math.nan
-    inner = _weights(size - 1, n_later) - _weights(size - 1, n_now)
-    below = np.concatenate([[0.0], np.cumsum(inner * ranked[:-1])])
-    above = np.concatenate([np.cumsum((inner * ranked[1:])[::-1])[::-1], [0.0]])
-    leave_one_out = below + above
-    return float((size - 1) / size * np.sum((leave_one_out - leave_one_out.mean()) ** 2))
+    ranked = _ranked(val, test)
+    size = max(ranked.size - 1, 1)
+    return _jackknife(ranked, _weights(size, n_later) - _weights(size, n_now))
 
 
 @dataclass(frozen=True)
