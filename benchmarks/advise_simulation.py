@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from study.advice import Centred, Prior, benchmark_prior, expected_maximum, judge
+from study.advice import Prior, benchmark_prior, centre_arrays, expected_maximum, judge
 
 ROOT = Path(__file__).resolve().parents[1]
 CELLS = ROOT / "benchmarks" / "cells"
@@ -98,23 +98,6 @@ class CellWorld:
         self.shift = truth - (best - luck)
 
 
-def centred(val, test, splits, reference_val, reference_test, scale_reference) -> Centred:
-    """What study.advice.centre makes of the study's evidence, from arrays: trials (splits × n) less their split's
-    observed Fixed AdaCos means."""
-    runs = reference_val.shape[1]
-    mean_val, mean_test = reference_val.mean(axis=1), reference_test.mean(axis=1)
-    counts = [row.size for row in val]
-    split_of_trial = np.repeat(np.arange(splits), counts)
-    inflate = math.sqrt(runs / (runs - 1))  # as study.advice.centre: a deviation from the mean of r runs
-    residual_val = (reference_val - mean_val[:, None]).ravel() * inflate
-    residual_test = (reference_test - mean_test[:, None]).ravel() * inflate
-    variance = float(np.sum(residual_test ** 2) / (splits * runs))
-    return Centred(np.concatenate([row - mean_val[j] for j, row in enumerate(val)]),
-                   np.concatenate([row - mean_test[j] for j, row in enumerate(test)]),
-                   split_of_trial, residual_val, residual_test, variance,
-                   pd.Series(runs, index=np.arange(splits)), scale_reference)
-
-
 def simulate(world: CellWorld, truth_multiple: float, worlds: int, splits: int, budget: int, prior: Prior,
              terminator_worlds: int, rng) -> list[dict]:
     world.set_truth(truth_multiple * MARGIN * world.scale, budget, rng)
@@ -125,12 +108,14 @@ def simulate(world: CellWorld, truth_multiple: float, worlds: int, splits: int, 
         interaction = rng.normal(0, world.interaction_sd, (splits, 1))
         val, test = val + interaction, test + interaction
         reference_val, reference_test = world.seed_noise(rng, (splits, 2))
-        scale = world.scale + reference_test.mean()
+        run_split = np.repeat(np.arange(splits), 2)
 
         def judged(counts, level, chosen_prior, last=True, whole=False):
-            evidence = centred([val[j, :counts[j]] for j in range(splits)],
-                               [test[j, :counts[j]] for j in range(splits)], splits, reference_val, reference_test,
-                               scale)
+            # On the scale of the scores (Fixed AdaCos's true mean is the cell's), as `study advise` reads a study.
+            evidence = centre_arrays(np.repeat(np.arange(splits), counts),
+                                     np.concatenate([val[j, :counts[j]] for j in range(splits)]),
+                                     np.concatenate([test[j, :counts[j]] for j in range(splits)]) + world.scale,
+                                     run_split, reference_val.ravel(), reference_test.ravel() + world.scale)
             result = judge(evidence, budget, last, MARGIN, chosen_prior, level)
             return result if whole else result.decision
 

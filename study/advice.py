@@ -184,18 +184,26 @@ class Centred:
 
 def centre(trials: pd.DataFrame, reference: pd.DataFrame) -> Centred:
     """Every split's trials and runs less its Fixed AdaCos means (val and test)."""
-    means = reference.groupby("split")[["val", "test"]].mean()
-    val = trials["val"].to_numpy(float) - means["val"].reindex(trials["split"]).to_numpy()
-    test = trials["test"].to_numpy(float) - means["test"].reindex(trials["split"]).to_numpy()
-    runs = reference.groupby("split").size()
-    centred_runs = reference[["val", "test"]].to_numpy(float) - means.reindex(reference["split"]).to_numpy()
-    residual_df = len(reference) - len(runs)
-    variance = float(np.sum(centred_runs[:, 1] ** 2) / residual_df) if residual_df > 0 else math.nan
+    return centre_arrays(*(frame[column].to_numpy() for frame in (trials, reference) for column in ("split", "val",
+                                                                                                       "test")))
+
+
+def centre_arrays(trial_split, trial_val, trial_test, run_split, run_val, run_test) -> Centred:
+    """`centre` on plain arrays (what the simulated studies of benchmarks/advise_simulation.py give it)."""
+    run_split = np.asarray(run_split)
+    splits, index, runs = np.unique(run_split, return_inverse=True, return_counts=True)
+    runs_val, runs_test = np.asarray(run_val, dtype=float), np.asarray(run_test, dtype=float)
+    mean_val, mean_test = np.bincount(index, runs_val) / runs, np.bincount(index, runs_test) / runs
+    of_trial = np.searchsorted(splits, trial_split)
+    centred_val, centred_test = runs_val - mean_val[index], runs_test - mean_test[index]
+    residual_df = runs_test.size - splits.size
+    variance = float(np.sum(centred_test ** 2) / residual_df) if residual_df > 0 else math.nan
     # As within_split does for trials: a deviation from the mean of r runs has lost (r − 1)/r of the spread.
-    count = runs.reindex(reference["split"]).to_numpy(float)
-    centred_runs *= np.sqrt(np.where(count > 1, count / np.maximum(count - 1, 1), 1.0))[:, None]
-    return Centred(val, test, trials["split"].to_numpy(), centred_runs[:, 0], centred_runs[:, 1], variance, runs,
-                   float(reference["test"].mean()))
+    inflate = np.sqrt(np.where(runs > 1, runs / np.maximum(runs - 1, 1), 1.0))[index]
+    return Centred(np.asarray(trial_val, dtype=float) - mean_val[of_trial],
+                   np.asarray(trial_test, dtype=float) - mean_test[of_trial], np.asarray(trial_split),
+                   centred_val * inflate, centred_test * inflate, variance, pd.Series(runs, index=splits),
+                   float(runs_test.mean()))
 
 
 def within_split(centred: Centred) -> tuple[np.ndarray, np.ndarray]:
@@ -327,14 +335,14 @@ def _quantiles(probabilities, centres, spreads, levels) -> list[float]:
                                                             spreads[None, :], levels)]
 
 
-def _gains(centred: Centred, round_: int, scale: float, z: float, splits: int, seconds: float) -> list[Gain]:
+def _gains(centred: Centred, round_: int, z: float, splits: int, seconds: float) -> list[Gain]:
     """GAIN_TRIALS more trials per split: D(round + k) − D(round) of the trials' within-split deviations, less the same
     of the Fixed AdaCos runs' (what picking among as many seeds gives). Its interval, a jackknife one, only where the
     weights at round + k spread over MIN_EFFECTIVE_TRIALS trials or more; beyond, it rests on the few best trials
     and no interval of this kind covers (study.analysis.tuning), so it is NaN."""
     from study.analysis.tuning import MIN_EFFECTIVE_TRIALS
 
-    val, test = within_split(centred)
+    val, test, scale = *within_split(centred), centred.scale
     now, _ = selected_difference(val, test, round_)
     seed_now, _ = seed_luck(centred, round_)
     gains = []
@@ -415,8 +423,8 @@ def advise(evidence: Evidence, margin: float, prior: Prior, alpha: float = 0.05,
             f"{ {split: counts.get(split, 0) for split in evidence.splits} }) and Fixed AdaCos runs, {MIN_REFERENCE_RUNS} "
             f"on one split at least (have {len(reference)}); run the study further (`dvc repro` or `study worker`) "
             f"and ask again")
-    centred = centre(trials, reference)
-    judged = judge(centred, evidence.budget, round_ >= evidence.budget, margin, prior, alpha / evidence.budget)
+    centred, level = centre(trials, reference), alpha / evidence.budget  # each side, at each of the budget's looks
+    judged = judge(centred, evidence.budget, round_ >= evidence.budget, margin, prior, level)
     decision, low, middle, high = judged.decision, judged.low, judged.middle, judged.high
     seconds = float(np.nanmean(trials["seconds"].to_numpy(float))) if len(trials) else math.nan
     if decision == "tuning_pays":
@@ -427,8 +435,7 @@ def advise(evidence: Evidence, margin: float, prior: Prior, alpha: float = 0.05,
         says = DECISIONS[decision]
         use = "Fixed AdaCos (it costs no tuning)" if decision in ("equivalent", "adacos_better") or middle <= 0 else \
             f"Fixed AdaCos (it costs no tuning; tuning leads by {100 * middle:+.1f}% but is not shown to pay)"
-    level = alpha / evidence.budget
-    gains = _gains(centred, round_, centred.scale, float(special.ndtri(1.0 - level)), len(evidence.splits), seconds)
+    gains = _gains(centred, round_, float(special.ndtri(1.0 - level)), len(evidence.splits), seconds)
     return Advice(decision, says, use, round_, evidence.budget, len(evidence.splits), len(trials) + len(reference),
                   middle, low, high, 1.0 - 2.0 * level, margin, judged.prior_weight, prior.source, seconds, gains)
 
