@@ -37,7 +37,8 @@ def train_seeds(cell: str) -> pd.DataFrame:
     """N Fixed AdaCos runs per class split of `cell` (N its search's trials per split), val and test objective each."""
     import torch
 
-    from study.data import class_split, load_dataset
+    from study.sources import load_dataset
+    from study.splits import class_split
     from study.training import evaluate, resolve_device, train
 
     params = load_params(CELLS / cell / "params.yaml")

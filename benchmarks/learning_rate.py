@@ -131,7 +131,8 @@ def train_one(cells_dir: Path, out: Path, cell_name: str, method: str, factor: f
     import torch
 
     from study.analysis.convergence import plateau_rise
-    from study.data import class_split, load_dataset
+    from study.sources import load_dataset
+    from study.splits import class_split
     from study.training import train
 
     torch.set_num_threads(1)

@@ -72,7 +72,8 @@ def planned() -> list[tuple[str, int, int]]:
 
 
 def _sets(split: int):
-    from study.data import class_split, load_dataset
+    from study.sources import load_dataset
+    from study.splits import class_split
 
     return class_split(load_dataset(DATA.dataset), DATA, split)
 

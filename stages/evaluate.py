@@ -6,8 +6,8 @@ import sys
 import pandas as pd
 
 from study.config import load_params
-from study.data import load_splits
 from study.results import EVALUATION_DIR, prepared_dir, read_csv, runs_dir, tuned_method, write_csv
+from study.splits import load_splits
 from study.training import build_modules, evaluate, input_shape_of, load_checkpoint, resolve_device
 
 

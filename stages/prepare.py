@@ -4,8 +4,9 @@ split (data.seeds), check each training split, and write each with a manifest.""
 import sys
 
 from study.config import load_params
-from study.data import class_split, load_dataset, save_splits
 from study.results import prepared_dir
+from study.sources import load_dataset
+from study.splits import class_split, save_splits
 from study.validation import check_images, check_training_split
 
 

@@ -11,11 +11,11 @@ import contextlib
 from pathlib import Path
 
 from study.config import load_params
-from study.data import load_splits
+from study.interruptions import Interrupted, ends_as_interrupted
 from study.results import JOURNAL, prepared_dir, read_json, runs_dir, search_dir, tuned_method, write_csv
 from study.runs import collect_runs, done_seeds, open_runs, packed_service, serve_runs
+from study.splits import load_splits
 from study.storage import open_storage, storage_url
-from study.interruptions import Interrupted, ends_as_interrupted
 from study.workers import ends_cleanly, packed
 
 

@@ -6,11 +6,11 @@ import contextlib
 from pathlib import Path
 
 from study.config import load_params
-from study.data import load_splits
+from study.interruptions import Interrupted, ends_as_interrupted
 from study.results import JOURNAL, prepared_dir, search_dir, write_csv, write_json
 from study.search import FINISHED, best_trial, count_trials, history_table, run_searches, trials_table
+from study.splits import load_splits
 from study.storage import open_storage
-from study.interruptions import Interrupted, ends_as_interrupted
 from study.workers import ends_cleanly
 
 

@@ -26,11 +26,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from study.config import StudyParams
-from study.data import ImageSet, load_dataset, save_splits, split_dataset
 from study.losses import LOSSES, build_loss
 from study.models import build_model, model_names
 from study.results import JOURNAL, prepared_dir
 from study.search import FINISHED, run_searches
+from study.sources import ImageSet, load_dataset
+from study.splits import save_splits, split_dataset
 from study.storage import open_storage
 from study.training import build_modules, device_description, evaluate, resolve_device, train
 

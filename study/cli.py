@@ -14,9 +14,9 @@ from study import __version__
 
 
 def _known_names() -> str:
-    from study.data import DATASETS
     from study.losses import LOSSES
     from study.models import model_names
+    from study.sources import DATASETS
 
     return (
         f"losses:   {', '.join(LOSSES)}\n"
@@ -29,7 +29,8 @@ def _train_command(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from study.config import DataConfig, ModelConfig, TrainConfig
-    from study.data import load_dataset, split_dataset
+    from study.sources import load_dataset
+    from study.splits import split_dataset
     from study.training import evaluate, resolve_device, train
 
     hyperparameters = {}

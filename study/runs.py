@@ -25,8 +25,8 @@ import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
 from study.config import StudyParams
-from study.data import ImageSet
 from study.results import CHECKPOINT_STORE, RUN_COLUMNS, is_tuned, write_bytes
+from study.sources import ImageSet
 from study.storage import (create_or_load, load_history, quiet_optuna, save_history, set_missing_user_attrs,
                            storage_url)
 from study.training import save_checkpoint, train

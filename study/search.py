@@ -21,7 +21,7 @@ import pandas as pd
 from optuna.trial import TrialState
 
 from study.config import SearchConfig, StudyParams
-from study.data import ImageSet
+from study.sources import ImageSet
 from study.storage import create_or_load, load_history, save_history, set_missing_user_attrs
 from study.training import evaluate, planned_iterations, resolve_device, train
 from study.workers import (IDENTITY, INTERRUPTED, NOT_RUN, RUNNING, NotTheSameStudy, TrialCount, differences, digest,

@@ -23,10 +23,11 @@ from tqdm.auto import tqdm
 
 from study import metrics
 from study.config import ModelConfig, TrainConfig
-from study.data import ImageSet, batches
 from study.losses import build_loss
 from study.models import build_model
 from study.results import write_bytes
+from study.sources import ImageSet
+from study.splits import batches
 
 RETRIEVAL_METRICS = ("precision_at_1", "r_precision", "map_at_r")
 STAT_KEYS = ("s", "theta_med_deg", "cos_target_mean", "cos_nontarget_mean")

@@ -23,17 +23,19 @@ import torch
 from PIL import Image
 
 from study.config import ConfigError, DataConfig, StudyParams, TrainConfig, load_params
-from study.data import (DEFAULT_CACHE_DIR, ImageSet, idx_labels, keep_classes, load_dataset,
-                        mnist5k_labels, rgb_image, split_dataset)
-from study.composed import composed_labels, parse_composed_spec
 from study.database_url import SECRET_REFUSED, purge_advice
-from study.emoji import check_emoji_classes, emoji_labels, parse_emoji_spec
-from study.glyphs import GlyphSpec, check_glyph_classes, max_glyph_classes, parse_glyph_spec
 from study.metrics import verification_metrics
 from study.models import check_model
-from study.torchvision_source import check_torchvision_name
+from study.sources import DEFAULT_CACHE_DIR, ImageSet, load_dataset
+from study.sources.composed import composed_labels, parse_composed_spec
+from study.sources.digits import mnist5k_labels
+from study.sources.emoji import check_emoji_classes, emoji_labels, parse_emoji_spec
+from study.sources.glyphs import GlyphSpec, check_glyph_classes, max_glyph_classes, parse_glyph_spec
+from study.sources.idx import idx_labels
+from study.sources.strokes import parse_stroke_spec, stroke_labels
+from study.sources.torchvision import check_torchvision_name
+from study.splits import keep_classes, rgb_image, split_dataset
 from study.storage import check_storage
-from study.strokes import parse_stroke_spec, stroke_labels
 from study.training import planned_iterations, resolve_device
 from study.workers import available_cores
 

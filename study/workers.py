@@ -433,8 +433,8 @@ def serve_study(params, root: Path, services, max_trials: int | None = None) -> 
     A service is what search.py and runs.py give a worker to serve (a loss's searches, the queued final runs),
     called as `service(params, storage, sets, root, max_trials=max_trials)`.
     """
-    from study.data import load_splits
     from study.results import JOURNAL, prepared_dir
+    from study.splits import load_splits
 
     if params.data.seeds is not None:  # a whole study's params (`study worker`): each class split in turn
         for split in params.data.split_seeds():

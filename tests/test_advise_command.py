@@ -14,10 +14,11 @@ import pytest
 
 from study.advice import AdviceCallback, AdviceError, Prior, replay, study_evidence
 from study.config import StudyParams, load_params
-from study.data import load_dataset, save_splits, split_dataset
 from study.presets import write_params
 from study.results import EVALUATION_DIR, JOURNAL, prepared_dir, search_dir
 from study.search import study_name
+from study.sources import load_dataset
+from study.splits import save_splits, split_dataset
 from study.storage import open_storage
 from tests.conftest import copy_study
 

@@ -25,7 +25,7 @@ import stages.validate
 import study.training
 from study import cli
 from study.config import ConfigError, ModelConfig
-from study.glyphs import max_glyph_classes
+from study.sources.glyphs import max_glyph_classes
 from study.training import build_modules, load_checkpoint, save_checkpoint
 from study.validation import validate_params
 

@@ -11,9 +11,10 @@ import torch.nn.functional as F
 from study import bench
 from study.cli import main
 from study.config import StudyParams, load_params
-from study.data import load_dataset, split_dataset
 from study.losses import LOSSES
 from study.models import model_names
+from study.sources import load_dataset
+from study.splits import split_dataset
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 REPO = Path(__file__).resolve().parents[1]

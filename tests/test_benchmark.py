@@ -21,7 +21,8 @@ from study.many_studies import StudiesError
 from conftest import changed_studies, dvc_study
 from study.cli import main
 from study.config import load_params
-from study.data import source_of, split_counts
+from study.sources import source_of
+from study.splits import split_counts
 from study.validation import DataProblem, planned_source
 
 COPIED = ["dvc.yaml", "params.yaml", ".dvcignore", "stages", "study", "presets"]

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from study.composed import compose, composed_labels, parse_composed_spec
-from study.data import load_dataset, source_of, split_dataset
-from study.image_set import ImageSet
+from study.sources import load_dataset, source_of
+from study.sources.composed import compose, composed_labels, parse_composed_spec
+from study.sources.image_set import ImageSet
+from study.splits import split_dataset
 from study.validation import _labels_only
 
 

@@ -1,4 +1,4 @@
-"""Tests for study.data: sources, split protocols, persistence and batching (all offline)."""
+"""Tests for study.sources (real images) and study.splits: protocols, persistence and batching (all offline)."""
 
 import gzip
 import hashlib
@@ -12,8 +12,11 @@ import pytest
 import torch
 from PIL import Image
 
-from study import data, torchvision_source
-from study.data import ImageSet, batches, load_dataset, load_splits, save_splits, split_dataset
+from study.sources import ImageSet, load_dataset
+from study.sources import torchvision as torchvision_source
+from study.sources.digits import mnist5k_labels
+from study.sources.idx import idx_labels
+from study.splits import SPLIT_NAMES, batches, load_splits, rgb_image, save_splits, split_counts, split_dataset
 
 
 def numbered_set(labels, num_classes=None):
@@ -63,7 +66,7 @@ def test_mnist5k_has_500_images_per_class():
     assert mnist.labels.dtype == np.int64 and mnist.num_classes == 10
     assert np.bincount(mnist.labels).tolist() == [500] * 10
     # What validation plans splits with, instead of parsing the CSV: the same classes and sizes.
-    labels_only = data.mnist5k_labels("")
+    labels_only = mnist5k_labels("")
     assert labels_only.class_names == mnist.class_names
     assert np.bincount(labels_only.labels).tolist() == np.bincount(mnist.labels).tolist()
     assert mnist.images.max() == 255 and mnist.images.float().mean() > 20  # real strokes, not blank
@@ -130,14 +133,14 @@ def test_idx_labels_are_read_without_the_images_and_the_sizes_checked(tmp_path, 
     for prefix, part in labels.items():
         write_idx(tmp_path / f"{prefix}-labels-idx1-ubyte{suffix}", part, compress)
         write_idx(tmp_path / f"{prefix}-images-idx3-ubyte{suffix}", np.zeros((len(part), 4, 5), np.uint8), compress)
-    planned, loaded = data.idx_labels(str(tmp_path)), load_dataset(f"idx:{tmp_path}")
+    planned, loaded = idx_labels(str(tmp_path)), load_dataset(f"idx:{tmp_path}")
     np.testing.assert_array_equal(planned.labels, loaded.labels)
     assert planned.class_names == loaded.class_names and planned.images.shape == (10, 1, 1, 1)
 
     images = tmp_path / f"t10k-images-idx3-ubyte{suffix}"
     images.write_bytes(images.read_bytes()[:-6])
     with pytest.raises(ValueError, match="truncated or corrupt|corrupt or truncated") as error:
-        data.idx_labels(str(tmp_path))
+        idx_labels(str(tmp_path))
     assert str(images) in str(error.value)
 
 
@@ -271,7 +274,7 @@ def test_sixteen_bit_greyscale_is_scaled_to_eight_bits_not_clipped(tmp_path):
 def test_images_of_float_pixels_are_refused_by_name():
     image = Image.fromarray(np.full((4, 4), 0.5, dtype=np.float32))
     with pytest.raises(ValueError, match="holds floating-point pixels.*8- or 16-bit"):
-        data.rgb_image(image, "scan.tif")
+        rgb_image(image, "scan.tif")
 
 
 @pytest.mark.parametrize("source", ["folder", "idx"])
@@ -319,11 +322,11 @@ def test_closed_split_is_the_class_by_class_split_it_replaced(twelve_classes):
     reference = [[], [], []]
     for label in np.unique(labels):
         members = rng.permutation(np.flatnonzero(labels == label))
-        counts = data.split_counts(len(members), (0.5, 0.25, 0.25))
+        counts = split_counts(len(members), (0.5, 0.25, 0.25))
         for part, chunk in zip(reference, np.split(members, np.cumsum(counts)[:-1])):
             part.append(chunk)
     splits = split_dataset(twelve_classes, "closed", (0.5, 0.25, 0.25), seed=3)
-    for name, part in zip(data.SPLIT_NAMES, reference):
+    for name, part in zip(SPLIT_NAMES, reference):
         assert sample_ids(splits[name]).tolist() == np.sort(np.concatenate(part)).tolist()
 
 
@@ -366,7 +369,8 @@ def test_splits_are_the_same_in_another_process_with_another_hash_seed():
     import subprocess
     import sys
 
-    script = ("import json; from study.data import load_dataset, split_dataset; d = load_dataset('digits'); "
+    script = ("import json; from study.sources import load_dataset; from study.splits import split_dataset; "
+              "d = load_dataset('digits'); "
               "c = split_dataset(d, 'closed', seed=3)['test']; o = split_dataset(d, 'open', seed=3); "
               "print(json.dumps([c.labels.tolist(), c.images.sum(dim=(1, 2, 3)).tolist(), "
               "{k: v.class_names for k, v in o.items()}]))")
@@ -376,7 +380,7 @@ def test_splits_are_the_same_in_another_process_with_another_hash_seed():
 
 
 def test_keeping_classes_is_seeded_nested_and_relabelled(twelve_classes):
-    from study.data import keep_classes
+    from study.splits import keep_classes
 
     kept = {count: keep_classes(twelve_classes, count, seed=4) for count in (3, 5, 12)}
     assert [part.num_classes for part in kept.values()] == [3, 5, 12]

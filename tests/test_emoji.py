@@ -1,12 +1,12 @@
-"""Tests for study.emoji: the synthetic many-class colour emoji source (offline, small specs only)."""
+"""Tests for study.sources.emoji: the synthetic many-class colour emoji source (offline, small specs only)."""
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
-from study import emoji
-from study.emoji import emoji_labels, load_emoji, max_emoji_classes, parse_emoji_spec, render_class
+from study.sources import emoji
+from study.sources.emoji import emoji_labels, load_emoji, max_emoji_classes, parse_emoji_spec, render_class
 
 if not emoji.FONT_PATH.is_file():
     pytest.skip(f"the emoji font {emoji.FONT_PATH} is missing: {emoji.INSTALL_HINT}", allow_module_level=True)

@@ -18,10 +18,11 @@ import pytest
 
 import study.workers as workers
 from study.config import load_params
-from study.data import load_dataset, load_splits, save_splits, split_dataset
 from study.presets import write_params
 from study.results import JOURNAL, prepared_dir, runs_dir, search_dir
 from study.search import open_study, run_search, study_name, trials_table
+from study.sources import load_dataset
+from study.splits import load_splits, save_splits, split_dataset
 from study.storage import MAX_RETRIES, journal_storage, open_storage
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)

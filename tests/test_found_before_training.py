@@ -16,8 +16,9 @@ import torch
 import stages.validate
 import study.validation
 from study.config import ModelConfig, StudyParams, TrainConfig
-from study.data import load_dataset, split_dataset
 from study.metrics import verification_metrics
+from study.sources import load_dataset
+from study.splits import split_dataset
 from study.storage import check_storage
 from study.training import planned_iterations, train
 from study.validation import (MAX_ITERATIONS, MAX_TRAININGS, VERIFICATION_FOLDS, image_file_problems, study_cost,

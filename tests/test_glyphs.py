@@ -1,4 +1,4 @@
-"""Tests for study.glyphs: the synthetic many-class glyph source (offline, small specs only)."""
+"""Tests for study.sources.glyphs: the synthetic many-class glyph source (offline, small specs only)."""
 
 import unicodedata
 
@@ -7,9 +7,9 @@ import pytest
 import torch
 from PIL import Image
 
-from study import glyphs
-from study.data import load_dataset, split_dataset
-from study.glyphs import load_glyphs, max_glyph_classes, parse_glyph_spec
+from study.sources import glyphs, load_dataset
+from study.sources.glyphs import load_glyphs, max_glyph_classes, parse_glyph_spec
+from study.splits import split_dataset
 
 
 def code_points(image_set):

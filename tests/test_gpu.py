@@ -10,8 +10,9 @@ import torch
 
 from study import bench, workers
 from study.config import ModelConfig, StudyParams, TrainConfig
-from study.data import batches, load_dataset, split_dataset
 from study.losses import LOSSES, build_loss
+from study.sources import load_dataset
+from study.splits import batches, split_dataset
 from study.training import build_modules, embed, evaluate, load_checkpoint, save_checkpoint, train
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),

@@ -17,7 +17,8 @@ from study.analysis.learning_curves import crossover, difference_curve, learning
 from study.benchmark.long_cell import write_long_cell_report
 from study.benchmark.meta import RELATIVE_MARGIN
 from study.config import AnalysisConfig, ModelConfig, TrainConfig, load_params, relative_margin
-from study.data import load_dataset, split_dataset
+from study.sources import load_dataset
+from study.splits import split_dataset
 from study.training import evaluate, evaluation_schedule, train
 
 

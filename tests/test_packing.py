@@ -15,9 +15,10 @@ import torch
 
 from study import workers
 from study.config import StudyParams
-from study.data import load_dataset, save_splits, split_dataset
 from study.presets import write_params
 from study.results import prepared_dir, runs_dir, search_dir
+from study.sources import load_dataset
+from study.splits import save_splits, split_dataset
 from tests.conftest import copy_study
 
 SPLIT = (0.6, 0.2, 0.2)

@@ -8,11 +8,12 @@ import optuna
 import pytest
 
 from study.config import load_params
-from study.data import load_dataset, load_splits, save_splits, split_dataset
 from study.presets import write_params
 from study.results import prepared_dir
 from study.runs import open_runs, serve_runs
 from study.search import open_study, run_search, study_name
+from study.sources import load_dataset
+from study.splits import load_splits, save_splits, split_dataset
 from study.storage import open_storage
 from tests.test_faults import ENVIRONMENT, study_folder
 

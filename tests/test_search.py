@@ -7,9 +7,10 @@ import pytest
 
 import study.search as search
 from study.config import StudyParams
+from study.sources import load_dataset
+from study.splits import split_dataset
 from study.storage import journal_storage, open_storage
 from study.workers import this_process
-from study.data import load_dataset, split_dataset
 import torch
 
 from study.training import RunResult, evaluate, train
@@ -199,9 +200,9 @@ def test_samplers_stay_inside_the_search_space(digits, tmp_path, monkeypatch, sa
 
 def study_folder(root, digits, **search_values):
     """A study's folder as a worker on another machine sees it: params.yaml and the prepared split."""
-    from study.data import save_splits
     from study.presets import write_params
     from study.results import prepared_dir
+    from study.splits import save_splits
 
     params = params_with(search={"n_trials": 4, **search_values})
     write_params(params, root / "params.yaml", "test")

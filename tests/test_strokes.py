@@ -1,13 +1,13 @@
-"""Tests for study.strokes: the synthetic pen-stroke source (offline, small specs only)."""
+"""Tests for study.sources.strokes: the synthetic pen-stroke source (offline, small specs only)."""
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
-from study import strokes
-from study.strokes import (MAX_CLASSES, StrokeSpec, generate_strokes, load_strokes, parse_stroke_spec, render_class,
-                           stroke_labels)
+from study.sources import strokes
+from study.sources.strokes import (MAX_CLASSES, StrokeSpec, generate_strokes, load_strokes, parse_stroke_spec,
+                                   render_class, stroke_labels)
 
 
 def test_spec_defaults_and_canonical_form():

@@ -20,9 +20,10 @@ import study.report
 from conftest import dvc_study
 from study.cli import main
 from study.config import load_params
-from study.data import ImageSet, split_dataset
-from study.presets import build_preset
 from study.many_studies import module_source, reproduce, study_pipeline
+from study.presets import build_preset
+from study.sources import ImageSet
+from study.splits import split_dataset
 from study.sweep import (AGGREGATE_MODULES, SweepError, aggregate_sweep, class_count_dir, class_count_params,
                          class_count_table, default_dataset_template, total_classes_for, trend_sentences, write_sweep,
                          write_sweep_report)

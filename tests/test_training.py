@@ -11,8 +11,9 @@ import torch
 import study.training as training
 from study import cli
 from study.config import ModelConfig, TrainConfig
-from study.data import load_dataset, split_dataset
 from study.losses import LOSSES
+from study.sources import load_dataset
+from study.splits import split_dataset
 from study.training import build_modules, evaluate, load_checkpoint, save_checkpoint, train
 
 MLP = ModelConfig(name="mlp", embedding_size=32)

@@ -17,9 +17,9 @@ from study.analysis import (REFERENCE_METHOD, TEST_PREFIX, count_or_none, expect
 from study.analysis.convergence import PLATEAU_RISE, plateau_rise, plateau_table
 from study.analysis.verdict import difference_row, recommendation_rule
 from study.config import load_params
-from study.data import is_synthetic_source
 from study.losses import fixed_adacos_scale
 from study.results import REPORT_DIR, read_csv, read_json
+from study.sources import is_synthetic_source
 from study.sweep.pipelines import DIFFERENCES_FILE, METRICS_FILE
 
 TABLES = REPORT_DIR / "tables"

@@ -13,11 +13,11 @@ from typing import Any
 import yaml
 
 from study.config import StudyParams
-from study.data import source_of
+from study.presets import PRESET_DIR, build_preset
+from study.sources import source_of
+from study.sweep import class_count_params
 from study.training import planned_iterations as iterations
 from study.validation import DataProblem, planned_source, planned_splits, study_cost
-from study.presets import PRESET_DIR, build_preset
-from study.sweep import class_count_params
 
 BENCHMARK_PRESETS = PRESET_DIR / "benchmark"
 FULL_PLAN = BENCHMARK_PRESETS / "full.yaml"

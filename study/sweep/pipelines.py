@@ -9,7 +9,7 @@ from pathlib import Path, PurePosixPath
 from typing import Sequence
 
 from study.config import StudyParams
-from study.data import split_counts
+from study.splits import split_counts
 from study.many_studies import (DIFFERENCES_FILE, METRICS_FILE, Log, Project, StudiesError, open_project, reproduce,
                                 to_stderr, write_aggregate, write_study)
 from study.presets import build_preset

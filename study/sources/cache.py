@@ -11,8 +11,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from study.image_set import ImageSet
 from study.results import write_bytes
+from study.sources.image_set import ImageSet
 
 
 def cached_image_set(path: Path | None, shape: tuple[int, int, int, int], classes: int,

@@ -11,12 +11,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from study.image_set import ImageSet
-
-
-def _needs_argument(name: str, argument: str, example: str) -> None:
-    if not argument:
-        raise ValueError(f"dataset '{name}' needs an argument, e.g. '{name}:{example}'")
+from study.sources.image_set import ImageSet
+from study.sources.spec import needs_argument
 
 
 _TORCHVISION_EXAMPLES = "MNIST, FashionMNIST, KMNIST, CIFAR10, CIFAR100, SVHN, STL10, USPS"
@@ -53,7 +49,7 @@ def torchvision_dataset(argument: str) -> type:
     """The class torchvision.datasets.<argument>; a ValueError names known ones (no download is tried)."""
     import torchvision.datasets
 
-    _needs_argument("torchvision", argument, "FashionMNIST")
+    needs_argument("torchvision", argument, "FashionMNIST")
     dataset_class = getattr(torchvision.datasets, argument, None)
     if not (isinstance(dataset_class, type) and issubclass(dataset_class, torchvision.datasets.VisionDataset)):
         raise _no_torchvision_dataset(argument)
@@ -76,7 +72,7 @@ def _torchvision_exports() -> tuple[str, ...] | None:
 def check_torchvision_name(argument: str) -> None:
     """A ValueError when torchvision has no dataset `argument`, told without importing torchvision (seconds) where
     its source says what it exports; prepare's load checks the class itself."""
-    _needs_argument("torchvision", argument, "FashionMNIST")
+    needs_argument("torchvision", argument, "FashionMNIST")
     names = _torchvision_exports()
     if names is None:
         torchvision_dataset(argument)

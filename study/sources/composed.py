@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from study.image_set import ImageSet
+from study.sources.image_set import ImageSet
 
 COMPOSE_SEED = 19990817  # any fixed number; changing it changes every composed image
 MAX_PARTS = 3
