@@ -30,8 +30,9 @@ from study.sources import DEFAULT_CACHE_DIR, ImageSet, load_dataset
 from study.sources.composed import composed_labels, parse_composed_spec
 from study.sources.digits import mnist5k_labels
 from study.sources.emoji import check_emoji_classes, emoji_labels, parse_emoji_spec
-from study.sources.glyphs import GlyphSpec, check_glyph_classes, max_glyph_classes, parse_glyph_spec
+from study.sources.glyphs import check_glyph_classes, max_glyph_classes, parse_glyph_spec
 from study.sources.idx import idx_labels
+from study.sources.spec import GeneratedSpec
 from study.sources.strokes import parse_stroke_spec, stroke_labels
 from study.sources.torchvision import check_torchvision_name
 from study.splits import keep_classes, rgb_image, split_dataset
@@ -295,7 +296,7 @@ def _labels_only(spec: str, cache_dir: str | None) -> ImageSet | None:
     return load_dataset(spec, cache_dir)
 
 
-def _glyph_labels(glyphs: GlyphSpec, cache_dir: str | None) -> ImageSet:
+def _glyph_labels(glyphs: GeneratedSpec, cache_dir: str | None) -> ImageSet:
     """The labels of a glyphs spec, once its class count is checked against this install and its size against
     this machine's memory; the images are blank stand-ins."""
     check_glyph_classes(glyphs.num_classes, max_glyph_classes(cache_dir or DEFAULT_CACHE_DIR))
@@ -305,7 +306,7 @@ def _glyph_labels(glyphs: GlyphSpec, cache_dir: str | None) -> ImageSet:
                     images=torch.zeros((len(labels), 1, 1, 1), dtype=torch.uint8))
 
 
-def _check_generated_size(spec, channels: int) -> None:
+def _check_generated_size(spec: GeneratedSpec, channels: int) -> None:
     """A generated source (glyphs, strokes, emoji) is held in memory whole: refuse one larger than the machine's."""
     count = spec.num_classes * spec.instances_per_class
     needed, memory = count * channels * spec.image_side ** 2, machine_memory()

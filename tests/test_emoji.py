@@ -7,13 +7,14 @@ from PIL import Image
 
 from study.sources import emoji
 from study.sources.emoji import emoji_labels, load_emoji, max_emoji_classes, parse_emoji_spec, render_class
+from study.sources.spec import GeneratedSpec
 
 if not emoji.FONT_PATH.is_file():
     pytest.skip(f"the emoji font {emoji.FONT_PATH} is missing: {emoji.INSTALL_HINT}", allow_module_level=True)
 
 
 def test_spec_defaults_and_text():
-    assert parse_emoji_spec("9") == parse_emoji_spec("9:40:32") == emoji.EmojiSpec(9)
+    assert parse_emoji_spec("9") == parse_emoji_spec("9:40:32") == GeneratedSpec("emoji", 9, 40, 32)
     assert str(parse_emoji_spec(" 12:5:28 ")) == "emoji:12:5:28"
 
 
@@ -86,7 +87,7 @@ def test_too_many_classes_names_the_maximum():
     with pytest.raises(ValueError, match=f"at most {maximum} classes"):
         load_emoji(str(maximum + 1))
     with pytest.raises(ValueError, match=f"at most {maximum} classes"):
-        emoji_labels(emoji.EmojiSpec(maximum + 1))
+        emoji_labels(GeneratedSpec("emoji", maximum + 1, 40, 32))
 
 
 def test_labels_match_the_generated_set_without_drawing_it(monkeypatch):

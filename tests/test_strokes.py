@@ -6,13 +6,14 @@ import torch
 from PIL import Image
 
 from study.sources import strokes
-from study.sources.strokes import (MAX_CLASSES, StrokeSpec, generate_strokes, load_strokes, parse_stroke_spec,
-                                   render_class, stroke_labels)
+from study.sources.spec import GeneratedSpec
+from study.sources.strokes import (MAX_CLASSES, generate_strokes, load_strokes, parse_stroke_spec, render_class,
+                                   stroke_labels)
 
 
 def test_spec_defaults_and_canonical_form():
-    assert parse_stroke_spec("200") == StrokeSpec(200, 40, 28) == parse_stroke_spec(" 200:40:28 ")
-    assert parse_stroke_spec("200:25:32") == StrokeSpec(200, 25, 32)
+    assert parse_stroke_spec("200") == GeneratedSpec("strokes", 200, 40, 28) == parse_stroke_spec(" 200:40:28 ")
+    assert parse_stroke_spec("200:25:32") == GeneratedSpec("strokes", 200, 25, 32)
     assert str(parse_stroke_spec("200:25")) == "strokes:200:25:28"
     assert parse_stroke_spec(str(MAX_CLASSES)).num_classes == MAX_CLASSES
 
@@ -46,15 +47,15 @@ def test_counts_shapes_labels_and_value_range():
 
 
 def test_same_spec_gives_identical_images():
-    first, second = generate_strokes(StrokeSpec(8, 5)), generate_strokes(StrokeSpec(8, 5))
+    first, second = generate_strokes(parse_stroke_spec("8:5")), generate_strokes(parse_stroke_spec("8:5"))
     assert torch.equal(first.images, second.images)
 
 
 def test_class_images_do_not_depend_on_num_classes_or_instance_count():
-    small, large = generate_strokes(StrokeSpec(6, 5)), generate_strokes(StrokeSpec(20, 5))
+    small, large = generate_strokes(parse_stroke_spec("6:5")), generate_strokes(parse_stroke_spec("20:5"))
     assert torch.equal(small.images, large.images[: 6 * 5])
     assert small.class_names == large.class_names[:6]
-    fewer = generate_strokes(StrokeSpec(6, 3))
+    fewer = generate_strokes(parse_stroke_spec("6:3"))
     assert torch.equal(fewer.images, small.images.reshape(6, 5, 1, 28, 28)[:, :3].reshape(18, 1, 28, 28))
     # A class far out is drawn on its own, without the ones before it.
     assert np.array_equal(render_class(4999, 4)[:2], render_class(4999, 2))
@@ -62,7 +63,7 @@ def test_class_images_do_not_depend_on_num_classes_or_instance_count():
 
 def test_classes_are_distinguishable_and_instances_vary():
     classes, seen = 20, 10
-    images = generate_strokes(StrokeSpec(classes, seen + 1)).images.float().reshape(classes, seen + 1, -1)
+    images = generate_strokes(parse_stroke_spec(f"{classes}:{seen + 1}")).images.float().reshape(classes, seen + 1, -1)
     means, held_out = images[:, :seen].mean(dim=1), images[:, seen]
     predicted = torch.cdist(held_out, means).argmin(dim=1)
     accuracy = (predicted == torch.arange(classes)).float().mean().item()
@@ -74,7 +75,7 @@ def test_classes_are_distinguishable_and_instances_vary():
 
 
 def test_stroke_labels_match_the_generated_ones_without_drawing(monkeypatch):
-    spec = StrokeSpec(9, 4)
+    spec = parse_stroke_spec("9:4")
     generated = generate_strokes(spec)
     monkeypatch.setattr(strokes, "render_class", lambda *args: pytest.fail("stroke_labels drew images"))
     labels = stroke_labels(spec)
