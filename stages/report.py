@@ -10,6 +10,7 @@ import pandas as pd
 from study.analysis import analyse_study
 from study.config import load_params
 from study.environment import installed_version, lock_status
+from study.learning_rates import chosen_words
 from study.report import write_report
 from study.results import EVALUATION_DIR, REPORT_DIR, prepared_dir, read_csv, read_json, search_dir
 
@@ -58,6 +59,8 @@ def main() -> None:
                         for loss in params.search.losses for split in splits], ignore_index=True)
     runs = read_csv(EVALUATION_DIR / "runs.csv", "evaluate")
     history = read_csv(EVALUATION_DIR / "history.csv", "evaluate")
+    if params.train.learning_rates:
+        manifest["learning_rates"] = chosen_words(runs, params.train.learning_rates)
     analysis = analyse_study(trials, runs, history, params.train.objective, params.analysis,
                              manifest["splits"]["train"]["num_classes"], sampler=params.search.sampler)
     devices = list(runs["device"].dropna().astype(str)) + list(trials["device"].dropna().astype(str))

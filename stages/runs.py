@@ -10,8 +10,11 @@ import argparse
 import contextlib
 from pathlib import Path
 
+import pandas as pd
+
 from study.config import load_params
 from study.interruptions import Interrupted, ends_as_interrupted
+from study.learning_rates import choose_rate, split_searched
 from study.results import JOURNAL, prepared_dir, read_json, runs_dir, search_dir, tuned_method, write_csv
 from study.runs import collect_runs, done_seeds, open_runs, packed_service, serve_runs
 from study.splits import load_splits
@@ -35,14 +38,41 @@ def main() -> None:
 
 
 def run_split(args, params, storage, split: int) -> None:
-    """One method's seeds on one class split (a tuned loss at that split's best trial), written to its folder."""
+    """One method's seeds on one class split (a tuned loss at that split's best trial), written to its folder; with
+    train.learning_rates, a hyperparameter-free method's seeds at every rate and the rate val chooses kept."""
     if args.tuned:
         method, loss = tuned_method(args.tuned), args.tuned
-        hyperparameters = read_json(search_dir(loss, split) / "best.json", f"search@{loss}")["hyperparameters"]
+        searched = read_json(search_dir(loss, split) / "best.json", f"search@{loss}")["hyperparameters"]
+        hyperparameters, lr = split_searched(searched)
+        rates = [params.train.lr if lr is None else lr]
     else:
         method = args.method
         loss, hyperparameters = params.runs.hyperparameters(method)
+        rates = list(params.train.learning_rates or [params.train.lr])
     sets = load_splits(prepared_dir(split))
+    out_dir = runs_dir(method, split)
+    studies = {lr: train_seeds(method, loss, hyperparameters, params.at_learning_rate(lr), storage, sets, split)
+               for lr in rates}
+    if len(rates) > 1:
+        tried = pd.concat([collect_runs(study, params.at_learning_rate(lr), out_dir, checkpoints=False)[0]
+                           for lr, study in studies.items()], ignore_index=True)
+        chosen = choose_rate({lr: list(tried.loc[tried["lr"] == lr, "val_score"].where(
+            tried.loc[tried["lr"] == lr, "status"] != "diverged")) for lr in rates}, params.train.lr)
+        if chosen is None:
+            raise RuntimeError(f"{method}, split {split}: every learning rate of train.learning_rates had a diverged "
+                               "run; add smaller rates")
+        write_csv(tried.assign(split=split, chosen=tried["lr"] == chosen), out_dir / "learning_rates.csv")
+        print(f"{method}, split {split}: val chose learning rate {chosen:g} of {', '.join(f'{r:g}' for r in rates)}",
+              flush=True)
+    else:
+        chosen = rates[0]
+    runs, history = collect_runs(studies[chosen], params.at_learning_rate(chosen), out_dir)
+    write_csv(runs.assign(split=split), out_dir / "runs.csv")
+    write_csv(history.assign(split=split), out_dir / "history.csv")
+
+
+def train_seeds(method: str, loss: str, hyperparameters: dict, params, storage, sets, split: int):
+    """Every seed of the method at params' learning rate trained (or found done), its runs study returned."""
     study = open_runs(method, loss, hyperparameters, params, storage)
     try:
         with packed(params, Path.cwd(), [packed_service(study)]) as packed_params:
@@ -52,10 +82,8 @@ def run_split(args, params, storage, split: int) -> None:
             done = len(done_seeds(study) & set(params.runs.seeds))
             interruption.kept = f"{done} of {len(params.runs.seeds)} seeds of {method} (split {split}) trained and kept"
         raise
-    out_dir = runs_dir(method, split)
-    runs, history = collect_runs(study, params, out_dir)
-    write_csv(runs.assign(split=split), out_dir / "runs.csv")
-    write_csv(history.assign(split=split), out_dir / "history.csv")
+    return study
+
 
 if __name__ == "__main__":
     main()

@@ -469,6 +469,10 @@ def study_evidence(params, storage) -> tuple[Evidence, str]:
                           f"independent draws, which only random search makes (search.sampler: random)")
     if REFERENCE_METHOD not in params.runs.methods:
         raise AdviceError(f"runs.methods lacks {REFERENCE_METHOD}, the advice's reference: add it")
+    if params.train.learning_rates:
+        # Its reference would be the runs at the rate val chose, which the runs stage picks only once all are done.
+        raise AdviceError("the study chooses each method's learning rate by val (train.learning_rates): read its "
+                          "finished reports instead, with study advise --from report")
     objective, trials, reference, best = params.train.objective, [], [], (-math.inf, "")
     for split in params.data.split_seeds():
         split_params = params.for_split(split)

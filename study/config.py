@@ -143,6 +143,12 @@ class TrainConfig(ParamsModel):
     batch_size: Int = Field(64, ge=2)
     optimizer: Literal["adam", "adamw", "sgd"] = "adam"
     lr: Float = Field(3e-3, gt=0)
+    # The learning rate chosen by val for every method alike (docs/analysis.md): each hyperparameter-free method
+    # trains its seeds at every rate listed and keeps, per class split, the one whose mean val is best; a searched
+    # loss draws its rate log-uniformly between the smallest and the largest. null: every method at `lr`.
+    learning_rates: Optional[Annotated[tuple[Annotated[Float, Field(gt=0)], ...], _check(
+        lambda rates: len(rates) >= 2 and len(set(rates)) == len(rates),
+        "give at least two different learning rates, e.g. [0.001, 0.003, 0.009], or null for train.lr alone")]] = None
     weight_decay: Float = Field(0.0, ge=0)
     momentum: Float = Field(0.9, ge=0, lt=1)  # SGD's: at 1 or more a step's velocity never decays
     schedule: Literal["constant", "cosine"] = "cosine"
@@ -387,6 +393,10 @@ class StudyParams(ParamsModel):
     def _empty_section(cls, values: Any) -> Any:
         return {} if values is None else values  # `train:` with nothing under it: all defaults
 
+    def at_learning_rate(self, lr: float) -> Self:
+        """The params of the runs at one learning rate of train.learning_rates (the list stays: what the runs mean)."""
+        return self.replace(train=self.train.replace(lr=lr))
+
     def for_split(self, split: int) -> Self:
         """The params of one class split's study: data.seed set to it, data.seeds cleared (what its stages and study
         names see)."""
@@ -408,6 +418,8 @@ class StudyParams(ParamsModel):
         problems = {"search.sampler": (search.sampler != "random", "must be random: its trials independent draws"),
                     "search.repeats": (search.repeats != 1, "must be 1: the advice follows one search a split"),
                     "search.n_trials": (search.n_trials < 2, "must be at least 2: the advice judges from round 2"),
+                    "train.learning_rates": (self.train.learning_rates is not None,
+                                             "must be null: the advice's reference is Fixed AdaCos at one rate"),
                     f"analysis.equivalence_margin.{kind}": (math.isnan(self.analysis.score_share(kind)),
                                                             "must be a share of the score such as '2% of score'")}
         for where, (wrong, fix) in problems.items():

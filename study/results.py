@@ -31,8 +31,9 @@ TRIALS_DIR = Path("results/trials")
 JOURNAL = TRIALS_DIR / "journal.log"
 CHECKPOINT_STORE = TRIALS_DIR / "checkpoints"
 
-# selected_iteration: the evaluation whose weights the run kept (train.checkpoint: the best by val, or the last).
-RUN_COLUMNS = ["method", "loss", "s", "m", "seed", "status", "reason", "seconds", "device", "iterations",
+# selected_iteration: the evaluation whose weights the run kept (train.checkpoint: the best by val, or the last); lr:
+# the learning rate it trained at (train.lr, or the one val chose from train.learning_rates).
+RUN_COLUMNS = ["method", "loss", "s", "m", "lr", "seed", "status", "reason", "seconds", "device", "iterations",
                "selected_iteration", "objective", "val_score", "checkpoint"]
 
 

@@ -64,7 +64,7 @@ def open_runs(method: str, loss: str, hyperparameters: dict, params: StudyParams
     (a done seed whose checkpoint under `root` is lost counts as none: see `retire_lost_checkpoints`)."""
     study = create_or_load(runs_study_name(method, loss, hyperparameters, params), storage, params.train.objective)
     set_missing_user_attrs(study, {"kind": KIND, "method": method, "loss": loss, "hyperparameters": hyperparameters,
-                                   "split": params.data.seed})
+                                   "split": params.data.seed, "lr": params.train.lr})
     retire_lost_checkpoints(study, root)
     lost = lost_trials(study)
     trials = study.get_trials(deepcopy=False)
@@ -221,8 +221,9 @@ def _checkpoint(trial: FrozenTrial, study_name: str, root: Path, stage: str) -> 
 
 
 def collect_runs(study: optuna.Study, params: StudyParams, out_dir: str | Path, root: str | Path = ".",
-                 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """runs.csv's rows and the learning curves of every seed of runs.seeds, with each checkpoint written to `out_dir`."""
+                 checkpoints: bool = True) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """runs.csv's rows and the learning curves of every seed of runs.seeds, with each checkpoint written to `out_dir`
+    (none without `checkpoints`: the rows of a learning rate val did not choose)."""
     out_dir, root = Path(out_dir), Path(root)
     method, loss = study.user_attrs["method"], study.user_attrs["loss"]
     hyperparameters = study.user_attrs["hyperparameters"]
@@ -238,11 +239,11 @@ def collect_runs(study: optuna.Study, params: StudyParams, out_dir: str | Path, 
     for seed in params.runs.seeds:
         attrs = done[seed].user_attrs
         checkpoint = ""
-        if attrs["status"] != "diverged":
+        if attrs["status"] != "diverged" and checkpoints:
             checkpoint = str(out_dir / f"seed{seed}.pt")
             write_bytes(_checkpoint(done[seed], study.study_name, root, stage), checkpoint)
         rows.append({"method": method, "loss": loss, "s": hyperparameters.get("s", math.nan),
-                     "m": hyperparameters.get("m", math.nan), "seed": seed, "status": attrs["status"],
+                     "m": hyperparameters.get("m", math.nan), "lr": params.train.lr, "seed": seed, "status": attrs["status"],
                      "reason": attrs["reason"], "seconds": attrs["seconds"], "device": attrs["device"],
                      "iterations": attrs["iterations"],
                      "selected_iteration": attrs.get("selected_iteration", attrs["iterations"]),
@@ -263,14 +264,16 @@ def join_runs(params: StudyParams, storage, sets: dict[str, ImageSet], root: str
         attrs = summary.user_attrs
         if attrs.get("kind") != KIND or only not in (None, summary.study_name):
             continue
-        if summary.study_name != runs_study_name(attrs["method"], attrs["loss"], attrs["hyperparameters"], params):
+        # Its learning rate: one of train.learning_rates, or a tuned loss's searched one (meaning checks it below).
+        at = params.at_learning_rate(attrs["lr"]) if "lr" in attrs else params
+        if summary.study_name != runs_study_name(attrs["method"], attrs["loss"], attrs["hyperparameters"], at):
             continue  # another study's runs (other data, model or training): not ours to train
         study = optuna.load_study(study_name=summary.study_name, storage=storage)
         trials = study.get_trials(deepcopy=False)
         if any(t.state == TrialState.WAITING for t in trials):
             print(f"{summary.study_name}: serving its queued seeds", flush=True)
             seeds = {t.user_attrs.get("seed") for t in trials} - {None}  # None: a trial that found no seed left
-            trained += serve_runs(study, params, sets, seeds, root,
+            trained += serve_runs(study, at, sets, seeds, root,
                                   ship_checkpoints, None if max_trials is None else max_trials - trained)
     return trained
 

@@ -21,6 +21,7 @@ import pandas as pd
 from optuna.trial import TrialState
 
 from study.config import SearchConfig, StudyParams
+from study.learning_rates import LEARNING_RATE
 from study.sources import ImageSet
 from study.storage import create_or_load, load_history, save_history, set_missing_user_attrs
 from study.training import evaluate, planned_iterations, resolve_device, train
@@ -116,17 +117,20 @@ def sampler_seed(search_seed: int, repeat: int, trials_so_far: int) -> int:
     return _derived_seed(_SAMPLER_SEED_STREAM, search_seed, repeat, trials_so_far)
 
 
-def search_space(loss: str, search: SearchConfig) -> dict[str, tuple[float, float, bool]]:
-    """Each hyperparameter's (low, high, log-scale) for `loss`."""
+def search_space(loss: str, search: SearchConfig, learning_rates=None) -> dict[str, tuple[float, float, bool]]:
+    """Each hyperparameter's (low, high, log-scale) for `loss`; with train.learning_rates the learning rate `lr` too,
+    between the smallest and the largest (the other methods choose among them by val: study/learning_rates.py)."""
     space = {"s": (*search.s_range, True)}
     if loss != "normface":
         space["m"] = (*search.m_range[loss], False)
+    if learning_rates:
+        space[LEARNING_RATE] = (min(learning_rates), max(learning_rates), True)
     return space
 
 
-def grid_size(loss: str, search: SearchConfig) -> int:
+def grid_size(loss: str, params: StudyParams) -> int:
     """Number of points of the grid sampler's grid for `loss`."""
-    return search.grid_points ** len(search_space(loss, search))
+    return params.search.grid_points ** len(search_space(loss, params.search, params.train.learning_rates))
 
 
 class TrialSeededRandomSampler(optuna.samplers.RandomSampler):
@@ -153,12 +157,14 @@ class TrialSeededRandomSampler(optuna.samplers.RandomSampler):
 TPE_STARTUP_SHARE = 0.25
 
 
-def make_sampler(loss: str, search: SearchConfig, seed: int | None) -> optuna.samplers.BaseSampler:
+def make_sampler(loss: str, params: StudyParams, seed: int | None) -> optuna.samplers.BaseSampler:
     """The sampler named in params; `seed=None` for extra workers of the samplers whose draws depend on order, so
     they do not repeat the first one's draws (random search draws by trial number: every worker gets the seed)."""
+    search = params.search
     if search.sampler == "grid":
+        space = search_space(loss, search, params.train.learning_rates)
         grid = {name: (np.geomspace(low, high, search.grid_points) if log else np.linspace(low, high, search.grid_points))
-                for name, (low, high, log) in search_space(loss, search).items()}
+                for name, (low, high, log) in space.items()}
         return optuna.samplers.GridSampler({k: v.tolist() for k, v in grid.items()}, seed=seed)
     if search.sampler == "random":
         return TrialSeededRandomSampler(seed) if seed is not None else optuna.samplers.RandomSampler()
@@ -194,12 +200,12 @@ def open_study(loss: str, params: StudyParams, storage, num_train: int, seed: in
     """
     study = create_or_load(
         study_name(loss, params, repeat), storage, params.train.objective,
-        sampler=make_sampler(loss, params.search, None if seed is None else sampler_seed(seed, repeat, 0)),
+        sampler=make_sampler(loss, params, None if seed is None else sampler_seed(seed, repeat, 0)),
         pruner=make_pruner(params, num_train))
     existing = len(study.get_trials(deepcopy=False))
     if seed is not None and existing and params.search.sampler != "random":
         # A resumed study with the original seed would draw its first points again (random search draws by trial).
-        study.sampler = make_sampler(loss, params.search, sampler_seed(seed, repeat, existing))
+        study.sampler = make_sampler(loss, params, sampler_seed(seed, repeat, existing))
     # What the dashboard shows beside the study's name (a hash of what it means): its loss and class split.
     set_missing_user_attrs(study, {"kind": KIND, "loss": loss, "repeat": repeat, "split": params.data.seed})
     return study
@@ -217,8 +223,9 @@ def objective_for(loss: str, params: StudyParams, sets: dict[str, ImageSet], rep
         # Its slot first: random search draws the point from it (a retry reruns the interrupted draw's parameters).
         slot = trial_slots(trial.study.get_trials(deepcopy=False))[trial.number]
         trial.set_user_attr(SLOT, slot)
-        hyperparameters = {name: trial.suggest_float(name, low, high, log=log)
-                           for name, (low, high, log) in search_space(loss, params.search).items()}
+        hyperparameters = {name: trial.suggest_float(name, low, high, log=log) for name, (low, high, log)
+                           in search_space(loss, params.search, params.train.learning_rates).items()}
+        lr = hyperparameters.pop(LEARNING_RATE, params.train.lr)  # a training setting, not the loss's
         seed = trial_seed(split_search_seed(params), repeat, slot, params.runs.seeds)
         trial.set_user_attr("seed", seed)
 
@@ -226,7 +233,7 @@ def objective_for(loss: str, params: StudyParams, sets: dict[str, ImageSet], rep
             trial.report(row.get(objective_metric, math.nan), step=row["iteration"])
             return trial.should_prune()
 
-        config = params.train.replace(seed=seed)
+        config = params.train.replace(seed=seed, lr=lr)
         result = train(sets, loss_name=loss, hyperparameters=hyperparameters, model_config=params.model,
                        config=config, image_size=params.data.image_size, callback=report_and_maybe_stop)
         test = {}
@@ -301,7 +308,7 @@ def run_search(study: optuna.Study, loss: str, params: StudyParams, sets: dict[s
     Each trial is taken only while this process's data and params are the study's own (see study/workers.py).
     """
     search = params.search
-    target = min(search.n_trials, grid_size(loss, search)) if search.sampler == "grid" else search.n_trials
+    target = min(search.n_trials, grid_size(loss, params)) if search.sampler == "grid" else search.n_trials
     label = search_label(loss, params, repeat)
     if not quiet:
         print(f"{label}: {count_trials(study, FINISHED)} of {target} trials finished (study {study.study_name})",
@@ -353,6 +360,7 @@ def trials_table(loss: str, studies: list[optuna.Study], objective: str) -> pd.D
             rows.append({
                 "loss": loss, "repeat": repeat, "trial": slots[trial.number], "seed": attrs.get("seed", math.nan),
                 "state": trial.state.name, "s": trial.params.get("s", math.nan), "m": trial.params.get("m", math.nan),
+                **({LEARNING_RATE: trial.params[LEARNING_RATE]} if LEARNING_RATE in trial.params else {}),
                 "value": trial.value if trial.state == TrialState.COMPLETE else math.nan,
                 "test_value": test.get(objective, math.nan) if trial.state == TrialState.COMPLETE else math.nan,
                 "objective": objective, "seconds": attrs.get("seconds", math.nan), "device": attrs.get("device", ""),

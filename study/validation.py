@@ -175,7 +175,8 @@ def study_cost(params: StudyParams, train_sizes: list[int] | None) -> Cost:
     search, runs, train = params.search, params.runs, params.train
     splits = len(params.data.split_seeds())
     trials = len(search.losses) * search.repeats * search.n_trials
-    finals = len(runs.seeds) * (len(runs.methods) + len(search.losses))
+    # Each hyperparameter-free method trains its seeds at every rate of train.learning_rates; a tuned loss at one.
+    finals = len(runs.seeds) * (len(runs.methods) * len(train.learning_rates or [train.lr]) + len(search.losses))
     if train_sizes and len(train_sizes) == splits:
         return Cost(splits, trials, finals, sum((trials + finals) * planned_iterations(size, train)
                                                 for size in train_sizes))

@@ -298,7 +298,7 @@ def test_each_class_split_searches_its_own_points_at_its_own_trial_seeds():
     params = StudyParams.from_dict({"data": {"dataset": "digits", "protocol": "closed", "seeds": [0, 1, 2]}})
     seeds = [search.split_search_seed(params.for_split(split)) for split in params.data.split_seeds()]
     assert seeds[0] == params.search.seed and len(set(seeds)) == 3
-    points = [search.make_sampler("arcface", params.search, search.sampler_seed(seed, 0, 0)) for seed in seeds]
+    points = [search.make_sampler("arcface", params, search.sampler_seed(seed, 0, 0)) for seed in seeds]
     drawn = [optuna.create_study(sampler=sampler).ask().suggest_float("s", 1.0, 128.0, log=True) for sampler in points]
     assert len(set(drawn)) == 3
     assert len({search.trial_seed(seed, 0, 0) for seed in seeds}) == 3

@@ -27,6 +27,7 @@ import pandas as pd
 
 import study.report.formats as fmt
 from study.analysis.convergence import PLATEAU_RISE
+from study.learning_rates import choose_rate
 from study.report.document import Section, Table
 from study.report.formats import method_name, metric_name
 from study.statistics import mean_ci, paired_difference
@@ -162,14 +163,15 @@ def chosen_learning_rates(runs: pd.DataFrame) -> pd.DataFrame:
             own = done[(done["configuration"] == configuration) & (done["method"] == method)]
             means = own.groupby("lr_factor").agg(runs=("split", "nunique"), val_mean=("val_score", "mean"),
                                                  test_mean=("test_score", "mean"), lr=("lr", "first"))
-            candidates = means[means["runs"] == splits]
-            if candidates.empty:
+            # A factor short of a split counts as a diverged run there: never chosen.
+            factor = choose_rate({f: list(own.loc[own["lr_factor"] == f, "val_score"].astype(float))
+                                  + [math.nan] * (splits - int(means.at[f, "runs"])) for f in means.index}, 1.0)
+            if factor is None:
                 rows.append({"configuration": configuration, "method": method, "lr_factor": math.nan, "lr": math.nan,
                              "val_mean": math.nan, "test_mean": math.nan})
                 continue
-            order = sorted(candidates.index, key=lambda f: (-candidates.at[f, "val_mean"], abs(math.log(f))))
-            best = candidates.loc[order[0]]
-            rows.append({"configuration": configuration, "method": method, "lr_factor": float(order[0]),
+            best = means.loc[factor]
+            rows.append({"configuration": configuration, "method": method, "lr_factor": float(factor),
                          "lr": float(best["lr"]), "val_mean": float(best["val_mean"]),
                          "test_mean": float(best["test_mean"])})
     return pd.DataFrame(rows, columns=CHOSEN_COLUMNS)

@@ -41,13 +41,14 @@ def setup_section(analysis: StudyAnalysis, params: StudyParams, manifest: dict) 
               f"s log-uniform in [{search.s_range[0]:g}, {search.s_range[1]:g}]")
     ranges = ", ".join(f"m for {loss_name(loss)} in [{low:g}, {high:g}] rad"
                        for loss, (low, high) in search.m_range.items() if loss in search.losses)
+    rate = "the learning rate chosen by val (below)" if manifest.get("learning_rates") else f"lr {train.lr:g}"
     bullets = [
         f"Data: `{manifest.get('source', params.data.dataset)}`, {manifest.get('protocol', params.data.protocol)} "
         f"protocol, {_splits_words(manifest.get('split_seeds', [manifest.get('seed', params.data.seed)]))}, fractions "
         f"{', '.join(f'{f:g}' for f in manifest.get('fractions', params.data.fractions))} (train, val, test).",
         f"Model: `{params.model.name}`, {params.model.embedding_size}-d embedding"
         + (", pretrained" if params.model.pretrained else "") + ".",
-        f"Training (identical for every loss): {train.optimizer}, lr {train.lr:g}, weight decay "
+        f"Training (identical for every loss): {train.optimizer}, {rate}, weight decay "
         f"{train.weight_decay:g}, {train.schedule} schedule, {train.epochs} epochs"
         + (f" capped at {train.max_iterations} iterations" if train.max_iterations else "")
         + f", batch {train.batch_size}, "
@@ -62,6 +63,8 @@ def setup_section(analysis: StudyAnalysis, params: StudyParams, manifest: dict) 
         f"Search: {', '.join(loss_name(loss) for loss in search.losses)}; {budget}"
         + (f"; {ranges}" if ranges else "") + ".",
     ]
+    if manifest.get("learning_rates"):
+        bullets.insert(3, f"Learning rate: {manifest['learning_rates']}.")
     advice = manifest.get("advice")
     if advice:
         where = (f"stopped at round {advice['round']} of {advice['budget']}" if advice["round"] < advice["budget"]
