@@ -7,6 +7,7 @@ format; `batches` feeds a split to training and evaluation.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
 import io
@@ -155,6 +156,9 @@ def _idx_pairs(argument: str) -> list[tuple[Path, Path]]:
     """The (images, labels) files of an IDX folder, train then t10k; errors say what is missing."""
     _needs_argument("idx", argument, "/usr/share/datasets/fashion-mnist")
     folder = Path(argument).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(f"{folder} is a file, not a folder; point 'idx:<folder>' at the folder holding the "
+                                 "MNIST-layout files")
     if not folder.is_dir():
         raise FileNotFoundError(
             f"IDX folder {folder} does not exist; point 'idx:<folder>' at a folder holding "
@@ -213,8 +217,9 @@ def idx_labels(argument: str) -> ImageSet:
     return _idx_set(labels, torch.zeros((sum(map(len, labels)), 1, 1, 1), dtype=torch.uint8))
 
 
-def _special_files(root: Path) -> Iterator[Path]:
-    """Everything under `root` that is neither a file nor a folder once links are followed: FIFOs, sockets, devices."""
+def _special_files(root: Path) -> Iterator[tuple[Path, str]]:
+    """Everything under `root` that is neither a file nor a folder once links are followed, with what it is: FIFOs,
+    sockets, devices, and links that lead nowhere (to themselves, in a loop, or to nothing)."""
     folders = [root]
     while folders:
         try:
@@ -227,25 +232,41 @@ def _special_files(root: Path) -> Iterator[Path]:
             elif not entry.is_file(follow_symlinks=False):  # a link, or something special: ask what it points at
                 try:
                     mode = os.stat(entry.path).st_mode
-                except OSError:  # a dangling link
+                except OSError as error:
+                    yield Path(entry.path), _broken_link(entry.path, error)
                     continue
                 if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-                    yield Path(entry.path)
+                    yield Path(entry.path), ("is not a regular file (a FIFO, socket or device), and reading it would "
+                                             "block for good")
+
+
+def _broken_link(path: str, error: OSError) -> str:
+    """What a link that cannot be followed is, in words."""
+    try:
+        target = os.readlink(path)
+    except OSError:
+        return f"cannot be read ({error.strerror})"
+    if error.errno == errno.ELOOP:
+        return f"is a link to {target}, which leads back to itself (a loop of links), and reading it fails"
+    return f"is a link to {target}, which does not exist, and reading it fails"
 
 
 def refuse_special_files(root: Path) -> None:
-    """A ValueError naming a FIFO, socket or device under `root`: DVC hashes every file of a folder dataset (through
-    data/source), and reading one of those blocks for good."""
+    """A ValueError naming a FIFO, socket, device or broken link under `root`: DVC hashes every file of a folder
+    dataset (through data/source), and reading one of those blocks for good or fails."""
     special = next(_special_files(root), None)
     if special is not None:
-        raise ValueError(f"{special} in the dataset's folder {root} is not a regular file (a FIFO, socket or device), "
-                         "and reading it would block for good when DVC hashes the folder; remove it or move it out "
-                         f"of {root}")
+        path, what = special
+        raise ValueError(f"{path} in the dataset's folder {root} {what} when DVC hashes the folder; remove it or "
+                         f"move it out of {root}")
 
 
 def _load_folder(argument: str, cache_dir: Path) -> ImageSet:
     _needs_argument("folder", argument, "/data/faces")
     root = Path(argument).expanduser().resolve()
+    if root.exists() and not root.is_dir():
+        raise NotADirectoryError(f"{root} is a file, not a folder; 'folder:<path>' needs a folder with one sub-folder "
+                                 "of images per class (<path>/<class name>/0001.png)")
     if not root.is_dir():
         raise FileNotFoundError(
             f"image folder {root} does not exist; 'folder:<path>' needs a folder with one "
@@ -390,9 +411,11 @@ def split_dataset(
             members = rng.permutation(members)
             counts = split_counts(len(members), fractions)
             if min(counts) < 1:
+                needed = next(n for n in itertools.count(len(members) + 1) if min(split_counts(n, fractions)) >= 1)
                 raise ValueError(
                     f"class '{image_set.class_names[label]}' has {len(members)} samples, too few to "
-                    f"give train/val/test at least one each with fractions {fractions}"
+                    f"give train/val/test at least one each with fractions {fractions}; give each class at least "
+                    f"{needed} images, or change data.fractions"
                 )
             for part, chunk in zip(parts, np.split(members, np.cumsum(counts)[:-1])):
                 part.append(chunk)

@@ -23,8 +23,8 @@ import torch
 from PIL import Image
 
 from study.config import ConfigError, DataConfig, StudyParams, TrainConfig, load_params
-from study.data import (DEFAULT_CACHE_DIR, ImageSet, idx_labels, keep_classes, load_dataset,
-                        mnist5k_labels, rgb_image, split_dataset)
+from study.data import (DEFAULT_CACHE_DIR, ImageSet, class_split, idx_labels, load_dataset, mnist5k_labels,
+                        rgb_image)
 from study.composed import composed_labels, parse_composed_spec
 from study.database_url import SECRET_REFUSED, purge_advice
 from study.emoji import check_emoji_classes, emoji_labels, parse_emoji_spec
@@ -41,8 +41,9 @@ from study.workers import available_cores
 # passes changes nothing downstream stages depend on, so only the stages that read the changed keys rerun.
 VALIDATED = Path("results/validated.txt")
 VALIDATED_TEXT = "params.yaml passed study/validation.py's checks\n"
-# A link to a folder dataset's images, a dependency of prepare: DVC hashes the folder through it, so images
-# added, changed or removed there make prepare out of date (`dvc status` says so) without any stage running.
+# A link to a folder dataset's images, an output of validate and a dependency of prepare: DVC hashes the folder
+# through it, so images added, changed or removed there make validate and prepare out of date (`dvc status` says so)
+# without any stage running, and validate checks the folder again before prepare's output is deleted.
 SOURCE_LINK = Path("data/source")
 NO_SOURCE_FOLDER = "this dataset is not read from a folder: nothing to watch\n"
 FOLDER_SOURCES = ("folder", "idx")
@@ -247,11 +248,9 @@ def planned_source(data: DataConfig) -> tuple[str, ImageSet] | None:
 
 
 def planned_splits(image_set: ImageSet, data: DataConfig, split: int) -> dict[str, ImageSet]:
-    """The splits prepare will make of `image_set` for the class split seeded by `split`."""
+    """The splits prepare makes of `image_set` for the class split seeded by `split`; a DataProblem names the key."""
     try:
-        if data.classes is not None:
-            image_set = keep_classes(image_set, data.classes, seed=split)
-        return split_dataset(image_set, data.protocol, data.fractions, seed=split)
+        return class_split(image_set, data, split)
     except ValueError as error:  # keep_classes names data.classes itself
         raise DataProblem(str(error) if str(error).startswith("data.") else f"data.dataset: {error}") from None
 
