@@ -4,6 +4,7 @@ import hashlib
 import json
 import platform
 import subprocess
+import sys
 
 import pandas as pd
 
@@ -11,7 +12,7 @@ from study.analysis import analyse_study
 from study.config import load_params
 from study.environment import installed_version, lock_status
 from study.learning_rates import chosen_words
-from study.report import write_report
+from study.report import UnwritableReportFolder, check_writable, write_report
 from study.results import EVALUATION_DIR, REPORT_DIR, prepared_dir, read_csv, read_json, search_dir
 
 PACKAGES = ("torch", "torchvision", "timm", "optuna", "scikit-learn", "numpy", "pandas", "seaborn", "dvc")
@@ -48,6 +49,15 @@ def environment(params, devices) -> dict:
 
 def main() -> None:
     params = load_params()
+    try:
+        check_writable(REPORT_DIR)  # before the analysis: a folder that refuses the report stops the stage at once
+        report(params)
+    except UnwritableReportFolder as error:
+        sys.exit(f"report: {error}")
+
+
+def report(params) -> None:
+    """The analysis of the study's tables, written to REPORT_DIR."""
     splits = params.data.split_seeds()
     manifests = [read_json(prepared_dir(split) / "manifest.json", "prepare") for split in splits]
     manifest = manifests[0] | {"split_seeds": list(splits),

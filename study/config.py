@@ -37,6 +37,24 @@ Float = Annotated[float, Field(strict=True, allow_inf_nan=False),
 Text = Annotated[StrictStr, Field(min_length=1)]
 
 
+COMPOSE_SYNTAX = "compose:<parts>:<instances per class>:<base dataset>, e.g. compose:2:60:mnist5k"
+
+
+def _spec_not_a_mapping(value: Any) -> Any:
+    """A dataset spec ending in ':' (compose:2:40:) reads in YAML (and `--set`, `dvc exp run -S`) as a mapping of one
+    key to null: said in the spec's own words, not as a Python dict."""
+    if isinstance(value, dict) and len(value) == 1 and None in value.values():
+        spec = f"{next(iter(value))}:"
+        syntax = (f"a composed dataset is {COMPOSE_SYNTAX}" if spec.startswith("compose:") else
+                  "give what follows the last ':' (e.g. folder:/data/faces), or leave the ':' out")
+        raise ValueError(f"{_Quoted(spec)} ends in ':' with nothing after it, which YAML reads as a mapping; {syntax}")
+    return value
+
+
+# A dataset spec, `<name>[:<argument>]` (study/sources' DATASETS).
+DatasetSpec = Annotated[Text, BeforeValidator(_spec_not_a_mapping)]
+
+
 class _Quoted:
     """A value as an error quotes it ({value} or {value!r}): cut short, since a pasted file can make one huge."""
 
@@ -104,7 +122,7 @@ class ParamsModel(BaseModel):
 class DataConfig(ParamsModel):
     """Which images, how they are split, and the seed of the split."""
 
-    dataset: Text = "glyphs:160:40"
+    dataset: DatasetSpec = "glyphs:160:40"
     protocol: Literal["closed", "open"] = "open"
     fractions: Annotated[
         tuple[Float, ...],
@@ -119,7 +137,7 @@ class DataConfig(ParamsModel):
     image_size: Optional[Int] = Field(None, ge=8)
     cache_dir: Optional[Text] = None
     # Used instead of `dataset` when that cannot be had (e.g. offline); the manifest and report say so.
-    fallback: Optional[Text] = None
+    fallback: Optional[DatasetSpec] = None
     # Keep only this many of the source's classes (a seeded choice, nested across counts); null keeps all.
     classes: Optional[Int] = Field(None, ge=2)
 

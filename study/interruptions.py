@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import multiprocessing.util
 import os
 import shlex
 import signal
@@ -139,10 +140,13 @@ def ends_as_interrupted() -> Iterator[None]:
 
 def end_by(signum: int) -> None:
     """End this process by `signum` at its default action, as an uninterrupted signal would have: its exit status
-    says which signal stopped it (a packed worker's stage names it)."""
+    says which signal stopped it (a packed worker's stage names it). What multiprocessing made here is released first,
+    as an exit would: tqdm's lock is a named semaphore, and one left behind has multiprocessing's resource tracker
+    warn of leaked semaphores once the stage ends, after the stage's own last line."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
+    multiprocessing.util._run_finalizers(0)  # what an exit runs first: each semaphore unlinked and unregistered
     signal.signal(signum, signal.SIG_DFL)
     os.kill(os.getpid(), signum)
     os._exit(128 + signum)  # not reached: the signal's default action ends the process

@@ -87,7 +87,7 @@ def study_pipeline(pipeline: dict, to_root: str, frozen: bool = False) -> dict:
     """
     written = [_entry_path(entry) for _, body in _stage_bodies(pipeline)
                for key in ("outs", "metrics", "plots") for entry in body.get(key, [])]
-    written.append(SOURCE_LINK.as_posix())  # the validate stage keeps it in the folder it runs in, undeclared
+    written.append(SOURCE_LINK.as_posix())  # validate's link, in the folder it runs in (an out of validate's)
 
     def rebased(entry):
         path = _entry_path(entry)

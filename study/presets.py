@@ -41,7 +41,13 @@ def _set(values: dict, assignment: str) -> None:
     target = values
     for section in sections:
         target = target.setdefault(section, {})
-    target[key] = yaml.safe_load(text)
+    try:
+        target[key] = yaml.safe_load(text)
+    except yaml.YAMLError as error:  # a tag (!!python/object:…, !custom) or broken syntax: no traceback
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ConfigError(f"--set {path}: {text!r} is not plain YAML ({problem}); values are plain YAML (numbers, "
+                          f"strings, lists, maps) without tags, and a text value may be quoted: "
+                          f"--set '{path}=\"...\"'") from None
 
 
 def build_preset(name: str, assignments: list[str] = (), preset_dir: Path = PRESET_DIR) -> StudyParams:

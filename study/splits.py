@@ -83,9 +83,11 @@ def split_dataset(
             members = rng.permutation(members)
             counts = split_counts(len(members), fractions)
             if min(counts) < 1:
+                needed = next(n for n in itertools.count(len(members) + 1) if min(split_counts(n, fractions)) >= 1)
                 raise ValueError(
                     f"class '{image_set.class_names[label]}' has {len(members)} samples, too few to "
-                    f"give train/val/test at least one each with fractions {fractions}"
+                    f"give train/val/test at least one each with fractions {fractions}; give each class at least "
+                    f"{needed} images, or change data.fractions"
                 )
             for part, chunk in zip(parts, np.split(members, np.cumsum(counts)[:-1])):
                 part.append(chunk)

@@ -35,7 +35,7 @@ from study.sources.idx import idx_labels
 from study.sources.spec import GeneratedSpec
 from study.sources.strokes import parse_stroke_spec, stroke_labels
 from study.sources.torchvision import check_torchvision_name
-from study.splits import keep_classes, rgb_image, split_dataset
+from study.splits import class_split, keep_classes, rgb_image, split_dataset
 from study.storage import check_storage
 from study.training import planned_iterations, resolve_device
 from study.workers import available_cores
@@ -44,8 +44,9 @@ from study.workers import available_cores
 # passes changes nothing downstream stages depend on, so only the stages that read the changed keys rerun.
 VALIDATED = Path("results/validated.txt")
 VALIDATED_TEXT = "params.yaml passed study/validation.py's checks\n"
-# A link to a folder dataset's images, a dependency of prepare: DVC hashes the folder through it, so images
-# added, changed or removed there make prepare out of date (`dvc status` says so) without any stage running.
+# A link to a folder dataset's images, an output of validate and a dependency of prepare: DVC hashes the folder
+# through it, so images added, changed or removed there make validate and prepare out of date (`dvc status` says so)
+# without any stage running, and validate checks the folder again before prepare's output is deleted.
 SOURCE_LINK = Path("data/source")
 NO_SOURCE_FOLDER = "this dataset is not read from a folder: nothing to watch\n"
 FOLDER_SOURCES = ("folder", "idx")
@@ -251,11 +252,9 @@ def planned_source(data: DataConfig) -> tuple[str, ImageSet] | None:
 
 
 def planned_splits(image_set: ImageSet, data: DataConfig, split: int) -> dict[str, ImageSet]:
-    """The splits prepare will make of `image_set` for the class split seeded by `split`."""
+    """The splits prepare makes of `image_set` for the class split seeded by `split`; a DataProblem names the key."""
     try:
-        if data.classes is not None:
-            image_set = keep_classes(image_set, data.classes, seed=split)
-        return split_dataset(image_set, data.protocol, data.fractions, seed=split)
+        return class_split(image_set, data, split)
     except ValueError as error:  # keep_classes names data.classes itself
         raise DataProblem(str(error) if str(error).startswith("data.") else f"data.dataset: {error}") from None
 

@@ -28,7 +28,7 @@ def dvc(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 def pipeline_outputs(pipeline: dict) -> set[str]:
     """Every path a stage of the pipeline writes (a foreach stage's `${item}` as written), and validate's link."""
-    paths = {"data/source"}  # the validate stage keeps it, undeclared: a dep of prepare
+    paths = {"data/source"}  # validate's link, a dep of prepare (an output of validate's too)
     for stage in pipeline["stages"].values():
         body = stage.get("do", stage)
         for key in ("outs", "metrics", "plots"):

@@ -52,7 +52,7 @@ def test_a_params_change_that_passes_validation_reruns_only_the_stages_that_read
 
 
 @pytest.mark.slow
-def test_images_added_to_a_folder_dataset_make_prepare_out_of_date(tmp_path):
+def test_images_added_to_a_folder_dataset_make_validate_and_prepare_out_of_date(tmp_path):
     # three images of each class for val and test: test's 9 images make 18 verification pairs, for its 10 folds
     images = image_folder(tmp_path / "images", classes=3, per_class=12)
     root = checkout(tmp_path / "study", {"data.dataset": f"folder:{images}", "data.image_size": 8,
@@ -63,9 +63,10 @@ def test_images_added_to_a_folder_dataset_make_prepare_out_of_date(tmp_path):
 
     shutil.copy(images / "class0" / "0.png", images / "class0" / "new.png")
     changed = out_of_date(root)
-    assert set(changed) == {"prepare"}, changed
+    assert set(changed) == {"validate", "prepare"}, changed  # validate checks the images again first
+    assert {"changed outs": {"data/source": "modified"}} in changed["validate"]
     assert {"changed deps": {"data/source": "modified"}} in changed["prepare"]
-    assert repro(root, "prepare") == {"prepare"}
+    assert repro(root, "prepare") == {"validate", "prepare"}
     manifest = json.loads(next((root / "data" / "prepared").rglob("manifest.json")).read_text())  # any class split
     assert sum(split["num_samples"] for split in manifest["splits"].values()) == 37
 

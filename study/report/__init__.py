@@ -17,8 +17,9 @@ from study.report.formats import loss_name, method_name, metric_name, trials_int
 from study.report.palette import method_style, method_styles
 from study.report.plotting import new_figure, plain_log_ticks, readable, save_figure
 from study.report.verdict import verdict, verdict_sentences
-from study.report.writer import metrics_summary, write_report
+from study.report.writer import UnwritableReportFolder, check_writable, metrics_summary, write_report
 
-__all__ = ["Bullets", "FigureRef", "Section", "Table", "loss_name", "method_name", "method_style", "method_styles",
-           "metric_name", "metrics_summary", "new_figure", "plain_log_ticks", "readable", "render_html",
-           "render_markdown", "save_figure", "trials_interval", "verdict", "verdict_sentences", "write_report"]
+__all__ = ["Bullets", "FigureRef", "Section", "Table", "UnwritableReportFolder", "check_writable", "loss_name",
+           "method_name", "method_style", "method_styles", "metric_name", "metrics_summary", "new_figure",
+           "plain_log_ticks", "readable", "render_html", "render_markdown", "save_figure", "trials_interval", "verdict",
+           "verdict_sentences", "write_report"]

@@ -8,6 +8,7 @@ import json
 import math
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -158,6 +159,39 @@ def _tuning_wide(analysis: StudyAnalysis, kind: str) -> pd.DataFrame:
     return curves.pivot(index="n", columns="column", values="expected_test").dropna().reset_index()
 
 
+class UnwritableReportFolder(RuntimeError):
+    """The report's folder refuses writes (a read-only file system, no permission, a full disk): the message names
+    the folder and the fix."""
+
+
+# The errors of a folder that refuses writes, as opposed to a fault of the report's own making.
+_REFUSED_WRITES = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT)
+
+
+def _unwritable(error: OSError, out_dir: Path) -> UnwritableReportFolder:
+    if error.errno == errno.EROFS:
+        problem, fix = "is on a read-only file system", "remount it writable"
+    elif error.errno in (errno.ENOSPC, errno.EDQUOT):
+        problem, fix = "is on a full disk", f"free space there (df -h {out_dir})"
+    else:
+        problem, fix = "is not writable by this user", f"make it writable (chmod u+w {out_dir}) or run as its owner"
+    return UnwritableReportFolder(f"{out_dir}/ {problem}, and the report is written there; {fix}, then run "
+                                  "`dvc repro report` again (the previous report is left as it was)")
+
+
+def check_writable(out_dir: Path) -> None:
+    """An UnwritableReportFolder when nothing can be written into `out_dir`, tried with a folder made and removed
+    there: the report stage asks before its analysis, so that it stops at once and writes nothing."""
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        os.rmdir(tempfile.mkdtemp(prefix=".writable-", dir=out_dir))
+    except OSError as error:
+        if error.errno in _REFUSED_WRITES:
+            raise _unwritable(error, out_dir) from None
+        raise
+
+
 def write_report(analysis: StudyAnalysis, params: StudyParams, manifest: dict, environment: dict,
                  out_dir: Path, benchmark_numbers: Path = BENCHMARK_NUMBERS) -> dict[str, Path]:
     """Write figures/, tables/, report.md, report.html (when params.report.html), metrics.json and headline.json;
@@ -167,18 +201,21 @@ def write_report(analysis: StudyAnalysis, params: StudyParams, manifest: dict, e
     versions, device...); `benchmark_numbers` is the benchmark's aggregate the report sets the study beside. The
     returned dict maps each file's path relative to out_dir to its full path.
     All of it is written into a staging folder first and swapped in only once complete: a run that fails
-    leaves the previous report as it was, and stale files of the previous report go only with it.
+    leaves the previous report as it was, and stale files of the previous report go only with it; a folder that
+    refuses the writes (read-only, full) raises UnwritableReportFolder.
     """
     out_dir = Path(out_dir)
     staging = out_dir / STAGING
     if (staging / SWAP_PLAN).is_file():
         swap_in(staging, out_dir)  # an earlier run was killed while swapping its whole report in: finish that first
     shutil.rmtree(staging, ignore_errors=True)  # what an earlier, killed run left
-    staging.mkdir(parents=True)
     try:
+        staging.mkdir(parents=True)
         written = _write_all(analysis, params, manifest, environment, staging, benchmark_numbers)
-    except BaseException:
+    except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(error, OSError) and error.errno in _REFUSED_WRITES:
+            raise _unwritable(error, out_dir) from None
         raise
     swap_in(staging, out_dir)
     return {name: out_dir / name for name in written}

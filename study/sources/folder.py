@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -13,8 +14,9 @@ from study.sources.spec import needs_argument
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 
 
-def _special_files(root: Path) -> Iterator[Path]:
-    """Everything under `root` that is neither a file nor a folder once links are followed: FIFOs, sockets, devices."""
+def _special_files(root: Path) -> Iterator[tuple[Path, str]]:
+    """Everything under `root` that is neither a file nor a folder once links are followed, with what it is: FIFOs,
+    sockets, devices, and links that lead nowhere (to themselves, in a loop, or to nothing)."""
     folders = [root]
     while folders:
         try:
@@ -27,26 +29,42 @@ def _special_files(root: Path) -> Iterator[Path]:
             elif not entry.is_file(follow_symlinks=False):  # a link, or something special: ask what it points at
                 try:
                     mode = os.stat(entry.path).st_mode
-                except OSError:  # a dangling link
+                except OSError as error:
+                    yield Path(entry.path), _broken_link(entry.path, error)
                     continue
                 if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-                    yield Path(entry.path)
+                    yield Path(entry.path), ("is not a regular file (a FIFO, socket or device), and reading it would "
+                                             "block for good")
+
+
+def _broken_link(path: str, error: OSError) -> str:
+    """What a link that cannot be followed is, in words."""
+    try:
+        target = os.readlink(path)
+    except OSError:
+        return f"cannot be read ({error.strerror})"
+    if error.errno == errno.ELOOP:
+        return f"is a link to {target}, which leads back to itself (a loop of links), and reading it fails"
+    return f"is a link to {target}, which does not exist, and reading it fails"
 
 
 def refuse_special_files(root: Path) -> None:
-    """A ValueError naming a FIFO, socket or device under `root`: DVC hashes every file of a folder dataset (through
-    data/source), and reading one of those blocks for good."""
+    """A ValueError naming a FIFO, socket, device or broken link under `root`: DVC hashes every file of a folder
+    dataset (through data/source), and reading one of those blocks for good or fails."""
     special = next(_special_files(root), None)
     if special is not None:
-        raise ValueError(f"{special} in the dataset's folder {root} is not a regular file (a FIFO, socket or device), "
-                         "and reading it would block for good when DVC hashes the folder; remove it or move it out "
-                         f"of {root}")
+        path, what = special
+        raise ValueError(f"{path} in the dataset's folder {root} {what} when DVC hashes the folder; remove it or "
+                         f"move it out of {root}")
 
 
 def load_folder(argument: str, cache_dir: Path) -> ImageSet:
     """An image folder's files, listed (not read), labelled by their class sub-folder."""
     needs_argument("folder", argument, "/data/faces")
     root = Path(argument).expanduser().resolve()
+    if root.exists() and not root.is_dir():
+        raise NotADirectoryError(f"{root} is a file, not a folder; 'folder:<path>' needs a folder with one sub-folder "
+                                 "of images per class (<path>/<class name>/0001.png)")
     if not root.is_dir():
         raise FileNotFoundError(
             f"image folder {root} does not exist; 'folder:<path>' needs a folder with one "

@@ -84,6 +84,9 @@ def _idx_pairs(argument: str) -> list[tuple[Path, Path]]:
     """The (images, labels) files of an IDX folder, train then t10k; errors say what is missing."""
     needs_argument("idx", argument, "/usr/share/datasets/fashion-mnist")
     folder = Path(argument).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(f"{folder} is a file, not a folder; point 'idx:<folder>' at the folder holding the "
+                                 "MNIST-layout files")
     if not folder.is_dir():
         raise FileNotFoundError(
             f"IDX folder {folder} does not exist; point 'idx:<folder>' at a folder holding "
