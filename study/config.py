@@ -20,6 +20,8 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 from typing_extensions import Self
 
 from study.database_url import storage_location
+from study.plain_yaml import MAX_PARAMS_BYTES, NotPlainData, PlainDataLoader
+from study.plain_yaml import Quoted as _Quoted
 
 
 class ConfigError(ValueError):
@@ -53,24 +55,6 @@ def _spec_not_a_mapping(value: Any) -> Any:
 
 # A dataset spec, `<name>[:<argument>]` (study/sources' DATASETS).
 DatasetSpec = Annotated[Text, BeforeValidator(_spec_not_a_mapping)]
-
-
-class _Quoted:
-    """A value as an error quotes it ({value} or {value!r}): cut short, since a pasted file can make one huge."""
-
-    LIMIT = 80
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __str__(self) -> str:
-        return self._cut(str(self.value))
-
-    def __repr__(self) -> str:
-        return self._cut(repr(self.value))
-
-    def _cut(self, text: str) -> str:
-        return text if len(text) <= self.LIMIT else f"{text[:self.LIMIT]}… ({len(text):,} characters)"
 
 
 def _check(test: Callable[[Any], bool], problem: str) -> AfterValidator:
@@ -457,82 +441,6 @@ class StudyParams(ParamsModel):
         return self
 
 
-# A study's params take a few KB and nest four deep (runs.fixed.<name>.m): far more is no params file.
-MAX_PARAMS_BYTES = 1 << 20
-MAX_PARAMS_DEPTH = 8
-_PLAIN_INTEGER = re.compile(r"[-+]?(0|[1-9][0-9]*)")
-_PLAIN_BOOLEAN = ("true", "True", "TRUE", "false", "False", "FALSE")
-
-
-class NotPlainData(ValueError):
-    """YAML that is valid but not plain data: its line and the problem."""
-
-    def __init__(self, mark: Any, problem: str) -> None:
-        super().__init__(f"line {mark.line + 1}: {problem}")
-
-
-class _PlainDataLoader(yaml.SafeLoader):
-    """YAML read as plain data: no aliases, no deep nesting, no key twice, and none of the YAML 1.1 readings that
-    YAML 1.2 (DVC's reader) disagrees with, such as 010 (8), 0x10 (16), 1:30 (90) or on (true)."""
-
-    depth = 0
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        mark = self.peek_event().start_mark
-        if self.check_event(yaml.AliasEvent):  # an alias bomb expands a few lines into gigabytes
-            raise NotPlainData(mark, "an alias (*name) repeats another part of the file; write the value out where "
-                                     "it is used")
-        if self.depth >= MAX_PARAMS_DEPTH:  # deeper composing recurses until Python's stack gives out
-            raise NotPlainData(mark, f"nests deeper than {MAX_PARAMS_DEPTH} levels, and params nest at most four "
-                                     "(runs.fixed.<name>.m); remove the extra brackets or indentation")
-        self.depth += 1
-        try:
-            return super().compose_node(parent, index)
-        finally:
-            self.depth -= 1
-
-    def construct_mapping(self, node: Any, deep: bool = False) -> dict:
-        seen = set()
-        for key, _ in node.value:
-            if isinstance(key, yaml.ScalarNode) and key.value in seen:  # YAML readers keep the last silently
-                raise NotPlainData(key.start_mark, f"the key {_Quoted(key.value)} appears twice in one mapping; "
-                                                   "keep one of them")
-            seen.add(getattr(key, "value", None))
-        return super().construct_mapping(node, deep)
-
-    def construct_plain_integer(self, node: Any) -> int:
-        value = self.construct_yaml_int(node)
-        if not _PLAIN_INTEGER.fullmatch(node.value):
-            raise _not_decimal(node, value, "octal, hexadecimal, binary or base 60", "not always alike")
-        return value
-
-    def construct_plain_float(self, node: Any) -> float:
-        value = self.construct_yaml_float(node)
-        if ":" in node.value or "_" in node.value:
-            raise _not_decimal(node, value, "base 60, or digits with _", "as text")
-        return value
-
-    def construct_plain_boolean(self, node: Any) -> bool:
-        value = self.construct_yaml_bool(node)
-        if node.value not in _PLAIN_BOOLEAN:
-            raise NotPlainData(node.start_mark, f"{_Quoted(node.value)} reads as {str(value).lower()} in YAML 1.1 "
-                               "but as text in YAML 1.2, which DVC reads; write true or false, or quote it if it "
-                               "is text")
-        return value
-
-
-def _not_decimal(node: Any, value: int | float, yaml11_forms: str, yaml12_reading: str) -> NotPlainData:
-    """The error of a number written in a form other than plain decimal, which the two YAML versions read apart."""
-    return NotPlainData(node.start_mark, f"{_Quoted(node.value)} is no plain decimal number: YAML 1.1 reads it as "
-                        f"{value} ({yaml11_forms}), YAML 1.2, which DVC reads, {yaml12_reading}; write {value} if "
-                        "that is what you mean, or quote it if it is text")
-
-
-_PlainDataLoader.add_constructor("tag:yaml.org,2002:int", _PlainDataLoader.construct_plain_integer)
-_PlainDataLoader.add_constructor("tag:yaml.org,2002:float", _PlainDataLoader.construct_plain_float)
-_PlainDataLoader.add_constructor("tag:yaml.org,2002:bool", _PlainDataLoader.construct_plain_boolean)
-
-
 def read_plain_yaml(path: str) -> Any:
     """The plain data of a YAML file; a ConfigError says what in it is not plain data, where, and the fix."""
     try:
@@ -549,7 +457,7 @@ def read_plain_yaml(path: str) -> Any:
         raise ConfigError(f"{path} is not UTF-8 text: byte 0x{raw[error.start]:02x} on line {line} is not UTF-8; "
                           "save the file as UTF-8") from None
     try:
-        return yaml.load(text, Loader=_PlainDataLoader)
+        return yaml.load(text, Loader=PlainDataLoader)
     except NotPlainData as error:
         raise ConfigError(f"{path} is not plain data, {error}") from None
     except yaml.YAMLError as error:
