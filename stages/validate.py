@@ -15,7 +15,7 @@ def main() -> None:
     except ConfigError as error:
         problems = "".join(f"  {line}\n" for line in str(error).splitlines())
         sys.exit(f"params.yaml has problems:\n{problems}{after_refusal()}")  # and what DVC changed before
-    print(f"params.yaml passed; the study makes {cost}", flush=True)
+    print(f"params.yaml passed; the study makes {cost.said()}", flush=True)
     link_source(params.data)
     write_bytes(VALIDATED_TEXT.encode(), VALIDATED)
 

@@ -290,15 +290,24 @@ def _worker_command(args: argparse.Namespace) -> int:
 
     It needs the study's checkout with the prepared data (`dvc repro prepare` or `dvc pull`) and the same
     params.yaml (a worker whose data or params differ from a study's is refused its trials); a shared database
-    in search.storage lets it run on another machine.
+    in search.storage lets it run on another machine. Each study's params pass the validate stage's checks first.
     """
     from functools import partial
 
-    from study.config import load_params
+    from study.benchmark.pipelines import cells_to_serve
+
+    if args.cells is not None:
+        roots = cells_to_serve(Path(args.cells))
+        if not roots:
+            return 0
+    else:
+        roots = [Path(args.params).resolve().parent]
+
+    from study.config import ConfigError
     from study.runs import serve_queued_runs
     from study.search import serve_searches
-    from study.benchmark.pipelines import cells_to_serve
     from study.interruptions import ends_as_interrupted
+    from study.validation import validate_study
     from study.workers import serve_study
 
     def with_threads(params):
@@ -315,18 +324,25 @@ def _worker_command(args: argparse.Namespace) -> int:
         return ([searches] if args.serve in ("all", "search") else []) + (
             [serve_queued_runs] if args.serve in ("all", "runs") else [])
 
-    if args.cells is not None:
-        roots = cells_to_serve(Path(args.cells))
-    else:
-        roots = [Path(args.params).resolve().parent]
+    refused = []
     # Ctrl-C or SIGTERM: its running trial failed as interrupted (queued again), one line, exit status 128 + signal.
     with ends_as_interrupted():
         for root in roots:
-            params = with_threads(load_params(root / Path(args.params).name if args.cells else args.params))
+            path = root / Path(args.params).name if args.cells else Path(args.params)
+            try:  # as its validate stage checks them: a params.yaml edited since is never served unchecked
+                params = validate_study(path, with_threads)[0]
+            except ConfigError as error:
+                if args.cells is None:
+                    raise
+                problems = "".join(f"\n  {line}" for line in str(error).splitlines())
+                print(f"cell {root.name}: skipped, its {path.name} has problems (`study benchmark` writes it again "
+                      f"from the plan):{problems}", file=sys.stderr, flush=True)
+                refused.append(root.name)
+                continue
             if args.cells is not None:
                 print(f"cell {root.name}: serving its searches and queued final runs", file=sys.stderr, flush=True)
             serve_study(params, root, services(params), args.trials)  # a storage fault: one line naming the fix
-    return 0
+    return 2 if refused else 0
 
 
 def _bench_command(args: argparse.Namespace) -> int:
@@ -364,12 +380,14 @@ def _benchmark_command(args: argparse.Namespace) -> int:
     if args.list:
         declared = load_plan(plan)
         pending = set(cells_to_run(declared, out, args.rerun))
+        problems = declared.data_problems(out)
         print(f"{'cell':28} {'source':14} {'trainings':>9} {'iterations':>10}  state")
         for cell in declared.cells:
             facts = cell.facts()
             iterations = "?" if facts["iterations"] is None else f"{facts['iterations']:,}"
-            print(f"{cell.name:28} {facts['source']:14} {facts['planned_runs']:9} {iterations:>10}  "
-                  f"{'to run' if cell.name in pending else 'finished'}")
+            state = "to run" if cell.name in pending else "finished"
+            print(f"{cell.name:28} {facts['source']:14} {facts['planned_runs']:9} {iterations:>10}  {state}"
+                  f"{f'; {problems[cell.name]}' if cell.name in problems else ''}")
         return 0
     written = run_benchmark(plan, out, report_dir, args.rerun, report_only=args.report_only)
     print("\n".join(str(path) for path in written.values()))

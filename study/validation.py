@@ -17,6 +17,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -25,6 +26,7 @@ from PIL import Image
 from study.config import ConfigError, DataConfig, StudyParams, TrainConfig, load_params
 from study.database_url import SECRET_REFUSED, purge_advice
 from study.metrics import verification_metrics
+from study.results import JOURNAL
 from study.models import check_model
 from study.sources import DEFAULT_CACHE_DIR, ImageSet, load_dataset
 from study.sources.composed import composed_labels, parse_composed_spec
@@ -35,7 +37,7 @@ from study.sources.idx import idx_labels
 from study.sources.spec import GeneratedSpec
 from study.sources.strokes import parse_stroke_spec, stroke_labels
 from study.sources.torchvision import check_torchvision_name
-from study.splits import class_split, keep_classes, rgb_image, split_dataset
+from study.splits import class_split, rgb_image
 from study.storage import check_storage
 from study.training import planned_iterations, resolve_device
 from study.workers import available_cores
@@ -59,15 +61,16 @@ def validate_params(path: str = "params.yaml") -> StudyParams:
     return validate_study(path)[0]
 
 
-def validate_study(path: str = "params.yaml") -> tuple[StudyParams, Cost]:
-    """params.yaml read and checked whole, and what the study will cost; a ConfigError lists every problem, each
-    with its key and the fix."""
+def validate_study(path: str | Path = "params.yaml",
+                   served: Callable[[StudyParams], StudyParams] = lambda params: params) -> tuple[StudyParams, Cost]:
+    """The params file of the study in its folder read and checked whole (as `served` changes them: a worker's own
+    thread count), and what the study will cost; a ConfigError lists every problem, each with its key and the fix."""
     try:
-        params = load_params(path)  # unknown sections and keys, types, ranges, and checks within a section
+        params = served(load_params(str(path)))  # unknown sections and keys, types, ranges, checks within a section
     except ConfigError as error:  # a secret in a URL: say too how to get it out of .git, where DVC may have put it
         raise ConfigError("\n".join(f"{line}; {purge_advice()}" if SECRET_REFUSED in line else line
                                      for line in str(error).splitlines())) from None
-    problems, cost = study_problems(params)
+    problems, cost = study_problems(params, Path(path).parent / JOURNAL)
     if problems:
         raise ConfigError("\n".join(problems))
     return params, cost
@@ -78,19 +81,27 @@ def params_problems(params: StudyParams) -> list[str]:
     return study_problems(params)[0]
 
 
-def study_problems(params: StudyParams) -> tuple[list[str], Cost]:
-    """params_problems, and the study's cost (its sizes beyond the bound are among the problems)."""
+def study_problems(params: StudyParams, journal: Path = JOURNAL) -> tuple[list[str], Cost]:
+    """The problems of valid-looking params that only show across sections or on this machine, one line each, and
+    the study's cost (its sizes beyond the bound are among the problems); its trial journal at `journal`."""
     model, problems = params.model, []
     problems += _problem("model.name", check_model, model.name) or _problem(
         "model.pretrained", check_model, model.name, model.pretrained)
     problems += _problem("train.device", resolve_device, params.train.device)
     problems += [problem.replace("search.storage: search.storage", "search.storage")  # said once is enough
-                 for problem in _problem("search.storage", check_storage, params.search)]
+                 for problem in _problem("search.storage", check_storage, params.search, journal)]
     problems += _problem("report.palette", check_palette, params.report.palette)
     problems += cores_problems(params.train, available_cores())
+    found, cost = declared_problems(params)
+    return problems + found, cost
+
+
+def declared_problems(params: StudyParams) -> tuple[list[str], Cost]:
+    """What the params ask that their data cannot support, or that costs beyond the bound, one line each, and the
+    study's cost: the problems a benchmark's plan can know of a cell before it is written."""
     found, train_sizes = _data_problems(params)
     cost = study_cost(params, train_sizes)
-    return problems + found + cost_problems(params, cost), cost
+    return found + cost_problems(params, cost), cost
 
 
 def _problem(key: str, check, *args) -> list[str]:
@@ -143,10 +154,12 @@ def cores_problems(train: TrainConfig, cores: int) -> list[str]:
 
 
 # The largest study validate lets through unasked (docs/configuration.md): beyond either bound a slip such as
-# n_trials: 1000000000 would train for years before anyone noticed. STUDY_ALLOW_LARGE=1 in the environment runs it.
+# n_trials: 1000000000 would train for years before anyone noticed. STUDY_ALLOW_LARGE=1 in the environment runs it;
+# any other value is refused, so that no `false`, `no` or `0.0` ever reads as yes.
 MAX_TRAININGS = 100_000
 MAX_ITERATIONS = 10**9
-ALLOW_LARGE = "STUDY_ALLOW_LARGE"
+ALLOW_LARGE, ALLOWED = "STUDY_ALLOW_LARGE", "1"
+BOUND = f"validate's bound of {MAX_TRAININGS:,} trainings or {MAX_ITERATIONS:,} iterations (docs/configuration.md)"
 
 
 @dataclass(frozen=True)
@@ -165,10 +178,19 @@ class Cost:
     def trainings(self) -> int:
         return self.splits * (self.trials + self.finals)
 
+    @property
+    def beyond_bound(self) -> bool:
+        """Whether the study is larger than validate lets through unless ALLOW_LARGE says otherwise."""
+        return self.trainings > MAX_TRAININGS or self.iterations > MAX_ITERATIONS
+
     def __str__(self) -> str:
         return (f"{self.trainings:,} trainings ({self.splits:,} class split(s) × ({self.trials:,} search trials + "
                 f"{self.finals:,} final runs)), {'' if self.exact else 'at least '}{self.iterations:,} iterations "
                 "in all")
+
+    def said(self) -> str:
+        """The cost as validate says it once the study passed: beyond the bound, with what allowed it."""
+        return f"{self}, beyond {BOUND}, allowed by {ALLOW_LARGE}={ALLOWED}" if self.beyond_bound else str(self)
 
 
 def study_cost(params: StudyParams, train_sizes: list[int] | None) -> Cost:
@@ -186,10 +208,13 @@ def study_cost(params: StudyParams, train_sizes: list[int] | None) -> Cost:
 
 
 def cost_problems(params: StudyParams, cost: Cost) -> list[str]:
-    """A study beyond MAX_TRAININGS or MAX_ITERATIONS, unless ALLOW_LARGE is set: one line naming its largest size."""
-    if cost.trainings <= MAX_TRAININGS and cost.iterations <= MAX_ITERATIONS:
-        return []
-    if os.environ.get(ALLOW_LARGE, "") not in ("", "0"):
+    """A value of ALLOW_LARGE other than ALLOWED, whatever the study's size; a study beyond MAX_TRAININGS or
+    MAX_ITERATIONS unless ALLOW_LARGE allows it: one line naming its largest size."""
+    allow = os.environ.get(ALLOW_LARGE, "")
+    if allow not in ("", ALLOWED):
+        return [f"{ALLOW_LARGE}: {allow!r} in the environment is not a value it takes: {ALLOW_LARGE}={ALLOWED} "
+                f"allows a study beyond {BOUND}, and nothing else does; set it to {ALLOWED}, or unset it"]
+    if not cost.beyond_bound or allow == ALLOWED:
         return []
     if cost.trainings > MAX_TRAININGS:
         search = "search.n_trials" if params.search.n_trials >= params.search.repeats else "search.repeats"
@@ -197,9 +222,8 @@ def cost_problems(params: StudyParams, cost: Cost) -> list[str]:
         key = max(sizes, key=sizes.get)
     else:
         key = "train.epochs" if params.train.max_iterations is None else "train.max_iterations"
-    return [f"{key}: the study would make {cost}, beyond validate's bound of {MAX_TRAININGS:,} trainings or "
-            f"{MAX_ITERATIONS:,} iterations (docs/configuration.md); lower {key}, or if you mean it run it with "
-            f"{ALLOW_LARGE}=1 in the environment (e.g. {ALLOW_LARGE}=1 dvc repro)"]
+    return [f"{key}: the study would make {cost}, beyond {BOUND}; lower {key}, or if you mean it run it with "
+            f"{ALLOW_LARGE}={ALLOWED} in the environment (e.g. {ALLOW_LARGE}={ALLOWED} dvc repro)"]
 
 
 class DataProblem(ValueError):

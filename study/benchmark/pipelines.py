@@ -15,7 +15,7 @@ import yaml
 
 from study.benchmark.cells import TABLES
 from study.benchmark.long_cell import LEARNING_CURVE_CELL, LEARNING_CURVE_INPUTS
-from study.benchmark.plan import FULL_PLAN, QUICK_PLAN, BenchmarkPlan, load_plan
+from study.benchmark.plan import FULL_PLAN, NAME, QUICK_PLAN, BenchmarkPlan, load_plan
 from study.many_studies import (DIFFERENCES_FILE, METRICS_FILE, Log, Project, StudiesError, open_project, reproduce,
                                 to_stderr, write_aggregate, write_generated, write_study)
 
@@ -52,6 +52,9 @@ def write_benchmark(plan: BenchmarkPlan, out_dir: str | Path = DEFAULT_OUT,
     A finished cell's stages are frozen (unless `rerun` names it): DVC keeps the results its dvc.lock records
     whatever the code does since, as `cells_to_run` does, so `dvc status` and `dvc repro` in the project leave it be.
     """
+    problems = plan.data_problems(out_dir)
+    if problems:  # a cell's declared classes, which plan.json states, are no longer its data's
+        raise ValueError("\n".join(f"cell {name}: {problem}" for name, problem in problems.items()))
     project = open_project(out_dir, report_dir, "benchmark")
     pending = cells_to_run(plan, project.root, rerun)
     cells = {cell.name: write_study(project, cell.name, cell.params, cell.origin, UNIT,
@@ -108,19 +111,36 @@ def _md5(path: Path) -> str:
     return hashlib.md5(path.read_bytes()).hexdigest()
 
 
-def cells_to_serve(folder: Path) -> list[Path]:
-    """The folders of the cells in `folder` (a benchmark's, in its plan's order) that a `study worker --cells` can
-    serve here: not finished, with their prepared data. Those without it are named, with how to make it."""
-    plan = folder / "plan.json"
+def planned_cells(folder: Path) -> list[str]:
+    """The names of the cells plan.json in `folder` (a benchmark's) declares, in its order; each a folder of its
+    own inside `folder`."""
+    plan = folder / PLAN_FILE
     if not plan.is_file():
         raise ValueError(f"{folder} holds no benchmark (no plan.json); give the folder `study benchmark` writes its "
                          "cells to, e.g. benchmarks/cells")
-    names = [cell["name"] for cell in json.loads(plan.read_text(encoding="utf-8"))["cells"]]
-    serve = []
+    fix = f"`git checkout -- {plan}` restores the committed one, or `study benchmark` writes it again from the plan"
+    try:
+        names = [cell["name"] for cell in json.loads(plan.read_text(encoding="utf-8"))["cells"]]
+    except (ValueError, KeyError, TypeError) as error:  # a truncated file, or not the benchmark's
+        raise ValueError(f"{plan} is not a whole benchmark plan ({type(error).__name__}: {error}); {fix}") from None
     for name in names:
+        if not isinstance(name, str) or not NAME.fullmatch(name):  # `..`, `/`: a folder outside the benchmark's
+            raise ValueError(f"{plan} names a cell {name!r}, which is not a cell's name (lower-case letters, digits "
+                             f"and -) and would lead outside {folder}; {fix}")
+    return names
+
+
+def cells_to_serve(folder: Path) -> list[Path]:
+    """The folders of the cells in `folder` (a benchmark's, in its plan's order) that a `study worker --cells` can
+    serve here: not finished, with their prepared data. Those without it are named, with how to make it."""
+    names = planned_cells(folder)
+    pending = [name for name in names if not cell_finished(folder / name)]
+    if not pending:
+        print(f"every one of the {len(names)} cells in {folder} is finished: nothing to serve", file=sys.stderr,
+              flush=True)
+    serve = []
+    for name in pending:
         root = folder / name
-        if cell_finished(root):
-            continue
         if not (root / "data" / "prepared").is_dir():
             print(f"cell {name}: no prepared data here, skipped; `dvc repro {name}/dvc.yaml:prepare` in {folder} "
                   "makes it", file=sys.stderr, flush=True)
@@ -138,7 +158,7 @@ def cell_finished(directory: str | Path, params: dict | None = None) -> bool:
     lock_path, params_path = directory / "dvc.lock", directory / "params.yaml"
     if not lock_path.is_file() or (params is None and not params_path.is_file()):
         return False
-    stages = (yaml.safe_load(lock_path.read_text(encoding="utf-8")) or {}).get("stages", {})
+    stages = _locked_stages(lock_path)
     report = stages.get("report")
     if not report:
         return False
@@ -155,6 +175,24 @@ def cell_finished(directory: str | Path, params: dict | None = None) -> bool:
         if path.is_file() and out.get("md5") and _md5(path) != out["md5"]:
             return False
     return True
+
+
+def _locked_stages(lock: Path) -> dict:
+    """The stages a cell's dvc.lock records; a ValueError naming it and the fix where it is not whole."""
+    try:
+        stages = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages") or {}
+        for stage in stages.values():  # what cell_finished reads: each file's params, the report's outs
+            params, outs = stage.get("params") or {}, stage.get("outs") or []
+            if not (all(isinstance(values, dict) for values in params.values())
+                    and all(isinstance(out, dict) and "path" in out for out in outs)):
+                raise ValueError("a stage lacks DVC's fields")
+    except (yaml.YAMLError, ValueError, AttributeError) as error:  # a truncated file, a merge conflict left in it
+        reason = getattr(error, "problem", None) or error
+        mark = getattr(error, "problem_mark", None)
+        raise ValueError(f"{lock} is not a whole dvc.lock ({reason}{f', line {mark.line + 1}' if mark else ''}): "
+                         f"`git checkout -- {lock}` restores the committed one, or delete it and the cell runs "
+                         "again") from None
+    return stages
 
 
 def cells_to_run(plan: BenchmarkPlan, out_dir: str | Path, rerun: Sequence[str] = ()) -> list[str]:

@@ -4,7 +4,9 @@ a whole study, with its own params.yaml."""
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,10 +16,13 @@ import yaml
 
 from study.config import StudyParams
 from study.presets import PRESET_DIR, build_preset
+from study.results import PREPARED_DIR, write_bytes
 from study.sources import source_of
 from study.sweep import class_count_params
+from study.sweep.pipelines import MANIFEST_NAME
 from study.training import planned_iterations as iterations
-from study.validation import DataProblem, planned_source, planned_splits, study_cost
+from study.validation import (FOLDER_SOURCES, DataProblem, declared_problems, planned_source, planned_splits,
+                              study_cost)
 
 BENCHMARK_PRESETS = PRESET_DIR / "benchmark"
 FULL_PLAN = BENCHMARK_PRESETS / "full.yaml"
@@ -25,6 +30,7 @@ QUICK_PLAN = BENCHMARK_PRESETS / "quick.yaml"
 PLAN_KEYS = {"title", "preset", "set", "tuners", "configurations"}
 CONFIGURATION_KEYS = {"name", "dataset", "train_classes", "set", "tuners", "longer_of"}
 NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
+MAX_NAME = 64  # a name is a folder's (with a tuner's after it): far within any file system's 255 bytes
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,28 @@ class BenchmarkPlan:
         return json.dumps({"title": self.title, "cells": [cell.facts() for cell in self.cells]}, indent=2,
                           ensure_ascii=False) + "\n"
 
+    def data_problems(self, out_dir: str | Path) -> dict[str, str]:
+        """Per cell (its folder in `out_dir`), why its data no longer holds the classes it was declared with (a
+        class folder gone since it was added), with the fix; cells whose data holds them are left out."""
+        problems = {}
+        for cell in self.cells:
+            data = cell.params.data
+            try:
+                planned = planned_source(data)
+            except DataProblem:  # the source itself is missing: the cell's validate stage says so, when it runs
+                continue
+            if planned is None or data.classes is None or planned[1].num_classes >= data.classes:
+                continue
+            held = planned[1]
+            lacking = ", ".join(sorted(_prepared_classes(Path(out_dir) / cell.name) - set(held.class_names)))
+            problems[cell.name] = (
+                f"{data.dataset} holds {held.num_classes} classes now, but {cell.configuration} was declared with "
+                f"{data.classes} of them (train_classes: {cell.train_classes}, {data.protocol} protocol)"
+                f"{f'; it lacks {lacking}' if lacking else ''}: put {lacking or 'the missing classes'} back, or "
+                f"to study the data as it is now, remove {cell.configuration} from {self.source} and add it again "
+                "under a new name (`study benchmark --add NAME --set data.dataset=...`)")
+        return problems
+
 
 def planned_runs(params: StudyParams) -> int:
     """The trainings one study makes: every search trial and every final run, on every class split."""
@@ -79,12 +107,36 @@ def planned_iterations(params: StudyParams) -> int | None:
     once prepare loads it (a torchvision download)."""
     try:
         source = planned_source(params.data)
-    except DataProblem:  # the cell's own validate stage says what is wrong, when it runs
+        if source is None:
+            return None
+        train = planned_splits(source[1], params.data, params.data.split_seeds()[0])["train"]
+    except DataProblem:  # the cell's own validate stage (or BenchmarkPlan.data_problems) says what is wrong
         return None
-    if source is None:
-        return None
-    train = planned_splits(source[1], params.data, params.data.split_seeds()[0])["train"]
     return iterations(len(train), params.train)
+
+
+def _prepared_classes(directory: Path) -> set[str]:
+    """The class names a cell's prepare stage found in its data, where its prepared splits are here."""
+    names = set()
+    for manifest in (directory / PREPARED_DIR).glob(f"split*/{MANIFEST_NAME}"):
+        try:
+            splits = json.loads(manifest.read_text(encoding="utf-8"))["splits"]
+            names.update(name for split in splits.values() for name in split["class_names"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):  # no record: the counts alone are said
+            continue
+    return names
+
+
+def _with_absolute_folder(spec: str) -> str:
+    """A dataset spec whose folder (folder:, idx:, a composed set's base) is given from the current folder, with
+    that folder made absolute: each cell reads its data from its own folder."""
+    name, _, argument = spec.partition(":")
+    if name == "compose" and argument.count(":") >= 2:
+        parts, instances, base = argument.split(":", 2)
+        return f"{name}:{parts}:{instances}:{_with_absolute_folder(base)}"
+    if name in FOLDER_SOURCES and argument and not Path(argument).expanduser().is_absolute():
+        return f"{name}:{os.path.abspath(argument)}"
+    return spec
 
 
 def _assignments(values: dict[str, Any] | None, where: str) -> list[str]:
@@ -110,6 +162,9 @@ def _name(value, where: str) -> str:
     if not isinstance(value, str) or not NAME.fullmatch(value):
         raise ValueError(f"{where}: {value!r} is not a cell name; use lower-case letters, digits and -, "
                          "e.g. glyphs-open-c100")
+    if len(value) > MAX_NAME:
+        raise ValueError(f"{where}: {value[:20]}… is {len(value)} characters long, and a name names a cell's "
+                         f"folder; give one of at most {MAX_NAME}, e.g. glyphs-open-c100")
     return value
 
 
@@ -131,6 +186,10 @@ def _configuration_cells(entry: dict, index: int, preset: str, common: list[str]
         raise ValueError(f"{where}: give {', '.join(missing)} (e.g. dataset: 'glyphs:{{total}}:30', "
                          "train_classes: 100)")
     name = _name(entry["name"], f"{where}.name")
+    if isinstance(entry["dataset"], str) and _with_absolute_folder(entry["dataset"]) != entry["dataset"]:
+        raise ValueError(f"{where}.dataset: {entry['dataset']} names a folder relative to where a command runs, but "
+                         f"each cell reads it from its own folder; write the folder's absolute path, e.g. "
+                         f"{_with_absolute_folder(entry['dataset'])}")
     train_classes = entry["train_classes"]
     if type(train_classes) is not int:
         raise ValueError(f"{where}.train_classes must be a whole number of training classes, got {train_classes!r}")
@@ -165,7 +224,18 @@ def load_plan(path: str | Path = FULL_PLAN) -> BenchmarkPlan:
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in BENCHMARK_PRESETS.glob("*.yaml")))
         raise ValueError(f"no benchmark declaration at {path}; give a file or one of: {known}")
-    declared = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return _declared_plan(path.read_text(encoding="utf-8"), path)
+
+
+def _declared_plan(text: str, path: Path) -> BenchmarkPlan:
+    """The benchmark that `text`, the declaration at `path`, declares."""
+    try:
+        declared = yaml.safe_load(text) or {}
+    except yaml.YAMLError as error:
+        where = getattr(error, "problem_mark", None)
+        raise ValueError(f"{path} is not valid YAML ({getattr(error, 'problem', None) or error}"
+                         f"{f', line {where.line + 1}' if where else ''}); mend it, or `git checkout -- {path}` "
+                         "restores the committed one") from None
     if not isinstance(declared, dict):
         raise ValueError(f"{path} must be a mapping with title, preset, set, tuners and configurations")
     _unknown_keys(declared, PLAN_KEYS, str(path))
@@ -201,20 +271,26 @@ def _check_cells(cells: list[Cell], path: Path) -> None:
 
 def add_configuration(path: str | Path, name: str, assignments: list[str]) -> dict:
     """Append a user's configuration to the declaration at `path` (its comments kept): `assignments` are `--set`
-    `section.key=value` strings, data.dataset among them; its training class count comes from the data (the first
-    class split's training classes). Returns the entry written. The cell is its data's own source, so the pool over
-    sources grows with every contributed data set."""
+    `section.key=value` strings, data.dataset among them (a folder given from the current folder made absolute); its
+    training class count comes from the data (the first class split's training classes). Returns the entry written.
+    The cell is its data's own source, so the pool over sources grows with every contributed data set.
+
+    The new cells are checked as their validate stage will check them (their data, their cost) before the file is
+    replaced, in one step: a refused configuration leaves the declaration as it was."""
     from ruamel.yaml import YAML
 
-    path = Path(path)
     plan = load_plan(path)
+    path, text = plan.source, plan.source.read_text(encoding="utf-8")
     name = _name(name, "--add")
     if name in {cell.configuration for cell in plan.cells}:
         raise ValueError(f"--add {name}: {path} already declares a configuration of that name; choose another")
+    data = "data.dataset="
+    assignments = [data + _with_absolute_folder(assignment.removeprefix(data)) if assignment.startswith(data)
+                   else assignment for assignment in assignments]
     values = dict(assignment.split("=", 1) for assignment in assignments if "=" in assignment)
     if "data.dataset" not in values:
         raise ValueError("--add needs the data: give --set data.dataset=<spec>, e.g. folder:/path/to/images")
-    declared = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    declared = yaml.safe_load(text) or {}
     params = build_preset(declared.get("preset", "default"),
                           [*_assignments(declared.get("set"), "set"), *assignments])
     source = planned_source(params.data)
@@ -227,10 +303,18 @@ def add_configuration(path: str | Path, name: str, assignments: list[str]) -> di
     round_trip = YAML()
     round_trip.preserve_quotes = True
     round_trip.width = 4096
-    document = round_trip.load(path.read_text(encoding="utf-8"))
+    document = round_trip.load(text)
     document.setdefault("configurations", []).append(entry)
-    with path.open("w", encoding="utf-8") as handle:
-        round_trip.dump(document, handle)
-    load_plan(path)  # the declaration still builds, with the new cell validated
+    written = io.StringIO()
+    round_trip.dump(document, written)
+    refused = f"; {path} is unchanged"
+    try:
+        cells = [cell for cell in _declared_plan(written.getvalue(), path).cells if cell.configuration == name]
+    except ValueError as error:
+        raise ValueError(f"--add {name} ({params.data.dataset}): {error}{refused}") from None
+    problems = [f"  {cell.name}: {problem}" for cell in cells for problem in declared_problems(cell.params)[0]]
+    if problems:
+        raise ValueError(f"--add {name} ({params.data.dataset}) makes cells their validate stage would refuse"
+                         f"{refused}:\n" + "\n".join(problems))
+    write_bytes(written.getvalue().encode("utf-8"), path)
     return entry
-
