@@ -11,7 +11,9 @@ A storage that fails (read-only, full, a database gone) ends the stage with one 
 path or URL and the fix (`storage_faults`); a journal append that fails is cut back, never left torn, and a
 file written whole (study/results.py's `write_bytes`) leaves no partial file. The validate stage reads the
 journal's lines as the storage will (`journal_problem`): a corrupt line stops it before DVC deletes an output.
-The retry of a dead worker's trial lives here too: Optuna's callback, used for the journal and the database.
+The retry of a dead worker's trial lives here too: Optuna's callback, used for the journal and the database; and the
+move of a whole study to another name (`move_study`), by which a stage keeps the trials of changed settings aside
+(study/study_names.py).
 """
 
 from __future__ import annotations

@@ -82,6 +82,7 @@ def open_current(name: str, meaning: dict, storage, objective: str, stores=(), l
     if stage and held != meaning:  # absent, moved aside just now, or an unfinished copy (no MEANING yet)
         source = next((other for other in (kept_aside(name, meaning), legacy) if other in studies), None)
         if source is not None:
+            retire_dead_trials(optuna.load_study(study_name=source, storage=storage))  # none left running by the dead
             move_study(storage, source, name, stores)
             print(f"{name}: the trials of these settings kept in {source} are resumed", flush=True)
     study = create_or_load(name, storage, objective, **options)
