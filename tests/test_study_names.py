@@ -2,7 +2,8 @@
 (no digest); what its trials mean is the study's MEANING attribute. A stage whose settings changed moves the old
 trials aside whole (histories and checkpoints with them) and takes them back when those settings return, resuming at
 the same points and seeds; a worker of other settings is refused and moves nothing; a move killed half-way is finished
-by the next, and storages written before names were readable are resumed under the readable names."""
+by the next, and storages written before names were readable are resumed under the readable names. optuna-dashboard
+opens the journal as docs/usage.md says."""
 
 import json
 import re
@@ -16,13 +17,13 @@ import optuna
 import pytest
 
 import study.search as search
+from study.data import load_dataset, split_dataset
 from study.results import CHECKPOINT_STORE, JOURNAL, tuned_method
 from study.runs import collect_runs, done_seeds, open_runs, runs_meaning, runs_study_name, serve_runs
 from study.storage import MEANING, journal_storage
 from study.study_names import digest
 from study.workers import NotTheSameStudy, this_process
 from tests.test_search import params_with, use_fake_training
-from study.data import load_dataset, split_dataset
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
