@@ -451,15 +451,17 @@ def _trial_rows(trials: pd.DataFrame, split: int) -> pd.DataFrame:
                          "seconds": finished["seconds"].to_numpy(float)})
 
 
-def study_evidence(params, storage) -> tuple[Evidence, str]:
-    """What a study's storage holds now (running or finished): the first repeat of its primary searched loss's
-    searches and its Fixed AdaCos runs, per class split; and the best trial's (s, m) so far."""
+def study_evidence(params, storage, root=".") -> tuple[Evidence, str]:
+    """What the storage of the study in folder `root` holds now (running or finished) for these params: the first
+    repeat of its primary searched loss's searches and its Fixed AdaCos runs, per class split; and the best trial's
+    (s, m) so far. A search or runs study of other settings is no evidence about these."""
     import optuna
 
     from study.analysis.common import REFERENCE_METHOD, primary_loss
-    from study.runs import runs_study_name
-    from study.search import study_name, trials_table
+    from study.runs import runs_meaning, runs_study_name
+    from study.search import search_meaning, study_name, trials_table
     from study.storage import load_history
+    from study.study_names import load_current
 
     loss = primary_loss(list(params.search.losses))
     if loss is None:
@@ -476,9 +478,8 @@ def study_evidence(params, storage) -> tuple[Evidence, str]:
     objective, trials, reference, best = params.train.objective, [], [], (-math.inf, "")
     for split in params.data.split_seeds():
         split_params = params.for_split(split)
-        try:
-            search = optuna.load_study(study_name=study_name(loss, split_params, 0), storage=storage)
-        except KeyError:
+        search = load_current(study_name(loss, split_params, 0, root), search_meaning(loss, split_params), storage)
+        if search is None:
             continue  # not begun yet
         table = trials_table(loss, [search], objective)
         trials.append(_trial_rows(table, split))
@@ -486,11 +487,9 @@ def study_evidence(params, storage) -> tuple[Evidence, str]:
         if len(complete) and complete["value"].max() > best[0]:
             row = complete.loc[complete["value"].idxmax()]
             best = (row["value"], f"(s, m) = ({row['s']:.3g}, {row['m']:.3g}) of split {split}")
-        method_loss, hyperparameters = params.runs.hyperparameters(REFERENCE_METHOD)
-        try:
-            runs = optuna.load_study(study_name=runs_study_name(REFERENCE_METHOD, method_loss, hyperparameters,
-                                                                split_params), storage=storage)
-        except KeyError:
+        runs = load_current(runs_study_name(REFERENCE_METHOD, split_params, root),
+                            runs_meaning(*params.runs.hyperparameters(REFERENCE_METHOD), split_params), storage)
+        if runs is None:
             continue
         for trial in runs.get_trials(deepcopy=False, states=[optuna.trial.TrialState.COMPLETE]):
             # Its test score before the evaluate stage has run: the learning curve's at the iteration val selected.

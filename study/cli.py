@@ -319,8 +319,7 @@ def _worker_command(args: argparse.Namespace) -> int:
         if unknown:
             raise ValueError(f"{', '.join(unknown)} not searched in {args.params}; search.losses is "
                              f"{list(params.search.losses)}")
-        # A benchmark's cells share one storage: each cell's params are its own, so no newest-search check.
-        searches = partial(serve_searches, losses=args.loss, many_studies=args.cells is not None)
+        searches = partial(serve_searches, losses=args.loss)
         return ([searches] if args.serve in ("all", "search") else []) + (
             [serve_queued_runs] if args.serve in ("all", "runs") else [])
 

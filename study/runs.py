@@ -2,9 +2,11 @@
 
 Any worker that shares the storage can train them (`study worker`, on this machine or, with a
 database, on others); an interrupted stage keeps its finished seeds and trains only the missing
-ones; the stage then collects every seed's row, learning curve and checkpoint. A run's study is
-named after everything that gives it its meaning (data, model, training, loss and its values), so
-a changed param starts fresh runs instead of mixing them with old ones.
+ones; the stage then collects every seed's row, learning curve and checkpoint. A method's study is
+named `final/<method>/split<k>` and records what gives its runs their meaning (data, model, training,
+loss and its values): a changed param moves the old runs aside, with their checkpoints, instead of
+mixing them with new ones (study/study_names.py `open_current`). Each run's seed and values are its
+trial's parameters, as the dashboard plots them.
 
 The storage is the truth about which seeds are done: a done seed whose checkpoint is missing or no
 longer matches the SHA-256 the storage recorded is marked lost in the study and trained again.
@@ -16,7 +18,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import math
-import os
 from functools import partial
 from pathlib import Path
 
@@ -27,18 +28,27 @@ from optuna.trial import FrozenTrial, TrialState
 from study.config import StudyParams
 from study.results import CHECKPOINT_STORE, RUN_COLUMNS, is_tuned, write_bytes
 from study.sources import ImageSet
-from study.storage import (create_or_load, load_history, quiet_optuna, save_history, set_missing_user_attrs,
+from study.storage import (load_history, quiet_optuna, save_history, set_missing_user_attrs,
                            storage_url)
 from study.training import save_checkpoint, train
-from study.workers import Budget, describe_worker, digest, run_meaning, serve, study_identity
+from study.study_names import digest, load_current, namespace, open_current
+from study.workers import Budget, describe_worker, run_meaning, serve, study_identity, this_process
 
 KIND = "runs"
 # The study's record of done trials whose checkpoint was lost: {trial number: what was found}.
 LOST = "lost_checkpoints"
 
 
-def runs_study_name(method: str, loss: str, hyperparameters: dict, params: StudyParams) -> str:
-    """The study of `method`'s runs: its name, plus a hash of the data, model, training, loss and values."""
+def runs_study_name(method: str, params: StudyParams, root: str | Path = ".") -> str:
+    """The study of `method`'s runs on one class split: `final/fixed_adacos/split0`, `final/arcface_tuned/split0` (see
+    study/study_names.py `namespace` for the study in folder `root` sharing a database with others)."""
+    # With train.learning_rates each rate's runs are a study of their own: `final/fixed_adacos/split0/lr0.009`.
+    rate = f"/lr{params.train.lr:g}" if params.train.learning_rates else ""
+    return f"{namespace(params, root)}final/{method}/split{params.data.seed}{rate}"
+
+
+def legacy_runs_study_name(method: str, loss: str, hyperparameters: dict, params: StudyParams) -> str:
+    """The name the same runs had in storages written before names were readable: the method and a digest."""
     return f"{KIND}-{method}-{digest(runs_meaning(loss, hyperparameters, params))}"
 
 
@@ -62,7 +72,9 @@ def open_runs(method: str, loss: str, hyperparameters: dict, params: StudyParams
               root: str | Path = ".") -> optuna.Study:
     """The runs study of `method`, with a trial queued for every seed of runs.seeds that has none done or under way
     (a done seed whose checkpoint under `root` is lost counts as none: see `retire_lost_checkpoints`)."""
-    study = create_or_load(runs_study_name(method, loss, hyperparameters, params), storage, params.train.objective)
+    study = open_current(runs_study_name(method, params, root), runs_meaning(loss, hyperparameters, params), storage,
+                         params.train.objective, stores=[Path(root) / CHECKPOINT_STORE],
+                         legacy=legacy_runs_study_name(method, loss, hyperparameters, params))
     set_missing_user_attrs(study, {"kind": KIND, "method": method, "loss": loss, "hyperparameters": hyperparameters,
                                    "split": params.data.seed, "lr": params.train.lr})
     retire_lost_checkpoints(study, root)
@@ -148,6 +160,10 @@ def run_objective(study: optuna.Study, params: StudyParams, sets: dict[str, Imag
 
     def run(trial: optuna.Trial) -> float:
         seed = trial.user_attrs["seed"]
+        # Its seed and values as the trial's parameters, each a single value: what the dashboard plots and filters by.
+        trial.suggest_int("seed", seed, seed)
+        for name, value in hyperparameters.items():
+            trial.suggest_float(name, value, value)
         # The test objective at every evaluation too: the run's whole learning curve (val selects, test reports).
         result = train(sets, loss_name=loss, hyperparameters=hyperparameters, model_config=params.model,
                        config=params.train.replace(seed=seed), image_size=params.data.image_size,
@@ -178,11 +194,16 @@ def serve_runs(study: optuna.Study, params: StudyParams, sets: dict[str, ImageSe
     """Train queued seeds of `study` until each of `seeds` (default runs.seeds) is done, by this or other workers,
     each taken only while this process's data and params are the study's own (see study/workers.py)."""
     identity = study_identity(runs_meaning(study.user_attrs["loss"], study.user_attrs["hyperparameters"], params), sets)
+    label = runs_label(study.user_attrs["method"], params)
     # Each seed prints its own line (run_objective); Optuna's "parameters: {}. Best is trial 0" would only repeat it.
     with quiet_optuna():
-        return serve(study, run_objective(study, params, sets, root, ship_checkpoints),
-                     SeedQueue(params.runs.seeds if seeds is None else seeds, lost_trials(study)),
-                     max_trials=max_trials, identity=identity, label=runs_label(study.user_attrs["method"], params))
+        trained = serve(study, run_objective(study, params, sets, root, ship_checkpoints),
+                        SeedQueue(params.runs.seeds if seeds is None else seeds, lost_trials(study)),
+                        max_trials=max_trials, identity=identity, label=label)
+    if trained:  # each process its own count: a stage's packed workers train some of its seeds
+        print(f"{label}: {trained} seed{'s' if trained > 1 else ''} trained by {describe_worker(this_process())}",
+              flush=True)
+    return trained
 
 
 def _find_checkpoint(trial: FrozenTrial, study_name: str, root: Path) -> tuple[bytes | None, str]:
@@ -264,14 +285,15 @@ def join_runs(params: StudyParams, storage, sets: dict[str, ImageSet], root: str
         attrs = summary.user_attrs
         if attrs.get("kind") != KIND or only not in (None, summary.study_name):
             continue
-        # Its learning rate: one of train.learning_rates, or a tuned loss's searched one (meaning checks it below).
+        # Its learning rate: one of train.learning_rates, or a tuned loss's searched one (its meaning checks it).
         at = params.at_learning_rate(attrs["lr"]) if "lr" in attrs else params
-        if summary.study_name != runs_study_name(attrs["method"], attrs["loss"], attrs["hyperparameters"], at):
+        if summary.study_name != runs_study_name(attrs["method"], at, root):
+            continue  # another class split's runs, or runs kept aside
+        study = load_current(summary.study_name, runs_meaning(attrs["loss"], attrs["hyperparameters"], at), storage)
+        if study is None:
             continue  # another study's runs (other data, model or training): not ours to train
-        study = optuna.load_study(study_name=summary.study_name, storage=storage)
         trials = study.get_trials(deepcopy=False)
         if any(t.state == TrialState.WAITING for t in trials):
-            print(f"{summary.study_name}: serving its queued seeds", flush=True)
             seeds = {t.user_attrs.get("seed") for t in trials} - {None}  # None: a trial that found no seed left
             trained += serve_runs(study, at, sets, seeds, root,
                                   ship_checkpoints, None if max_trials is None else max_trials - trained)
@@ -279,14 +301,17 @@ def join_runs(params: StudyParams, storage, sets: dict[str, ImageSet], root: str
 
 
 def serve_queued_runs(params: StudyParams, storage, sets: dict[str, ImageSet], root: Path,
-                      max_trials: int | None = None, only: str | None = None) -> None:
+                      max_trials: int | None = None, only: str | None = None, quiet: bool = False) -> None:
     """What a worker serves of the final runs (study/workers.py `serve_study`): the queued seeds of every runs study
-    of these params, or only of the study named `only`."""
+    of these params, or only of the study named `only`; each study it trained seeds of says how many. Unless `quiet`
+    (a stage's packed worker), a worker that found none queued says so."""
     trained = join_runs(params, storage, sets, root, ship_checkpoints=storage_url(params.search) is not None,
                         max_trials=max_trials, only=only)
-    print(f"worker {os.getpid()}: {trained} final run(s) trained by this process", flush=True)
+    if not trained and not quiet:
+        print(f"split {params.data.seed}: no final run queued for these params was left to this worker", flush=True)
 
 
 def packed_service(study: optuna.Study):
-    """What the workers packed beside a runs stage serve: `study`'s queued seeds only."""
-    return partial(serve_queued_runs, only=study.study_name)
+    """What the workers packed beside a runs stage serve: `study`'s queued seeds only, each worker's count said by
+    serve_runs."""
+    return partial(serve_queued_runs, only=study.study_name, quiet=True)

@@ -4,9 +4,10 @@ The objective is small: it turns a trial's suggestions into one training run and
 val score. Training sees Optuna only through the "report and maybe stop" callback. Each trial
 is an independent draw of what a user does: it trains at its own seed and, once trained, is
 also scored on test — recorded for the tuning-cost analysis, never used to choose anything.
-A search's study is named `<loss>-<digest>` (final runs' are `runs-<method>-<digest>`), its objective
-named after the metric; a trial's training history is kept beside the storage (study/storage.py),
-out of `optuna trials`. `serve_searches` is what a worker serves of a search (study/workers.py).
+A search's study is named `search/<loss>/split<k>` (and `/repeat<r>` after the first repeat; final runs' are
+`final/<method>/split<k>`), records what its trials mean, and is moved aside when that changes (study/study_names.py
+`open_current`); its objective is named after the metric, and a trial's training history is kept beside the storage
+(study/storage.py), out of `optuna trials`. `serve_searches` is what a worker serves of a search (study/workers.py).
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from optuna.trial import TrialState
 from study.config import SearchConfig, StudyParams
 from study.learning_rates import LEARNING_RATE
 from study.sources import ImageSet
-from study.storage import create_or_load, load_history, save_history, set_missing_user_attrs
+from study.storage import load_history, save_history, set_missing_user_attrs
 from study.training import evaluate, planned_iterations, resolve_device, train
-from study.workers import (IDENTITY, INTERRUPTED, NOT_RUN, RUNNING, NotTheSameStudy, TrialCount, differences, digest,
-                           listed, packed, retried_number, run_meaning, serve, study_identity)
+from study.study_names import digest, namespace, open_current
+from study.workers import (INTERRUPTED, NOT_RUN, RUNNING, TrialCount, packed, retried_number, run_meaning, serve,
+                           study_identity)
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 KIND = "search"
@@ -34,18 +36,24 @@ KIND = "search"
 _TRIAL_SEED_STREAM, _SAMPLER_SEED_STREAM, _SPLIT_SEED_STREAM = 1, 2, 3
 
 
-def study_name(loss: str, params: StudyParams, repeat: int = 0) -> str:
-    """Name of the Optuna study: the loss plus a hash of everything that gives a trial its meaning, and the repeat.
+def study_name(loss: str, params: StudyParams, repeat: int = 0, root: str | Path = ".") -> str:
+    """Name of the Optuna study of one search: `search/arcface/split0`, `search/arcface/split0/repeat1` (see
+    study/study_names.py `namespace` for the study in folder `root` sharing a database with others)."""
+    return f"{namespace(params, root)}search/{loss}/split{params.data.seed}" + (f"/repeat{repeat}" if repeat else "")
 
-    The trial budget, the number of repeats and the storage are left out, so raising `n_trials` or
-    `repeats` resumes the same studies, while a change of data, model, training or search space starts
-    fresh ones instead of mixing trials.
-    """
+
+def legacy_study_name(loss: str, params: StudyParams, repeat: int = 0) -> str:
+    """The name the same search had in storages written before names were readable: the loss and a digest."""
     return f"{loss}-{digest(search_meaning(loss, params))}" + (f"-r{repeat}" if repeat else "")
 
 
 def search_meaning(loss: str, params: StudyParams) -> dict:
-    """What gives a trial of `loss`'s search its meaning: data, model, training and this loss's search space."""
+    """What gives a trial of `loss`'s search its meaning: data, model, training and this loss's search space.
+
+    The trial budget, the number of repeats and the storage are left out, so raising `n_trials` or `repeats` resumes
+    the same studies, while a change of data, model, training or search space moves the old trials aside instead of
+    mixing them with new ones.
+    """
     search = params.search.to_dict()
     excluded = ("n_trials", "max_failed_trials", "storage", "heartbeat_seconds", "losses", "repeats", "stop_early")
     space = {k: v for k, v in search.items() if k not in excluded}
@@ -191,22 +199,24 @@ def make_pruner(params: StudyParams, num_train: int) -> optuna.pruners.BasePrune
 
 
 def open_study(loss: str, params: StudyParams, storage, num_train: int, seed: int | None,
-               repeat: int = 0) -> optuna.Study:
+               repeat: int = 0, root: str | Path = ".", stage: bool = True) -> optuna.Study:
     """Create one repeat's study in `storage` (see study/storage.py), or load it when it exists: finished trials are kept.
 
     `seed` is the search seed (None for extra workers of the samplers whose draws depend on order, so they do not
     repeat the first one's draws; random search draws by trial number, so every worker gets it);
-    each repeat and each resume draws its sampler seed from it.
+    each repeat and each resume draws its sampler seed from it. The `stage` moves a study of other settings aside
+    (study/study_names.py `open_current`); a worker is refused it.
     """
-    study = create_or_load(
-        study_name(loss, params, repeat), storage, params.train.objective,
+    study = open_current(
+        study_name(loss, params, repeat, root), search_meaning(loss, params), storage, params.train.objective,
+        legacy=legacy_study_name(loss, params, repeat), stage=stage,
         sampler=make_sampler(loss, params, None if seed is None else sampler_seed(seed, repeat, 0)),
         pruner=make_pruner(params, num_train))
     existing = len(study.get_trials(deepcopy=False))
     if seed is not None and existing and params.search.sampler != "random":
         # A resumed study with the original seed would draw its first points again (random search draws by trial).
         study.sampler = make_sampler(loss, params, sampler_seed(seed, repeat, existing))
-    # What the dashboard shows beside the study's name (a hash of what it means): its loss and class split.
+    # What the dashboard shows beside the study's name and meaning, for filtering: its loss and class split.
     set_missing_user_attrs(study, {"kind": KIND, "loss": loss, "repeat": repeat, "split": params.data.seed})
     return study
 
@@ -329,7 +339,7 @@ def run_searches(loss: str, params: StudyParams, storage, sets: dict[str, ImageS
     before any worker starts, so the workers find them and the caller has them even when a search is interrupted."""
     for repeat in range(params.search.repeats):
         studies.append(open_study(loss, params, storage, len(sets["train"]), seed=split_search_seed(params),
-                                  repeat=repeat))
+                                  repeat=repeat, root=root))
     with packed(params, root, [partial(serve_searches, losses=[loss], quiet=True)]) as packed_params:
         for repeat, study in enumerate(studies):
             if params.search.repeats > 1:
@@ -415,48 +425,22 @@ def best_trial(loss: str, study: optuna.Study, objective: str) -> dict:
             "value": best.value, "hyperparameters": best.params, "complete_trials": len(complete)}
 
 
-def join_search(loss: str, params: StudyParams, storage, sets: dict[str, ImageSet],
-                max_trials: int | None = None, quiet: bool = False, many_studies: bool = False) -> None:
+def join_search(loss: str, params: StudyParams, storage, sets: dict[str, ImageSet], root: str | Path = ".",
+                max_trials: int | None = None, quiet: bool = False) -> None:
     """Serve the searches of `loss` (every repeat) as an extra worker: unseeded, so it does not repeat the first one's
-    draws, except under random search, whose trial n draws the same point in every worker. With `many_studies` (a
-    storage that many studies share, such as a benchmark's cells) the params are known to be a study's own, so a
-    search the storage lacks is begun without comparing it with the storage's newest one."""
+    draws, except under random search, whose trial n draws the same point in every worker. A search the storage lacks
+    is begun; one the storage holds with other settings is refused (the stage that runs it moves it aside)."""
     seed = split_search_seed(params) if params.search.sampler == "random" else None
     for repeat in range(params.search.repeats):
-        if not many_studies:
-            check_joinable(loss, params, storage, sets, repeat)
-        study = open_study(loss, params, storage, len(sets["train"]), seed=seed, repeat=repeat)
+        study = open_study(loss, params, storage, len(sets["train"]), seed=seed, repeat=repeat, root=root, stage=False)
         run_search(study, loss, params, sets, max_trials=max_trials, repeat=repeat, quiet=quiet)
         if not quiet:
             print(f"{study.study_name}: {count_trials(study, FINISHED)} finished trials in the study", flush=True)
 
 
-def check_joinable(loss: str, params: StudyParams, storage, sets: dict[str, ImageSet], repeat: int = 0) -> None:
-    """Refuse to start a search of `loss` that the storage lacks while its newest search of `loss` means something
-    else: a worker with other params or data would run a separate search that no stage reads."""
-    name = study_name(loss, params, repeat)
-    studies = storage.get_all_studies()
-    if any(study.study_name == name for study in studies):
-        return  # its own identity is checked before each trial
-    others = [study for study in studies  # of the same loss and class split (data.seed): other splits differ anyway
-              if study.user_attrs.get("kind") == KIND and study.user_attrs.get("loss") == loss
-              and study.user_attrs.get(IDENTITY, {}).get("data", {}).get("seed") == params.data.seed]
-    if not others:
-        return
-    newest = max(others, key=lambda study: study._study_id)
-    found = differences(study_identity(search_meaning(loss, params), sets), newest.user_attrs[IDENTITY],
-                        f"in {newest.study_name}")
-    if found:
-        raise NotTheSameStudy(
-            f"this worker's params give the search {name}, which the storage does not hold, and its newest {loss} "
-            f"search {newest.study_name} differs: {listed(found)}. If that search is the one being run, use "
-            "the params.yaml and prepared data of its checkout; if these params are the new ones, start the worker "
-            "once the stage has begun the new search")
-
-
 def serve_searches(params: StudyParams, storage, sets: dict[str, ImageSet], root: Path, max_trials: int | None = None,
-                   losses=None, quiet: bool = False, many_studies: bool = False) -> None:
+                   losses=None, quiet: bool = False) -> None:
     """What a worker serves of the searches (study/workers.py `serve_study`): every repeat of each of `losses`
     (default search.losses)."""
     for loss in losses or params.search.losses:
-        join_search(loss, params, storage, sets, max_trials=max_trials, quiet=quiet, many_studies=many_studies)
+        join_search(loss, params, storage, sets, root, max_trials=max_trials, quiet=quiet)

@@ -11,7 +11,9 @@ A storage that fails (read-only, full, a database gone) ends the stage with one 
 path or URL and the fix (`storage_faults`); a journal append that fails is cut back, never left torn, and a
 file written whole (study/results.py's `write_bytes`) leaves no partial file. The validate stage reads the
 journal's lines as the storage will (`journal_problem`): a corrupt line stops it before DVC deletes an output.
-The retry of a dead worker's trial lives here too: Optuna's callback, used for the journal and the database.
+The retry of a dead worker's trial lives here too: Optuna's callback, used for the journal and the database; and the
+move of a whole study to another name (`move_study`), by which a stage keeps the trials of changed settings aside
+(study/study_names.py).
 """
 
 from __future__ import annotations
@@ -106,6 +108,46 @@ def create_or_load(study_name: str, storage, objective: str, **options) -> optun
     return study
 
 
+# The user attribute that records what a study's trials mean (its settings); a copy that lacks it is unfinished.
+MEANING = "meaning"
+
+
+def move_study(storage, source: str, target: str, stores=()) -> None:
+    """Give the study `source` the name `target`, whole: its trials (numbers, parameters, states and attributes kept,
+    so that it resumes where it stopped), its attributes, and its folder in each of `stores` (the runs' checkpoints;
+    the histories beside a journal). Killed at any point, it loses nothing and is done again: a target already there
+    is a copy a killed move left (replaced), the MEANING attribute is copied last (a copy without it is unfinished),
+    and the source is deleted last."""
+    with contextlib.suppress(KeyError):
+        optuna.delete_study(study_name=target, storage=storage)
+    old = optuna.load_study(study_name=source, storage=storage)
+    with quiet_optuna():
+        new = optuna.create_study(study_name=target, storage=storage, directions=old.directions)
+    for key, value in storage.get_study_system_attrs(old._study_id).items():
+        storage.set_study_system_attr(new._study_id, key, value)
+    for trial in old.get_trials(deepcopy=False):  # in number order: each copy gets its original's number
+        storage.create_new_trial(new._study_id, template_trial=trial)
+    history = _history_store(storage)
+    for store in (*stores, *([history] if history else [])):
+        _move_folder(Path(store) / source, Path(store) / target)
+    for key, value in sorted(old.user_attrs.items(), key=lambda item: item[0] == MEANING):
+        new.set_user_attr(key, value)
+    optuna.delete_study(study_name=source, storage=storage)
+
+
+def _move_folder(source: Path, target: Path) -> None:
+    """Move `source`'s files into `target`, one atomic rename each (a killed move is finished by the next)."""
+    if not source.is_dir():
+        return  # none, or moved already
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        source.rename(target)
+        return
+    for path in source.iterdir():
+        path.replace(target / path.name)
+    source.rmdir()
+
+
 def set_missing_user_attrs(study: optuna.Study, attrs: dict) -> None:
     """Set the study's user attributes that it lacks or holds with another value (each write is a journal line)."""
     held = study.user_attrs
@@ -117,13 +159,19 @@ def set_missing_user_attrs(study: optuna.Study, attrs: dict) -> None:
 HISTORY = "history"
 
 
-def _histories(study: optuna.Study) -> Path | None:
-    """The folder of the study's training histories, one file per trial, next to the journal (and so next to the
-    runs' checkpoints); None for a database, where workers on other machines write them."""
-    backend = getattr(study._storage, "_backend", None)
+def _history_store(storage) -> Path | None:
+    """The folder of the training histories, a sub-folder per study and a file per trial, next to the journal (and so
+    next to the runs' checkpoints); None for a database, where workers on other machines write them."""
+    backend = getattr(storage, "_backend", None)
     if not isinstance(backend, JournalFileBackend):
         return None
-    return Path(backend._file_path).parent / "histories" / study.study_name
+    return Path(backend._file_path).parent / "histories"
+
+
+def _histories(study: optuna.Study) -> Path | None:
+    """The folder of the study's training histories; None for a database."""
+    store = _history_store(study._storage)
+    return None if store is None else store / study.study_name
 
 
 def save_history(study: optuna.Study, trial: optuna.Trial, history: list[dict]) -> None:

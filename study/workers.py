@@ -190,11 +190,6 @@ IDENTITY = "identity"
 _DIFFERENCES_SHOWN = 6
 
 
-def digest(meaning: dict) -> str:
-    """Ten hex digits that name `meaning`: equal meanings, equal digests."""
-    return hashlib.sha256(json.dumps(meaning, sort_keys=True, default=list).encode()).hexdigest()[:10]
-
-
 def run_meaning(params) -> dict:
     """What a training run's result depends on: data, model and training, without how many runs and threads share the
     device (speed: on a CPU a change of threads moves scores by float rounding only)."""
@@ -331,7 +326,8 @@ class TrialCount(Budget):
 def serve(study: optuna.Study, run_trial: Callable[[optuna.Trial], float], budget: Budget,
           max_trials: int | None = None, poll_seconds: float = 2.0, identity: dict | None = None,
           label: str | None = None) -> int:
-    """Run trials of `study` until `budget` is met (or `max_trials` were started here); returns how many started.
+    """Run trials of `study` until `budget` is met (or `max_trials` were started here); returns how many it trained (a
+    trial that found its place taken by other workers' trials trains nothing).
 
     Dead workers' trials are retired, and interrupted ones queued again, first. While the remaining places are held
     by other workers' running trials, this waits: one of them may still fail and need replacing. Before each trial,
@@ -351,6 +347,7 @@ def serve(study: optuna.Study, run_trial: Callable[[optuna.Trial], float], budge
             trial.set_user_attr("reason", reason)
             print(f"{label}: trial {trial.number} trains nothing: {reason}", flush=True)
             raise NotRun(reason)
+        trained.append(trial.number)
         try:
             return run_trial(trial)
         except KeyboardInterrupt as interruption:  # Optuna fails the trial; say why, so it is not taken for diverged
@@ -369,7 +366,7 @@ def serve(study: optuna.Study, run_trial: Callable[[optuna.Trial], float], budge
             trial.set_user_attr("reason", f"{type(error).__name__}: {error}")
             raise
 
-    started, waiting_said, storage_failed = 0, False, []
+    started, trained, waiting_said, storage_failed = 0, [], False, []
     while max_trials is None or started < max_trials:
         for trial in retire_dead_trials(study):
             print(f"{label}: trial {trial.number} was left running by {describe_worker(trial.user_attrs)}, which is "
@@ -398,7 +395,7 @@ def serve(study: optuna.Study, run_trial: Callable[[optuna.Trial], float], budge
         if storage_failed:
             raise storage_failed[0]  # study/storage.py's storage_faults says what failed, and the fix, in one line
         started += 1
-    return started
+    return len(trained)
 
 
 class _QuietAboutInterruptedTrials(logging.Filter):

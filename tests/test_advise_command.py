@@ -3,6 +3,7 @@ evaluate stage's own test scores; its bad-input messages; the Optuna callback st
 search.stop_early, whose rounds stop where the advice replayed on the storage says, the same on a rerun."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +80,18 @@ def test_the_storage_holds_what_the_stages_wrote(tiny_study, monkeypatch):
         np.testing.assert_allclose(np.sort(read.loc[read["split"] == split, "test"]),
                                    np.sort(evaluated.loc[evaluated["split"] == split, "test_accuracy"]), atol=1e-6)
     assert best.startswith("(s, m) = (")
+
+
+@pytest.mark.slow
+def test_the_storage_names_each_study_as_a_person_reads_it(tiny_study):
+    # Two class splits: ArcFace's search, and Fixed AdaCos's and tuned ArcFace's final runs, on each; no digest.
+    studies = open_storage(load_params(str(tiny_study / "params.yaml")).search, tiny_study / JOURNAL).get_all_studies()
+    assert sorted(study.study_name for study in studies) == [
+        f"{kind}/{name}/split{split}" for kind, name in [("final", "arcface_tuned"), ("final", "fixed_adacos"),
+                                                        ("search", "arcface")] for split in (0, 1)]
+    assert not any(re.search(r"[0-9a-f]{7,}", study.study_name) for study in studies)
+    # What each study means is recorded with it: what the dashboard shows, and what a changed setting is checked by.
+    assert all(study.user_attrs["meaning"]["data"]["seed"] == study.user_attrs["split"] for study in studies)
 
 
 @pytest.mark.slow

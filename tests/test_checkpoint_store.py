@@ -34,7 +34,7 @@ def trained(output):
 def test_a_broken_checkpoint_store_retrains_the_seeds_it_lost(tmp_path, broken):
     root = study_folder(tmp_path, train={"parallel": 1})
     assert trained(runs_stage(root)) == SEEDS
-    store = next((root / CHECKPOINT_STORE).iterdir())
+    store = root / CHECKPOINT_STORE / "final" / "fixed_adacos" / "split0"
     if broken == "store deleted":
         shutil.rmtree(root / CHECKPOINT_STORE)
         lost, found = SEEDS, "is missing: not at"
@@ -55,5 +55,5 @@ def test_a_broken_checkpoint_store_retrains_the_seeds_it_lost(tmp_path, broken):
         assert out == (store / f"seed{seed}.pt").read_bytes()
     # Once retrained, nothing is lost any more.
     storage = journal_storage(root / JOURNAL)
-    study = optuna.load_study(study_name=store.name, storage=storage)
+    study = optuna.load_study(study_name="final/fixed_adacos/split0", storage=storage)
     assert retire_lost_checkpoints(study, root) == []

@@ -126,7 +126,7 @@ def test_ten_kills_of_the_search_lose_nothing_and_leave_no_running_trial(tmp_pat
 def completed_seeds(storage) -> set[int]:
     """The seeds of the Fixed AdaCos runs the storage holds as done, read independently of the stage's bookkeeping."""
     names = [summary.study_name for summary in optuna.get_all_study_summaries(storage)
-             if summary.study_name.startswith("runs-fixed_adacos")]
+             if summary.study_name.startswith("final/fixed_adacos/")]
     return {trial.user_attrs["seed"] for name in names
             for trial in optuna.load_study(study_name=name, storage=storage).trials
             if trial.state == optuna.trial.TrialState.COMPLETE}
@@ -284,8 +284,9 @@ def test_a_worker_that_finds_the_last_queued_seed_taken_trains_nothing_and_says_
             return allowed
 
     trained = []
-    workers.serve(study, lambda trial: trained.append(trial.user_attrs["seed"]) or 0.0, RacedQueue([0, 1]),
-                  max_trials=2, poll_seconds=0.01, label="fixed_adacos, split 0")
+    count = workers.serve(study, lambda trial: trained.append(trial.user_attrs["seed"]) or 0.0, RacedQueue([0, 1]),
+                          max_trials=2, poll_seconds=0.01, label="fixed_adacos, split 0")
+    assert count == 1  # what this worker trained: the trial that found no seed trained nothing
     states = {t.number: (t.state.name, t.user_attrs.get("seed"), t.user_attrs.get("status")) for t in study.get_trials()}
     assert trained == [0]
     assert states[1] == ("RUNNING", 1, None)  # the other worker's

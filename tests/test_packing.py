@@ -6,6 +6,7 @@ and weights. Both run at one torch thread per run, as the packed runs of a 2-cor
 thread count moves scores by float rounding.
 """
 
+import re
 import subprocess
 import sys
 
@@ -56,7 +57,7 @@ def alone_and_packed(tmp_path_factory, digits):
     for parallel in (1, 3):
         root = checkout(tmp_path_factory.mktemp(f"parallel{parallel}"), digits, parallel)
         stage(root, "stages.search", "--loss", "arcface")
-        stage(root, "stages.runs", "--method", "fixed_adacos")
+        (root / "runs-stage.log").write_text(stage(root, "stages.runs", "--method", "fixed_adacos"))
         roots[parallel] = root
     return roots[1], roots[3]
 
@@ -84,6 +85,19 @@ def test_packed_final_runs_train_each_seed_to_the_same_scores_and_weights(alone_
         for name, tensor in alone["model"].items():
             assert torch.equal(tensor, packed["model"][name]), name
         assert torch.equal(alone["loss"]["s"], packed["loss"]["s"])
+
+
+@pytest.mark.slow
+def test_each_process_of_a_runs_stage_says_how_many_seeds_it_trained(alone_and_packed):
+    for root in alone_and_packed:
+        output = (root / "runs-stage.log").read_text()
+        seeds = re.findall(r"^fixed_adacos seed (\d+): completed", output, re.MULTILINE)
+        counts = re.findall(r"^fixed_adacos, split 0: (\d+) seeds? trained by (.+)$", output, re.MULTILINE)
+        # The stage and each packed worker that trained seeds: one line each, adding up to the seeds trained.
+        assert sorted(seeds) == ["0", "1", "2", "3"] and sum(int(count) for count, _ in counts) == 4, output
+        assert len({process for _, process in counts}) == len(counts), output
+        assert any(process.startswith("the stage (pid") for _, process in counts), output
+        assert not re.search(r"\b0 (final run|seed)", output), output
 
 
 def test_auto_packs_four_runs_on_a_gpu_and_one_per_core_up_to_four_on_a_cpu(monkeypatch):

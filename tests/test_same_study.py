@@ -71,11 +71,16 @@ def test_a_worker_on_stale_data_is_refused_and_trains_nothing(tmp_path, shared, 
 
 @pytest.mark.slow
 def test_a_worker_with_other_params_is_refused_instead_of_running_a_search_nobody_reads(tmp_path, shared):
-    url, search, _ = shared
+    url, search, runs = shared
+    before = len(search.get_trials(deepcopy=False))
     root = checkout_b(tmp_path, url, lr=0.02)
     code, output = worker(root, "search")
     assert code != 0 and "Traceback" not in output, output
-    assert f"search {search.study_name} differs: train.lr: 0.02 here, 0.01 in {search.study_name}" in output, output
-    other = study_name("arcface", load_params(str(root / "params.yaml")))
-    assert other not in [summary.study_name for summary in optuna.get_all_study_summaries(url)]
+    assert (f"not those of the study {search.study_name} in the storage: train.lr: 0.02 here, 0.01 in "
+            f"{search.study_name}") in output, output
+    # The same name, other settings: a worker moves nothing aside and begins nothing.
+    assert study_name("arcface", load_params(str(root / "params.yaml"))) == search.study_name
+    assert sorted(summary.study_name for summary in optuna.get_all_study_summaries(url)) == \
+        sorted([search.study_name, runs.study_name])
+    assert len(optuna.load_study(study_name=search.study_name, storage=url).get_trials(deepcopy=False)) == before
 

@@ -108,18 +108,20 @@ def test_repeats_are_independent_studies_with_their_own_draws(digits, tmp_path, 
     assert len(set(table["seed"])) == 6  # and different training seeds
 
 
-def test_changing_what_a_trial_means_starts_a_new_study():
+def test_changing_what_a_trial_means_changes_the_search_s_meaning_and_not_its_name():
     base = params_with()
-    assert search.study_name("arcface", params_with(train={"lr": 0.02})) != search.study_name("arcface", base)
-    assert search.study_name("arcface", params_with(search={"s_range": [2.0, 64.0]})) != search.study_name("arcface", base)
-    assert search.study_name("cosface", base) != search.study_name("arcface", base)
-    assert search.study_name("arcface", params_with(search={"n_trials": 50, "storage": "sqlite:///x.db"})) == \
-        search.study_name("arcface", base)
+    meaning = search.search_meaning("arcface", base)
+    assert search.search_meaning("arcface", params_with(train={"lr": 0.02})) != meaning
+    assert search.search_meaning("arcface", params_with(search={"s_range": [2.0, 64.0]})) != meaning
+    assert search.search_meaning("cosface", base) != meaning
+    assert search.search_meaning("arcface", params_with(search={"n_trials": 50, "storage": "sqlite:///x.db"})) == meaning
     # Its own margin range gives a trial its meaning; another loss's range does not.
-    assert search.study_name("arcface", params_with(search={"m_range": {"arcface": [0.0, 0.5]}})) != \
-        search.study_name("arcface", base)
-    assert search.study_name("arcface", params_with(search={"m_range": {"arcface": [0.0, 1.0], "cosface": [0.1, 0.3]}})) \
-        == search.study_name("arcface", base)
+    assert search.search_meaning("arcface", params_with(search={"m_range": {"arcface": [0.0, 0.5]}})) != meaning
+    assert search.search_meaning("arcface", params_with(
+        search={"m_range": {"arcface": [0.0, 1.0], "cosface": [0.1, 0.3]}})) == meaning
+    # The name says which search it is, the same whatever the settings: what they are is the study's MEANING.
+    assert search.study_name("arcface", params_with(train={"lr": 0.02})) == search.study_name("arcface", base) == \
+        "search/arcface/split0"
 
 
 def use_fake_training(monkeypatch, statuses):

@@ -280,7 +280,7 @@ def test_a_full_disk_while_a_checkpoint_is_saved_ends_with_one_line_naming_it_an
         code, output = run(root, "stages.runs", "--method", "softmax")
         assert code != 0 and "Traceback" not in output and "RuntimeError" not in output, output
         last = output.strip().splitlines()[-1]
-        assert f"no space left on the disk of {store.relative_to(root)}/runs-softmax-" in last, output
+        assert f"no space left on the disk of {store.relative_to(root)}/final/softmax/split0/seed" in last, output
         assert ".pt: free space there (df -h" in last and "run the stage again" in last, output
         assert [path.name for path in store.rglob("*") if path.is_file()] == ["filler"]
         free_it()
