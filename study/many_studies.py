@@ -239,11 +239,14 @@ def write_study(project: Project, name: str, params: StudyParams, origin: str, u
 
 
 def write_aggregate(project: Project, command: Sequence[str], inputs: Sequence[str], modules: Sequence[str],
-                    outputs: Sequence[str]) -> Path:
+                    outputs: Sequence[str], persist: bool = False) -> Path:
     """The project's own pipeline, one stage run in its root: `command`, with the studies' files it reads (`inputs`,
-    relative to the root) and the code of `modules` as deps, and `outputs` (in the report folder) as outs git keeps."""
+    relative to the root) and the code of `modules` as deps, and `outputs` (in the report folder) as outs git keeps;
+    `persist` for a command that swaps its whole report in itself, so that DVC leaves the previous one in place while
+    it runs (and where it fails or is stopped)."""
     code = [project.relative(project.repository / module_source(project.repository, module)) for module in modules]
-    outs = [{project.relative(project.report_dir / name): {"cache": False}} for name in outputs]
+    options = {"cache": False, "persist": True} if persist else {"cache": False}
+    outs = [{project.relative(project.report_dir / name): options} for name in outputs]
     pipeline = {"stages": {AGGREGATE_STAGE: {"cmd": shlex.join(command), "deps": [*inputs, *code], "outs": outs}}}
     return write_generated(project.root / PIPELINE_FILE, project.header() + pipeline_yaml(pipeline), project.mark)
 

@@ -20,6 +20,7 @@ from scipy import stats
 from study.analysis import DIFFERENCE_COLUMNS, recommend
 from study.analysis.comparison import differences_to_reference
 from study.benchmark import aggregate_benchmark, pooled_table, tuner_table
+from study.benchmark.fingerprint import write_fingerprint
 from study.benchmark.cells import (NEAR_FLOOR_SCORE, cell_plateau, cell_rows, comparison_outcome, convergence_iterations,
                                    tuning_curve)
 from study.benchmark.meta import (RELATIVE_MARGIN, best_untuned, beyond_margin_from, converged_cells, judgement,
@@ -146,6 +147,7 @@ def write_cell(directory: Path, scores: dict[str, np.ndarray], landscape: pd.Dat
                   for method, iteration in converged.items() for basis, fraction, factor in (("best", 0.95, 1), ("best", 0.99, 3),
                                                                         ("last", 0.95, 5))]
                  ).to_csv(tables / "convergence.csv", index=False)
+    assert write_fingerprint(directory)  # as `study benchmark` does once a cell's report is the one its lock records
 
 
 def linear_curve(start: float, step: float, trials: int) -> pd.DataFrame:
@@ -191,10 +193,11 @@ def cell_shifts(name: str, losses) -> dict[str, float]:
     return shifts | ({"cosface_tuned": 0.01} if "cosface" in losses else {})
 
 
-def synthetic_benchmark(root: Path) -> tuple[Path, dict]:
-    """The CELLS as finished cells under `root`, their plan.json, and each cell's scores and landscape."""
+def synthetic_benchmark(root: Path, cells=CELLS) -> tuple[Path, dict]:
+    """The `cells` (by default every one of CELLS) as finished cells under `root`, their plan.json, and each cell's
+    scores and landscape."""
     facts, made = [], {}
-    for name, configuration, tuner, primary, source, protocol, classes, level, losses, longer_of, iterations in CELLS:
+    for name, configuration, tuner, primary, source, protocol, classes, level, losses, longer_of, iterations in cells:
         scores = method_scores(level, cell_shifts(name, losses), zlib.crc32(name.encode()))
         rng = np.random.default_rng(zlib.crc32(name.encode()) + 1)
         pruned = tuner == "tpe-median"
@@ -619,7 +622,7 @@ def test_the_report_has_every_method_in_its_table_and_its_scope(aggregate):
     table = answer[answer.index("| method | needs tuning |"):].split("\n\n")[0].splitlines()[2:]
     assert [line.split(" | ")[0].lstrip("| ") for line in table] == [
         "ArcFace tuned", "CosFace tuned", "Dynamic AdaCos", "P2SGrad", "Softmax", "ArcFace default"]
-    assert ("How far this carries: 7 configurations from 4 independent sources (digits, mnist, glyphs, strokes; real "
+    assert ("How far this carries: 7 configurations from 4 independent sources (digits, glyphs, mnist, strokes; real "
             "images: digits, mnist), C = 10–1,000 training classes, one small CNN trained 200–200 iterations per run."
             ) in answer
     assert f"scores below {NEAR_FLOOR_SCORE} (glyphs-open-c1000)" in answer

@@ -1025,7 +1025,7 @@ def test_interval_notation_is_explained_under_the_table_where_it_first_appears(w
     even = written[0].break_even.set_index("reference").loc["fixed_adacos"]
     shown = trials_interval(even["trials_low"], even["trials_high"], even["max_trials"], even["valid_trials"])
     assert "not within" in shown or "beyond" in shown
-    first_use, note = text.index(shown), text.index(f"Interval notation: ")
+    first_use, note = text.index(shown), text.index("Interval notation: ")
     assert first_use < note < text.index(shown, first_use + 1)  # under the table, before the notation's next use
     assert text[note:].split("\n", 1)[0].count(f"{shown}:") == 1
 

@@ -14,6 +14,7 @@ their untuned runs through DVC's run cache.
 - `plan`: the declaration, its cells and their params;
 - `pipelines`: the cells' folders, which cells are finished, and `dvc repro` over the rest;
 - `cells`: one finished cell read from its committed files;
+- `fingerprint`: what a finished cell's committed report was computed from, checked before the aggregate reads it;
 - `meta`: the pooled numbers per loss and the tuners at equal device-seconds;
 - `report`: sentences, forest plots, tables and the report itself.
 """

@@ -22,6 +22,23 @@ def pct_interval(low, high) -> str:
     return "[n/a]" if fmt.missing(low) or fmt.missing(high) else f"[{pct(low)}, {pct(high)}]"
 
 
+def one_configuration(rows: pd.DataFrame) -> dict | None:
+    """Where the cells hold one configuration only: tuned ArcFace − Fixed AdaCos in its headline cell (its longest
+    converged one, else its first tuner's), in % of Fixed AdaCos's score with its interval; None otherwise."""
+    tuned = rows[rows["method"] == "arcface_tuned"]
+    data = tuned["longer_of"].where(tuned["longer_of"].notna(), tuned["configuration"])
+    if data.nunique() != 1:
+        return None
+    converged = converged_cells(tuned)
+    cell = (converged if len(converged) else tuned[tuned["primary"].astype(bool)]).iloc[-1:]
+    if cell.empty:
+        return None
+    row = cell.iloc[0]
+    return {"cell": row["cell"], "relative": row["relative"], "low": row["low"] / row["reference_test_mean"],
+            "high": row["high"] / row["reference_test_mean"],
+            "trained": "converged" if len(converged) else "trained short"}
+
+
 def benchmark_card(arcface: dict, wins: list[dict], rows: pd.DataFrame) -> AnswerCard:
     """The answer card: what to use on new data, when that holds (training length, class count), what tuning costs."""
     margin = f"±{100 * RELATIVE_MARGIN:.0f}%"
@@ -47,6 +64,13 @@ def benchmark_card(arcface: dict, wins: list[dict], rows: pd.DataFrame) -> Answe
                  "classes" if predicts else
                  f"Trained short, expect {pct_interval(arcface['short_prediction_low'], arcface['short_prediction_high'])}"
                  " on new data")
+    own = one_configuration(rows)
+    if rows["source"].nunique() == 1:  # nothing to pool across sources: say so, and what the one source showed
+        first = (f"One data source only ({rows['source'].iloc[0]}), so nothing is pooled across sources and nothing "
+                 "predicted for new data.")
+        if own is not None:
+            condition = (f"Here tuned ArcFace − Fixed AdaCos is {pct(own['relative'])} "
+                         f"{pct_interval(own['low'], own['high'])} of its score ({own['cell']}, {own['trained']})")
     for win in wins[:1]:
         condition += (f"; from {win['from_classes']:,} classes {method_name(win['method'])} beats Fixed AdaCos by over "
                       f"{margin.lstrip('±')}" + (" trained short" if predicts and win["regime"] == "short" else ""))

@@ -4,7 +4,6 @@ them, as for the sweep); which cells are finished, whose stages are frozen; `dvc
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 from dataclasses import dataclass
@@ -13,20 +12,19 @@ from typing import Sequence
 
 import yaml
 
-from study.benchmark.cells import TABLES
+from study.benchmark.fingerprint import FINGERPRINT_FILE, REPORT_INPUTS, dvc_md5, source_changed, write_fingerprint
 from study.benchmark.long_cell import LEARNING_CURVE_CELL, LEARNING_CURVE_INPUTS
 from study.benchmark.plan import FULL_PLAN, NAME, QUICK_PLAN, BenchmarkPlan, load_plan
-from study.many_studies import (DIFFERENCES_FILE, METRICS_FILE, Log, Project, StudiesError, open_project, reproduce,
-                                to_stderr, write_aggregate, write_generated, write_study)
+from study.many_studies import (Log, Project, StudiesError, open_project, reproduce, to_stderr, write_aggregate,
+                                write_generated, write_study)
 
 DEFAULT_OUT, QUICK_OUT = Path("benchmarks/cells"), Path("benchmarks/quick")
 DEFAULT_REPORT_DIR, QUICK_REPORT_DIR = Path("reports/benchmark"), Path("reports/benchmark-quick")
 PLAN_FILE = "plan.json"
-# The files of a finished cell that the aggregate reads (relative to its folder): all of them committed to git, so
-# that a fresh clone can aggregate (and resume) without the cell's training outputs.
-CELL_INPUTS = (METRICS_FILE, DIFFERENCES_FILE, TABLES / "search.csv", TABLES / "final_test.csv",
-               TABLES / "run_scores.csv", TABLES / "break_even.csv", TABLES / "tuning_curves.csv",
-               TABLES / "landscape.csv", TABLES / "curves.csv")
+# The files of a finished cell that the aggregate reads (relative to its folder), and its fingerprint, which stands
+# for the optional ones too: all of them committed to git, so that a fresh clone can aggregate (and resume) without
+# the cell's training outputs.
+CELL_INPUTS = (*REPORT_INPUTS, FINGERPRINT_FILE)
 REPORT_OUTS = ("report.md", "report.html", "benchmark.json", "tables", "figures")
 AGGREGATE_MODULES = ("stages.benchmark_report", "study.benchmark", "study.report", "study.analysis", "study.advice")
 UNIT = "cell"
@@ -56,9 +54,16 @@ def write_benchmark(plan: BenchmarkPlan, out_dir: str | Path = DEFAULT_OUT,
     if problems:  # a cell's declared classes, which plan.json states, are no longer its data's
         raise ValueError("\n".join(f"cell {name}: {problem}" for name, problem in problems.items()))
     project = open_project(out_dir, report_dir, "benchmark")
+    for cell in plan.cells:
+        if source_changed(project.root / cell.name):
+            log(f"cell {cell.name}: the images of {cell.params.data.dataset} changed since its results were computed "
+                f"(its {FINGERPRINT_FILE.as_posix()} records others): stale, so it is not pooled; `study benchmark` "
+                "runs it again")
     pending = cells_to_run(plan, project.root, rerun)
     cells = {cell.name: write_study(project, cell.name, cell.params, cell.origin, UNIT,
                                     frozen=cell.name not in pending) for cell in plan.cells}
+    for name in [name for name in cells if name not in pending]:  # vouched for where its report is what DVC locked
+        write_fingerprint(project.root / name)
     write_generated(project.root / PLAN_FILE, plan.to_json(), mark="")  # JSON has no mark: plan.json is always ours
     aggregate = write_benchmark_aggregate(project, plan)
     log(f"{len(cells)} cells in {project.relative(project.root, project.repository)}/: {', '.join(cells)}")
@@ -80,7 +85,7 @@ def write_benchmark_aggregate(project: Project, plan: BenchmarkPlan) -> Path:
                for path in sorted((project.root.parent / "results" / "budget_matched").glob("*_gap.csv"))]
     if (project.root.parent / "results" / "learning_rate" / "runs.csv").is_file():  # the learning-rate check
         inputs.append("../results/learning_rate/runs.csv")
-    return write_aggregate(project, command, inputs, AGGREGATE_MODULES, REPORT_OUTS)
+    return write_aggregate(project, command, inputs, AGGREGATE_MODULES, REPORT_OUTS, persist=True)
 
 
 # --- which cells are finished ------------------------------------------------------------------------------
@@ -105,10 +110,6 @@ def _means_the_same(current, recorded) -> bool:
     if not (isinstance(current, dict) and isinstance(recorded, dict)):
         return current == recorded
     return all(key in current and _means_the_same(current[key], value) for key, value in recorded.items())
-
-
-def _md5(path: Path) -> str:
-    return hashlib.md5(path.read_bytes()).hexdigest()
 
 
 def planned_cells(folder: Path) -> list[str]:
@@ -152,8 +153,9 @@ def cells_to_serve(folder: Path) -> list[Path]:
 def cell_finished(directory: str | Path, params: dict | None = None) -> bool:
     """Whether a cell's committed report is its current study's: its dvc.lock records a report stage whose
     metrics.json is the one on disk (and every report output is there), and every stage's recorded params are the
-    current ones (`params`, by default its params.yaml's). Such a cell is kept as it is (no training outputs needed);
-    the code it ran is in its lock."""
+    current ones (`params`, by default its params.yaml's), and the images a folder cell reads are those its results
+    were computed from (`source_changed`). Such a cell is kept as it is (no training outputs needed); the code it ran
+    is in its lock."""
     directory = Path(directory)
     lock_path, params_path = directory / "dvc.lock", directory / "params.yaml"
     if not lock_path.is_file() or (params is None and not params_path.is_file()):
@@ -172,9 +174,9 @@ def cell_finished(directory: str | Path, params: dict | None = None) -> bool:
         path = directory / out["path"]
         if not path.exists():
             return False
-        if path.is_file() and out.get("md5") and _md5(path) != out["md5"]:
+        if path.is_file() and out.get("md5") and dvc_md5(path) != out["md5"]:
             return False
-    return True
+    return not source_changed(directory)
 
 
 def _locked_stages(lock: Path) -> dict:
@@ -240,6 +242,7 @@ def reproduce_benchmark(benchmark: Benchmark, plan: BenchmarkPlan, rerun: Sequen
                             "params.yaml; run the same command again, and `dvc status` in its folder if it persists")
             continue
         write_study(project, cell.name, cell.params, cell.origin, UNIT, frozen=True)  # finished: frozen like the others
+        write_fingerprint(benchmark.cells[cell.name].parent)
         folder = project.relative(benchmark.cells[cell.name].parent, project.repository)
         log(f"cell {cell.name} finished: `git add {folder}` and commit it to keep it on a fresh clone")
     if failures:

@@ -18,9 +18,10 @@ from study.benchmark.cells import NEAR_FLOOR_SCORE, cell_rows, convergence_itera
 from study.analysis import published_beside_prediction
 from study.benchmark.figures import figure_forest, figure_methods, figure_tuners
 from study.benchmark.long_cell import LEARNING_CURVE_CELL, overtaking_sentences
-from study.benchmark.pipelines import cell_finished
+from study.benchmark.fingerprint import CellReportError, check_cell, report_as_locked, reported
+from study.benchmark.pipelines import REPORT_OUTS, cell_finished
 from study.benchmark.meta import (RELATIVE_MARGIN, SCOPES, UNTUNED, benchmark_seconds, best_untuned, beyond_margin_from,
-                                  converged_cells, length_by_source, longer_table, pooled_coverage, pooled_table, trend_in_classes,
+                                  length_by_source, longer_table, pooled_coverage, pooled_table, trend_in_classes,
                                   tuner_table)
 from study.losses import fixed_adacos_scale
 from study.published import MLRC_ARCFACE
@@ -30,6 +31,7 @@ from study.benchmark.replay import advice_replay, replay_shown, replay_sentences
 from study.report.answer_card import card_blocks
 from study.report.sections import absolute_shown as study_absolute_shown
 from study.report import Bullets, FigureRef, Section, Table, method_name, metric_name, render_html, render_markdown
+from study.report.writer import write_staged
 from study.results import REPORT_DIR, write_csv, write_json
 
 TUNER_WORDS = {"random": "random search", "tpe": "TPE", "qmc": "QMC", "grid": "grid search"}
@@ -80,6 +82,10 @@ def lead_sentence(arcface: dict, best: dict, wins: list[dict]) -> str:
         untuned += (f", but {method_name(win['method'])} beats it by more than the margin at C ≥ "
                     f"{win['from_classes']:,} ({win['source']}, {win['regime']} training: "
                     f"{', '.join(pct(value) for value in win['relative'])})")
+    if max(arcface["sources"], arcface["short_sources"]) <= 1:  # one source: there is nothing to pool across
+        at_convergence = ("These cells come from one data source only, so nothing is pooled across sources and no "
+                          "interval for a new source is estimated; each cell's own difference is in the Cells table. "
+                          + at_convergence)
     return f"**{at_convergence}. {short}. {untuned}.**"
 
 
@@ -191,20 +197,21 @@ def _reached(short, long) -> str:
 
 def scope_sentence(plan: dict, rows: pd.DataFrame) -> str:
     """How far this carries, computed from the plan's finished primary cells."""
-    finished = set(rows["cell"])
-    cells = [cell for cell in plan["cells"] if cell["primary"] and cell["name"] in finished]
+    declared = {cell["name"]: cell for cell in plan["cells"]}
+    cells = [declared[name] for name in dict.fromkeys(rows["cell"]) if declared[name]["primary"]]  # in CELL_ORDER
     sources = list(dict.fromkeys(cell["source"] for cell in cells))
     real = sorted({row.source for row in rows.itertuples() if row.real})
     floor = sorted(set(rows.loc[rows["near_floor"].astype(bool) & rows["primary"].astype(bool), "configuration"]))
     iterations = [cell.get("iterations") for cell in cells if cell.get("iterations")]
-    pending = [cell["name"] for cell in plan["cells"] if cell["name"] not in finished]
+    pending = sorted(set(declared) - set(rows["cell"]))
     trained = f" trained {min(iterations):,}–{max(iterations):,} iterations per run" if iterations else ""
+    classes = [cell["train_classes"] for cell in cells] or list(rows["train_classes"])
     return (f"How far this carries: {len(cells)} configurations from {len(sources)} independent sources "
-            f"({', '.join(sources)}; real images: {', '.join(real) or 'none'}), C = "
-            f"{min(c['train_classes'] for c in cells):,}–{max(c['train_classes'] for c in cells):,} training classes, "
-            f"one small CNN{trained}. Configurations of one source are not independent evidence: the intervals are "
-            "over sources. The headline pools the cells where Fixed AdaCos and the method converged (the plateau rule "
-            "of docs/analysis.md); no cell is left out for its score: the short regime's pool is a sensitivity row, "
+            f"({', '.join(sources) or 'none'}; real images: {', '.join(real) or 'none'}), C = "
+            f"{min(classes):,}–{max(classes):,} training classes, one small CNN{trained}. Configurations of one source "
+            "are not independent evidence: the intervals are over sources. The headline pools the cells where Fixed "
+            "AdaCos and the method converged (the plateau rule of docs/analysis.md); no cell is left out for its "
+            "score: the short regime's pool is a sensitivity row, "
             f"and so is that pool without the cells where Fixed AdaCos scores below {NEAR_FLOOR_SCORE} "
             f"({', '.join(floor) or 'none'}). Other architectures, pretrained backbones, larger images and C beyond "
             "these are outside it."
@@ -392,10 +399,31 @@ def tuners_shown(tuners: pd.DataFrame, labels: dict[str, str]) -> pd.DataFrame:
 # --- the whole report ---------------------------------------------------------------------------------------
 
 
-def read_cells(plan: dict, cells_dir: Path) -> pd.DataFrame:
-    """Every finished cell's rows (its committed report is its current study's), one per method against Fixed AdaCos."""
-    return pd.DataFrame([row for cell in plan["cells"] if cell_finished(cells_dir / cell["name"])
-                         for row in cell_rows(cell, cells_dir / cell["name"])])
+# The cells' order in every table, figure and sentence, whatever the plan's: by source, protocol and class count, the
+# data a cell trains (a longer cell beside its short one), training length, tuner and name; a cell's rows in its own
+# method order. The same cells give the same report, byte for byte.
+CELL_ORDER = ("source", "protocol", "train_classes", "data", "iterations", "tuner", "cell")
+
+
+def read_cells(plan: dict, cells_dir: Path, label: str | None = None) -> pd.DataFrame:
+    """Every finished cell's rows (its committed report is its current study's), one per method against Fixed AdaCos,
+    in CELL_ORDER. A cell whose files the aggregate reads are not whole or not those its fingerprint records is
+    refused in one line (`check_cell`; `label` names the cells' folder there), never pooled or left out in silence:
+    one that is finished, or whose report is not the one its dvc.lock records."""
+    rows = []
+    for cell in plan["cells"]:
+        directory = cells_dir / cell["name"]
+        finished = cell_finished(directory)
+        if finished or reported(directory) and not report_as_locked(directory):
+            check_cell(directory, Path(label) / cell["name"] if label else None)
+        if finished:
+            rows += cell_rows(cell, directory)
+    if not rows:
+        return pd.DataFrame()
+    rows = pd.DataFrame(rows)
+    data = rows["longer_of"].where(rows["longer_of"].notna(), rows["configuration"])
+    return (rows.assign(data=data).sort_values(list(CELL_ORDER), kind="stable", na_position="last")
+            .drop(columns="data").reset_index(drop=True))
 
 
 def method_bullets(plan: dict, rows: pd.DataFrame, seconds: dict, coverage: pd.DataFrame, label: str
@@ -440,12 +468,12 @@ def _linked(sentences: list[str], cells_dir: Path, report_dir: Path) -> list[str
     return [sentences[0] + f" ([report]({link}))", *sentences[1:]]
 
 
-def _learning_curve_figure(cell: Path, report_dir: Path) -> list:
+def _learning_curve_figure(cell: Path, out_dir: Path) -> list:
     """The 20,000-iteration cell's learning curves, copied beside the report (its HTML embeds its own figures)."""
     source = cell / REPORT_DIR / "figures" / "learning_curves.png"
     if not source.is_file():
         return []
-    target = report_dir / "figures" / "learning_curves_20k.png"
+    target = out_dir / "figures" / "learning_curves_20k.png"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(source.read_bytes())
     return [FigureRef("figures/learning_curves_20k.png", f"{cell.name}: each method's test score along 20,000 "
@@ -467,12 +495,26 @@ def _published_blocks(pooled: pd.DataFrame) -> list:
 
 def aggregate_benchmark(plan_path: str | Path, report_dir: str | Path, *, label: str = ".", dpi: int = 120
                         ) -> dict[str, Path]:
-    """The aggregate stage: every finished cell of plan.json read from its committed report, pooled over sources and
-    written to report_dir: report.md, report.html, benchmark.json, tables/ and figures/."""
+    """The aggregate stage: every finished cell of plan.json read from its committed report (each checked against its
+    fingerprint first), pooled over sources and written to report_dir: report.md, report.html, benchmark.json,
+    tables/ and figures/, swapped in whole once all of them are written (a run stopped before leaves the previous
+    report as it was)."""
     plan_path, report_dir = Path(plan_path), Path(report_dir)
     plan = json.loads(plan_path.read_text(encoding="utf-8"))
     cells_dir = plan_path.parent
-    rows = read_cells(plan, cells_dir)
+    rows = read_cells(plan, cells_dir, label)
+    if rows.empty:
+        raise CellReportError(f"no cell of {plan_path} is finished yet, so there is nothing to pool; `study benchmark` "
+                              "runs them (`study benchmark --list` shows each cell's state)")
+    written = write_staged(report_dir, lambda staging: _write_benchmark_report(plan, rows, cells_dir, report_dir,
+                                                                               staging, label, dpi), REPORT_OUTS)
+    return {name: report_dir / path for name, path in written.items()}
+
+
+def _write_benchmark_report(plan: dict, rows: pd.DataFrame, cells_dir: Path, report_dir: Path, out_dir: Path,
+                            label: str, dpi: int) -> dict[str, Path]:
+    """Every file of the benchmark's report written into `out_dir` (links made for its place, `report_dir`); their
+    paths relative to it."""
     confidence = float(rows["confidence"].iloc[0])
     pooled = pooled_table(rows, confidence)
     arcface = pooled[pooled["method"] == "arcface_tuned"].iloc[0].to_dict()
@@ -489,12 +531,12 @@ def aggregate_benchmark(plan_path: str | Path, report_dir: str | Path, *, label:
     seconds = benchmark_seconds(rows)
     coverage = pooled_coverage(rows)
     replayed = advice_replay(rows, cells_dir)
-    (report_dir / "tables").mkdir(parents=True, exist_ok=True)
-    written = {name: report_dir / "tables" / f"{name}.csv" for name in ("cells", "pooled", "tuners", "longer",
-                                                                         "pooled_coverage", "advise_replay")}
+    (out_dir / "tables").mkdir(parents=True, exist_ok=True)
+    written = {name: Path("tables") / f"{name}.csv" for name in ("cells", "pooled", "tuners", "longer",
+                                                                  "pooled_coverage", "advise_replay")}
     for name, table in (("cells", rows), ("pooled", pooled), ("tuners", tuners), ("longer", longer),
                         ("pooled_coverage", coverage), ("advise_replay", replayed)):
-        write_csv(table, written[name])
+        write_csv(table, out_dir / written[name])
     # The figures draw the pool the answer reads: the converged cells once they predict a new source, else the short
     # regime's (labelled as such in the captions).
     drawn = "" if math.isfinite(arcface.get("prediction_low", math.nan)) else "short_"
@@ -502,13 +544,13 @@ def aggregate_benchmark(plan_path: str | Path, report_dir: str | Path, *, label:
                                        "yet predict a new source."
     view = pooled.assign(**{key: pooled[f"{drawn}{key}"] for key in
                             ("mean", "low", "high", "prediction_low", "prediction_high", "sources")})
-    figures = {"methods": figure_methods(view, report_dir / "figures" / "methods.png", dpi)}
+    figures = {"methods": figure_methods(view, out_dir / "figures" / "methods.png", dpi)}
     for facts in view[view["tuned"].astype(bool)].to_dict("records"):
         method_rows = rows[(rows["method"] == facts["method"]) & rows["primary"].astype(bool)]
-        figures[facts["method"]] = figure_forest(method_rows, facts, report_dir / "figures" /
+        figures[facts["method"]] = figure_forest(method_rows, facts, out_dir / "figures" /
                                                  f"forest_{facts['method']}.png", dpi)
     if len(tuners):
-        figures["tuners"] = figure_tuners(tuners, curves, labels, report_dir / "figures" / "tuners.png", dpi)
+        figures["tuners"] = figure_tuners(tuners, curves, labels, out_dir / "figures" / "tuners.png", dpi)
     links = {cell: Path(os.path.relpath(cells_dir / cell / REPORT_DIR / "report.md", report_dir)).as_posix()
              for cell in rows["cell"].unique()}
     metric = metric_name(arcface["metric"].removeprefix("test_"))
@@ -553,7 +595,7 @@ def aggregate_benchmark(plan_path: str | Path, report_dir: str | Path, *, label:
                     slope_sentence(slope), *longer_sentences(longer),
                     *learning_rate_sentences(cells_dir.resolve().parent / "results"),
                     *_linked(overtaking_sentences(cells_dir / LEARNING_CURVE_CELL), cells_dir, report_dir),
-                    *_learning_curve_figure(cells_dir / LEARNING_CURVE_CELL, report_dir),
+                    *_learning_curve_figure(cells_dir / LEARNING_CURVE_CELL, out_dir),
                     Table(length_shown(rows), "Training length as a moderator: tuned ArcFace − Fixed AdaCos in % "
                                               "of Fixed AdaCos's score per source, short regime against converged "
                                               "cells (means over each source's configurations)"),
@@ -574,13 +616,12 @@ def aggregate_benchmark(plan_path: str | Path, report_dir: str | Path, *, label:
     sections.append(Section("How these numbers are computed", [Bullets(method_bullets(plan, rows, seconds, coverage,
                                                                                       label))]))
     title = plan["title"]
-    written["benchmark.json"] = report_dir / "benchmark.json"
+    written["benchmark.json"] = Path("benchmark.json")
     write_json({"title": title, "confidence": confidence, "margin": RELATIVE_MARGIN,
                 "method": SOURCES_METHOD, "best_untuned": best, "slope_within_source": slope,
                 "pooled": {row["method"]: row for row in pooled.to_dict("records")}, "device_seconds": seconds},
-               written["benchmark.json"])
-    written["report.md"] = report_dir / "report.md"
-    written["report.md"].write_text(render_markdown(title, sections), encoding="utf-8")
-    written["report.html"] = report_dir / "report.html"
-    written["report.html"].write_text(render_html(title, sections, report_dir), encoding="utf-8")
-    return written | {f"figure {name}": path for name, path in figures.items()}
+               out_dir / written["benchmark.json"])
+    written["report.md"], written["report.html"] = Path("report.md"), Path("report.html")
+    (out_dir / "report.md").write_text(render_markdown(title, sections), encoding="utf-8")
+    (out_dir / "report.html").write_text(render_html(title, sections, out_dir), encoding="utf-8")
+    return written | {f"figure {name}": path.relative_to(out_dir) for name, path in figures.items()}

@@ -335,7 +335,7 @@ def figure_learning_curves(curves: pd.DataFrame, differences: pd.DataFrame, refe
     if np.isfinite(reference_score * margin):
         gaps.axhspan(-margin * reference_score, margin * reference_score, color="0.88", zorder=0)
     gaps.axhline(0, color="0.3", linewidth=0.8)
-    gaps.set(xscale="log", xlabel="training iteration", ylabel=f"method − Fixed AdaCos (95% interval)",
+    gaps.set(xscale="log", xlabel="training iteration", ylabel="method − Fixed AdaCos (95% interval)",
              title="Against Fixed AdaCos" + (f" (grey: ±{100 * margin:.0f}%)" if np.isfinite(margin) else ""))
     # On the means and the margin: a band over two or three class splits can be far wider (t on 1 or 2 df), and
     # runs off the panel rather than flatten every curve.

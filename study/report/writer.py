@@ -10,6 +10,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Callable, Sequence, TypeVar
 
 import pandas as pd
 
@@ -17,6 +18,7 @@ from study.analysis import REPRODUCTION_SPREAD_STDS, TEST_PREFIX, StudyAnalysis,
 from study.analysis.common import REFERENCE_METHOD
 from study.config import METRIC_KIND
 from study.config import StudyParams
+from study.interruptions import Interrupted
 from study.published import published_setup
 import study.report.formats as fmt
 from study.report.document import FigureRef, render_html, render_markdown
@@ -35,6 +37,7 @@ STAGING = ".report-staging"
 # Written into the staging folder once the new report is whole: each part's inode, so that a swap killed midway is
 # finished by the next run (a part whose inode is already in place was swapped in).
 SWAP_PLAN = ".swap-plan.json"
+T = TypeVar("T")
 
 
 def _final_test_table(analysis: StudyAnalysis) -> pd.DataFrame:
@@ -200,10 +203,20 @@ def write_report(analysis: StudyAnalysis, params: StudyParams, manifest: dict, e
     `environment` is printed in the reproducibility footer as given (git revision, params hash, package
     versions, device...); `benchmark_numbers` is the benchmark's aggregate the report sets the study beside. The
     returned dict maps each file's path relative to out_dir to its full path.
-    All of it is written into a staging folder first and swapped in only once complete: a run that fails
-    leaves the previous report as it was, and stale files of the previous report go only with it; a folder that
-    refuses the writes (read-only, full) raises UnwritableReportFolder.
+    All of it is written into a staging folder first and swapped in only once complete (`write_staged`); a folder
+    that refuses the writes (read-only, full) raises UnwritableReportFolder.
     """
+    out_dir = Path(out_dir)
+    written = write_staged(out_dir, lambda staging: _write_all(analysis, params, manifest, environment, staging,
+                                                               benchmark_numbers))
+    return {name: out_dir / name for name in written}
+
+
+def write_staged(out_dir: Path, write: Callable[[Path], T], parts: Sequence[str] = REPORT_PARTS) -> T:
+    """A whole report written by `write(staging)` into a staging folder in `out_dir`, then its `parts` (files and
+    folders) swapped in at once (`swap_in`); returns what `write` returned. A run that fails, is killed or is
+    interrupted before the swap leaves the previous report as it was, and stale files of the previous report go only
+    with it; a swap killed midway is finished by the next run. An interruption (study.interruptions) says which."""
     out_dir = Path(out_dir)
     staging = out_dir / STAGING
     if (staging / SWAP_PLAN).is_file():
@@ -211,17 +224,23 @@ def write_report(analysis: StudyAnalysis, params: StudyParams, manifest: dict, e
     shutil.rmtree(staging, ignore_errors=True)  # what an earlier, killed run left
     try:
         staging.mkdir(parents=True)
-        written = _write_all(analysis, params, manifest, environment, staging, benchmark_numbers)
+        written = write(staging)
     except BaseException as error:
         shutil.rmtree(staging, ignore_errors=True)
         if isinstance(error, OSError) and error.errno in _REFUSED_WRITES:
             raise _unwritable(error, out_dir) from None
+        if isinstance(error, Interrupted):
+            error.kept = f"nothing in {out_dir} was changed"
         raise
-    swap_in(staging, out_dir)
-    return {name: out_dir / name for name in written}
+    try:
+        swap_in(staging, out_dir, parts)
+    except Interrupted as interruption:
+        interruption.kept = f"the new report was being swapped into {out_dir} whole; the next run finishes the swap"
+        raise
+    return written
 
 
-def swap_in(staging: Path, out_dir: Path) -> None:
+def swap_in(staging: Path, out_dir: Path, parts: Sequence[str] = REPORT_PARTS) -> None:
     """Put every part of the whole report in `staging` in place in `out_dir`, each in one atomic step: a reader (or a
     kill) finds each part all old or all new, never missing or half; a swap killed midway is finished by the next
     call, from the plan written before the first step. Parts the new report lacks are removed."""
@@ -229,7 +248,7 @@ def swap_in(staging: Path, out_dir: Path) -> None:
     if plan_path.is_file():  # a swap killed midway: finish it as it was planned
         plan = json.loads(plan_path.read_text())
     else:
-        plan = {part: _inode(staging / part) for part in REPORT_PARTS}
+        plan = {part: _inode(staging / part) for part in parts}
         write_bytes(json.dumps(plan).encode(), plan_path)
     for part, inode in plan.items():
         new, old = staging / part, out_dir / part
