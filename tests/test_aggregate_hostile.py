@@ -191,7 +191,8 @@ def test_a_folder_cell_whose_images_changed_is_named_stale_and_runs_again_instea
     monkeypatch.chdir(root)
     folder = image_folder(tmp_path / "mine", classes=8, per_class=12)
     declared = declaration(tmp_path, TINY)
-    add_configuration(declared, "my-parts", [f"data.dataset=folder:{folder}"])
+    add_configuration(declared, "my-parts", [f"data.dataset=folder:{folder}", "data.image_size=16",
+                                             "train.batch_size=16"])
     plan = load_plan(declared)
     cell = root / "bench" / "my-parts"
     make_folder_cell(cell, folder)
