@@ -193,8 +193,10 @@ _DIFFERENCES_SHOWN = 6
 def run_meaning(params) -> dict:
     """What a training run's result depends on: data, model and training, without how many runs and threads share the
     device (speed: on a CPU a change of threads moves scores by float rounding only)."""
-    return {"data": params.data.to_dict(), "model": params.model.to_dict(),
-            "train": {k: v for k, v in params.train.to_dict().items() if k not in ("threads", "parallel")}}
+    train = {k: v for k, v in params.train.to_dict().items() if k not in ("threads", "parallel")}
+    if train["learning_rates"] is None:  # one shared rate: what every run meant before rates could be chosen
+        del train["learning_rates"]
+    return {"data": params.data.to_dict(), "model": params.model.to_dict(), "train": train}
 
 
 def data_identity(sets: dict) -> dict:
