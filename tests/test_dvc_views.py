@@ -327,3 +327,22 @@ def test_a_finished_benchmark_cell_is_finished_for_study_benchmark_and_for_dvc(c
     present = {name for name in listed if (cells / name / "dvc.yaml").is_file()}
     assert any(listed[name] == "finished" for name in present)
     assert {name for name in present if listed[name] != "finished"} == changed & present
+
+
+@pytest.mark.slow
+def test_after_a_params_change_the_dry_run_docs_usage_gives_works_in_a_fresh_clone(tmp_path):
+    """docs/usage.md: after a params change `dvc status` names the changed params, and once `dvc repro prepare` has
+    run (seconds on the embedded data) `dvc repro --dry --allow-missing` lists what would rerun."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("needs git and a git checkout")
+    from conftest import working_tree_clone
+
+    clone = working_tree_clone(tmp_path)
+    subprocess.run([sys.executable, "-m", "study.cli", "preset", "default", "--set", "train.epochs=3"], cwd=clone,
+                   check=True, capture_output=True)
+    assert "params.yaml" in run_dvc(["status"], clone)
+    documented = (ROOT / "docs" / "usage.md").read_text(encoding="utf-8")
+    assert "run `dvc repro prepare` first" in documented
+    run_dvc(["repro", "prepare"], clone)
+    dry = run_dvc(["repro", "--dry", "--allow-missing"], clone)
+    assert "search@arcface" in dry and "runs@fixed_adacos" in dry  # train.epochs reaches every training stage
