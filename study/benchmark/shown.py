@@ -1,0 +1,197 @@
+"""The benchmark report's tables as they are shown: each one a few columns of words and intervals read from the
+cells' rows, the pooled estimates and the tuners, in the order the report reads them."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+
+import study.report.formats as fmt
+from study.analysis import published_beside_prediction
+from study.benchmark.meta import (RELATIVE_MARGIN, SCOPES, length_by_source)
+from study.losses import fixed_adacos_scale
+from study.published import MLRC_ARCFACE
+from study.benchmark.card import pct, pct_interval
+from study.report.sections import absolute_shown as study_absolute_shown
+from study.report import method_name
+from study.results import REPORT_DIR
+
+# What each source stands in for, and what it cannot: the reader judges how far the pooled answer reaches their data.
+SOURCE_ROLES = {
+    "digits": ("scikit-learn's 8×8 handwritten digits: small real images", "many classes, the open protocol, "
+               "realistic resolution"),
+    "mnist": ("MNIST handwriting (mnist5k), and Double MNIST composed from it: real strokes, 100 composed classes "
+              "under the open protocol", "natural images; variation beyond a writer's hand"),
+    "fashion-mnist": ("Zalando's product photographs in grey 28×28, and pairs of them: real photographed objects, "
+                      "100 composed classes under the open protocol", "identities (faces), fine-grained classes, "
+                      "colour"),
+    "glyphs": ("Unicode characters in 16 font faces: up to thousands of classes under the open protocol, the "
+               "stand-in for many-identity data", "real images; its classes differ in shape only"),
+    "strokes": ("random pen-stroke characters: arbitrary shapes whose classes no typeface designed apart",
+                "real images; texture and colour"),
+    "emoji": ("colour emoji (Noto Color Emoji) on random backgrounds: RGB images whose classes differ in colour "
+              "and shape", "natural photographs; within-class variation beyond jitter"),
+}
+
+
+def sources_shown(rows: pd.DataFrame, cells_dir: Path) -> pd.DataFrame:
+    """Every source of the finished cells: what it stands in for, what it cannot, its cells and the device each ran
+    on (as its own report says)."""
+    table = []
+    for source, group in rows.groupby("source", sort=False):
+        role, cannot = SOURCE_ROLES.get(source, ("your own data (`study benchmark --add`)", "other data than yours"))
+        cells = list(dict.fromkeys(group["cell"]))
+        devices = sorted({_device_of(cells_dir / cell) for cell in cells})
+        table.append({"source": source, "real images": "yes" if group["real"].iloc[0] else "no",
+                      "stands in for": role, "cannot stand in for": cannot, "cells": ", ".join(cells),
+                      "device": ", ".join(devices)})
+    return pd.DataFrame(table)
+
+
+def _device_of(cell: Path) -> str:
+    """The device a cell's study trained on, as its report states it ("measured on cpu")."""
+    report = cell / REPORT_DIR / "report.md"
+    found = re.search(r"measured on ([\w:]+)", report.read_text(encoding="utf-8")) if report.is_file() else None
+    return found.group(1) if found else "not stated"
+
+
+# --- tables ----------------------------------------------------------------------------------------------
+
+
+def convergence_shown(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per cell, the plateau rule for Fixed AdaCos and tuned ArcFace: how much the best val so far rose over the
+    second half of training, and whether the cell enters the converged headline."""
+    tuned = rows[(rows["method"] == "arcface_tuned") & (rows["primary"].astype(bool) | (rows["regime"] == "long"))]
+    return pd.DataFrame([{
+        "cell": row.cell, "iterations": fmt.iteration_number(row.iterations), "regime": row.regime,
+        "Fixed AdaCos: rise over the second half": pct(row.reference_rise),
+        "tuned ArcFace": pct(row.method_rise), "both converged (< 1%)": "yes" if row.converged else "no",
+        "read from": "every run's curve" if row.plateau_basis == "runs" else "the mean val curve over runs",
+    } for row in tuned.itertuples()])
+
+
+def published_shown(pooled: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The published same-setup ArcFace − AdaCos rows beside the prediction for a new source (for ArcFace at its
+    defaults, as they ran it, and tuned), and which pool's prediction that is."""
+    rows = pooled.set_index("method")
+    prefix = "" if math.isfinite(rows["prediction_low"].get("arcface_tuned", math.nan)) else "short_"
+
+    def beside(method):  # a method the benchmark did not run has no prediction: every row then reads n/a
+        low, high = (100 * rows[f"{prefix}{key}"].get(method, math.nan) for key in ("prediction_low", "prediction_high"))
+        return published_beside_prediction(low, high)
+
+    shown, tuned = beside("arcface_default"), beside("arcface_tuned")
+    table = pd.DataFrame({
+        "source": shown["source"], "benchmark": shown["benchmark"], "AdaCos": shown["adacos_variant"],
+        "ArcFace": shown["arcface"].map(lambda v: f"{v:.2f}"), "AdaCos score": shown["adacos"].map(lambda v: f"{v:.2f}"),
+        "ArcFace − AdaCos": shown["difference_percent"].map(lambda v: f"{v:+.2f}%"),
+        "errors, ArcFace ÷ AdaCos": shown["error_ratio"].map(lambda v: f"{v:.2f}×"),
+        "inside: defaults": shown["inside"].map({True: "yes", False: "no"}).fillna("n/a"),
+        "inside: tuned": tuned["inside"].map({True: "yes", False: "no"}).fillna("n/a"),
+        "note": shown["note"]})
+    return table, SCOPES[prefix]
+
+
+def methods_shown(pooled: pd.DataFrame) -> pd.DataFrame:
+    """"Which loss should I use": every method against Fixed AdaCos, as the reader sees it."""
+    return pd.DataFrame([{
+        "method": method_name(row.method), "needs tuning": "yes" if row.tuned else "no",
+        "mean over sources [95% CI]": f"{pct(row.mean)} {pct_interval(row.low, row.high)}",
+        "a new source [95% prediction]": pct_interval(row.prediction_low, row.prediction_high),
+        f"against ±{100 * RELATIVE_MARGIN:.0f}%": row.judgement,
+        "equivalent from": "n/a" if fmt.missing(row.equivalent_from) else f"±{100 * row.equivalent_from:.1f}%",
+        "real images": f"{pct(row.real_mean)} {pct_interval(row.real_low, row.real_high)}",
+        "synthetic": f"{pct(row.synthetic_mean)} {pct_interval(row.synthetic_low, row.synthetic_high)}",
+        "short regime: a new source (sensitivity)": f"{pct(row.short_mean)} "
+                                                    f"{pct_interval(row.short_prediction_low, row.short_prediction_high)}",
+        "short, near-floor cells out (sensitivity)": f"{pct(row.short_off_floor_mean)} " + pct_interval(
+            row.short_off_floor_prediction_low, row.short_off_floor_prediction_high),
+        "short: a new source's true effect, Bayesian (beside)": pct_interval(row.short_true_low, row.short_true_high),
+        "short: weighted by inverse variance (beside)": f"{pct(row.short_inverse_variance_mean)} "
+                                                         + pct_interval(row.short_inverse_variance_low,
+                                                                        row.short_inverse_variance_high),
+        "absolute [95% CI]": f"{fmt.signed(row.absolute_mean)} {fmt.interval(row.absolute_low, row.absolute_high)}",
+        "DerSimonian–Laird over configurations (not read)": f"{pct(row.dl_estimate)} "
+                                                            f"{pct_interval(row.dl_low, row.dl_high)}",
+    } for row in pooled.itertuples()])
+
+
+def findings_shown(rows: pd.DataFrame) -> pd.DataFrame:
+    """What the ArcFace search found per configuration, with the published MLRC values as reference rows."""
+    tuned = rows[(rows["method"] == "arcface_tuned") & (rows["primary"].astype(bool) | (rows["regime"] == "long"))]
+    shown = [{"data": f"{row.configuration} ({row.source})", "C": f"{int(row.train_classes):,}",
+              "tuned s / s_f, median [range over splits]": f"{row.s_ratio_median:.2f} "
+                                                          f"[{row.s_ratio_low:.2f}, {row.s_ratio_high:.2f}]",
+              "tuned m (rad), median": f"{row.best_m_median:.2f}",
+              "splits selecting s at an edge of the range": f"{int(row.s_edge_splits)} of {int(row.splits)} "
+                                                            f"(s in [{row.s_range}])",
+              "share of val variance from s (PED-ANOVA)": "n/a" if fmt.missing(row.importance_s)
+              else f"{row.importance_s:.0%}"} for row in tuned.itertuples()]
+    shown += [{"data": f"{entry['data']} (MLRC, published)", "C": f"{entry['train_classes']:,}",
+               "tuned s / s_f, median [range over splits]":
+                   f"{entry['s'] / fixed_adacos_scale(entry['train_classes']):.1f} (s = {entry['s']:g}, s_f = "
+                   f"{fixed_adacos_scale(entry['train_classes']):.1f})",
+               "tuned m (rad), median": f"{math.radians(entry['margin_degrees']):.2f} ({entry['margin_degrees']}°)",
+               "splits selecting s at an edge of the range": "—",
+               "share of val variance from s (PED-ANOVA)": "—"} for entry in MLRC_ARCFACE]
+    return pd.DataFrame(shown)
+
+
+def cells_shown(rows: pd.DataFrame, links: dict[str, str]) -> pd.DataFrame:
+    """One row per cell and method, as the reader sees it."""
+    return pd.DataFrame([{
+        "cell": row.cell, "method": method_name(row.method), "source": f"{row.source} ({'real' if row.real else 'synthetic'})",
+        "C": f"{int(row.train_classes):,}", "iterations": fmt.iteration_number(row.iterations),
+        "Fixed AdaCos": fmt.score(row.reference_test_mean) + (" (near floor)" if row.near_floor else ""),
+        "− Fixed AdaCos [95% CI]": f"{fmt.signed(row.difference)} {fmt.interval(row.low, row.high)}",
+        "% of its score": pct(row.relative),
+        "SE (df, from)": f"{fmt.score(row.standard_error)} ({fmt.count(row.df)}, {row.se_from})",
+        "detectable": fmt.score(row.detectable) if fmt.missing(row.detectable) or row.detectable <= 1
+        else "not detectable with these splits",
+        "report": f"[report]({links[row.cell]})",
+    } for row in rows.itertuples()])
+
+
+def absolute_shown(rows: pd.DataFrame, cells_dir: Path, confidence: float) -> pd.DataFrame:
+    """Per configuration, its longest cell's absolute test scores per method (mean [CI over class splits] of
+    precision@1, R-precision and MAP@R, PML-style), the objective's difference in % of Fixed AdaCos's beside."""
+    answered = rows[rows["primary"].astype(bool) | (rows["regime"] == "long")].assign(
+        data=lambda frame: frame["longer_of"].where(frame["longer_of"].notna(), frame["configuration"]))
+    tables = []
+    for cell in answered.sort_values("iterations", kind="stable").drop_duplicates("data", keep="last").itertuples():
+        runs = pd.read_csv(cells_dir / cell.cell / REPORT_DIR / "tables" / "run_scores.csv")
+        methods = list(dict.fromkeys(runs["method"]))
+        shown = study_absolute_shown(runs, methods, confidence, cell.metric.removeprefix("test_"))
+        shown.insert(0, "configuration", f"{cell.data} ({fmt.iteration_number(cell.iterations)} it"
+                                          + (", converged" if cell.converged else "") + ")")
+        tables.append(shown)
+    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+
+
+def length_shown(rows: pd.DataFrame) -> pd.DataFrame:
+    """meta.length_by_source as the reader sees it."""
+    return pd.DataFrame([{
+        "source": row.source, "short: configurations (iterations)": f"{row.short_configurations} "
+                                                                   f"({row.short_iterations or 'none'})",
+        "short: tuned ArcFace − Fixed AdaCos": pct(row.short_relative),
+        "converged: cells (iterations)": f"{row.converged_cells} ({row.converged_iterations or 'none yet'})",
+        "converged: tuned ArcFace − Fixed AdaCos": pct(row.converged_relative)}
+        for row in length_by_source(rows).itertuples()])
+
+
+def tuners_shown(tuners: pd.DataFrame, labels: dict[str, str]) -> pd.DataFrame:
+    return pd.DataFrame([{
+        "configuration": row.configuration, "tuner": labels[row.cell],
+        "trials (pruned)": f"{fmt.count(row.trials)} ({fmt.count(row.pruned_trials)})",
+        "iterations per trial": "n/a" if fmt.missing(row.iterations_per_trial) else f"{row.iterations_per_trial:,.0f}",
+        "selected test at equal trials [95%]":
+            f"{fmt.score(row.test_at_budget)} {fmt.interval(row.low_at_budget, row.high_at_budget)} "
+            f"({fmt.count(row.budget)} trials)",
+        "selected test at equal iterations [95%]":
+            f"{fmt.score(row.test_at_iterations)} {fmt.interval(row.low_at_iterations, row.high_at_iterations)} "
+            f"({'n/a' if fmt.missing(row.iterations_budget) else f'{row.iterations_budget:,.0f}'} iterations)",
+        "device-seconds per trial (as measured, not compared)": fmt.seconds(row.seconds_per_trial),
+    } for row in tuners.itertuples()])
