@@ -734,16 +734,27 @@ def test_training_length_per_source_sets_the_short_mean_beside_the_converged_one
 
 
 def test_a_class_count_range_where_a_method_beats_fixed_adacos_beyond_the_margin():
-    def cell(name, classes, low, source="glyphs"):
-        return {"cell": name, "source": source, "train_classes": classes, "primary": True, "method": "softmax",
-                "low": low, "difference": low + 0.01, "reference_test_mean": 0.5, "regime": "short"}
+    def cell(name, classes, low, source="glyphs", longer_of=None):
+        return {"cell": name, "configuration": name, "source": source, "train_classes": classes,
+                "primary": longer_of is None, "method": "softmax", "low": low, "difference": low + 0.01,
+                "high": low + 0.02, "reference_test_mean": 0.5, "regime": "long" if longer_of else "short",
+                "longer_of": longer_of}
     rows = pd.DataFrame([cell("c50", 50, 0.02), cell("c100", 100, -0.01), cell("c300", 300, 0.015),
                          cell("c1000", 1000, 0.05), cell("digits", 10, 0.5, source="digits")])
     found = beyond_margin_from(rows, "softmax")
     # Beyond +2% of 0.5 (= 0.01 in score) from C = 300 on; C = 50 alone is no range; digits has one class count.
     assert found["from_classes"] == 300 and found["cells"] == ["c300", "c1000"]
     assert found["relative"] == pytest.approx([0.05, 0.12])
+    assert found["longer_cells"] == [] and not found["longer_behind"]  # no longer cell: nothing said of one
     assert beyond_margin_from(rows.assign(low=0.0), "softmax") is None
+    # The same configurations trained longer: behind by more than the margin in both (high ≤ −0.01), or not in one.
+    behind = pd.concat([rows, pd.DataFrame([cell("c1000-conv", 1000, -0.06, longer_of="c1000"),
+                                            cell("c300-conv", 300, -0.04, longer_of="c300")])], ignore_index=True)
+    found = beyond_margin_from(behind, "softmax")
+    assert found["cells"] == ["c300", "c1000"] and found["longer_cells"] == ["c300-conv", "c1000-conv"]
+    assert found["longer_relative"] == pytest.approx([-0.06, -0.10]) and found["longer_behind"]
+    level = behind.assign(high=np.where(behind["cell"] == "c300-conv", -0.005, behind["high"]))  # within 0.01
+    assert not beyond_margin_from(level, "softmax")["longer_behind"]
 
 
 def test_a_cells_convergence_is_read_from_its_curves(tmp_path):

@@ -73,7 +73,8 @@ def benchmark_card(arcface: dict, wins: list[dict], rows: pd.DataFrame) -> Answe
                          f"{pct_interval(own['low'], own['high'])} of its score ({own['cell']}, {own['trained']})")
     for win in wins[:1]:
         condition += (f"; from {win['from_classes']:,} classes {method_name(win['method'])} beats Fixed AdaCos by over "
-                      f"{margin.lstrip('±')}" + (" trained short" if predicts and win["regime"] == "short" else ""))
+                      f"{margin.lstrip('±')}" + (" only trained short" if win.get("longer_behind") else
+                                                 " trained short" if predicts and win["regime"] == "short" else ""))
     searches = rows[(rows["method"] == "arcface_tuned") & (rows["primary"].astype(bool) | (rows["regime"] == "long"))]
     trials = (searches["n_trials"] * searches["repeats"].fillna(1)).astype(int)
     spent = f"{trials.min()}" if len(trials) and trials.min() == trials.max() else f"{trials.min()}–{trials.max()}"

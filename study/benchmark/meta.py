@@ -218,10 +218,18 @@ def beyond_margin_from(rows: pd.DataFrame, method: str) -> dict | None:
             continue
         start = len(beyond) - int(np.argmin(beyond.to_numpy()[::-1])) if not beyond.all() else 0
         from_row = group.iloc[start]
+        # The same configurations trained longer: does the lead hold, or does it start fast and fall behind?
+        longer = rows[(rows["method"] == method) & rows["longer_of"].isin(set(group["configuration"].iloc[start:]))]
+        longer = longer.sort_values("train_classes")
+        reference = longer["reference_test_mean"].astype(float)
         found.append({"method": method, "source": source, "from_classes": int(from_row["train_classes"]),
                       "cells": list(group["cell"].iloc[start:]),
                       "relative": [float(v) for v in (group["difference"] / group["reference_test_mean"]).iloc[start:]],
-                      "regime": "short" if (group["regime"].iloc[start:] == "short").all() else "mixed"})
+                      "regime": "short" if (group["regime"].iloc[start:] == "short").all() else "mixed",
+                      "longer_cells": list(longer["cell"]),
+                      "longer_relative": [float(v) for v in longer["difference"].astype(float) / reference],
+                      "longer_behind": len(longer) > 0 and bool(
+                          (longer["high"].astype(float) / reference <= -RELATIVE_MARGIN).all())})
     return min(found, key=lambda f: f["from_classes"]) if found else None
 
 

@@ -24,7 +24,8 @@ from study.benchmark.meta import (RELATIVE_MARGIN, UNTUNED, benchmark_seconds, b
                                   tuner_table)
 from study.benchmark.card import benchmark_card, pct, pct_interval
 from study.benchmark.learning_rate import learning_rate_sentences
-from study.benchmark.shown import (sources_shown, convergence_shown, published_shown, methods_shown, findings_shown, cells_shown, absolute_shown, length_shown, tuners_shown)
+from study.benchmark.shown import (absolute_shown, cells_shown, convergence_shown, findings_shown, length_shown,
+                                   methods_shown, published_shown, sources_shown, tuners_shown)
 from study.benchmark.replay import advice_replay, replay_shown, replay_sentences
 from study.report.answer_card import card_blocks
 from study.report import Bullets, FigureRef, Section, Table, method_name, metric_name, render_html, render_markdown
@@ -79,6 +80,10 @@ def lead_sentence(arcface: dict, best: dict, wins: list[dict]) -> str:
         untuned += (f", but {method_name(win['method'])} beats it by more than the margin at C ≥ "
                     f"{win['from_classes']:,} ({win['source']}, {win['regime']} training: "
                     f"{', '.join(pct(value) for value in win['relative'])})")
+        if win.get("longer_behind"):
+            longer = zip(win["longer_cells"], win["longer_relative"])
+            untuned += (f", and falls behind it by more than the margin trained longer ("
+                        f"{', '.join(f'{cell}: {pct(value)}' for cell, value in longer)})")
     if max(arcface["sources"], arcface["short_sources"]) <= 1:  # one source: there is nothing to pool across
         at_convergence = ("These cells come from one data source only, so nothing is pooled across sources and no "
                           "interval for a new source is estimated; each cell's own difference is in the Cells table. "
