@@ -72,7 +72,8 @@ def test_the_benchmarks_card_fits_for_every_judgement_and_names_its_conditions(j
     wins = [{"method": "softmax", "from_classes": 300, "regime": "short"}]
     card = benchmark_card(arcface, wins, rows)
     assert len(card.sentences) == 3 and all(len(s.split()) <= CARD_WORDS for s in card.sentences), card.sentences
-    if predicts:
+    if predicts:  # the first sentence names the training length it answers for
+        assert "trained to convergence" in card.sentences[0]
         assert "10–1,000 classes" in card.sentences[1] and "from 300 classes Softmax" in card.sentences[1]
     else:
         assert card.sentences[0].startswith("No general pick yet") and "[-4.2%, +4.5%]" in card.sentences[1]

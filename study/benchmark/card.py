@@ -44,24 +44,24 @@ def benchmark_card(arcface: dict, wins: list[dict], rows: pd.DataFrame) -> Answe
     margin = f"±{100 * RELATIVE_MARGIN:.0f}%"
     predicts = math.isfinite(arcface.get("prediction_low", math.nan))
     expected = pct_interval(arcface["prediction_low"], arcface["prediction_high"])
-    pick = {"equivalent": f"Use Fixed AdaCos: on new data, tuned ArcFace is expected within {margin} of its score, "
-                          "and it needs no tuning.",
-            "slightly better": f"Use Fixed AdaCos: on new data, tuned ArcFace's expected gain stays inside the "
-                               f"{margin} margin.",
-            "slightly worse": "Use Fixed AdaCos: on new data it is expected to beat tuned ArcFace, by less than "
-                              "the margin.",
-            "better": f"Tune ArcFace: on new data it is expected to beat Fixed AdaCos by more than {margin} of the "
-                      "score.",
-            "worse": f"Use Fixed AdaCos: on new data it is expected to beat tuned ArcFace by more than {margin}.",
-            "open": f"No general pick yet: on new data, tuned ArcFace − Fixed AdaCos is expected in {expected}, "
-                    f"across the {margin} margin."}
+    # The first sentence names the training length it answers for: models trained until they stop improving.
+    new = "on new data trained to convergence"
+    pick = {"equivalent": f"Use Fixed AdaCos: {new}, tuned ArcFace is expected within {margin} of its score, and it "
+                          "needs no tuning.",
+            "slightly better": f"Use Fixed AdaCos: {new}, tuned ArcFace's expected gain stays inside the {margin} "
+                               "margin.",
+            "slightly worse": f"Use Fixed AdaCos: {new} it is expected to beat tuned ArcFace, by less than the "
+                              "margin.",
+            "better": f"Tune ArcFace: {new} it is expected to beat Fixed AdaCos by more than {margin} of the score.",
+            "worse": f"Use Fixed AdaCos: {new} it is expected to beat tuned ArcFace by more than {margin}.",
+            "open": f"No general pick yet: {new}, tuned ArcFace − Fixed AdaCos is expected in {expected}, across "
+                    f"the {margin} margin."}
     converged = len(arcface["converged_cells"])
     first = (pick[arcface["judgement"]] if predicts else
              f"No general pick yet: tuned ArcFace and Fixed AdaCos converged in {fmt.plural(converged, 'cell')}, too "
              "few to predict new data.")
     pooled = converged_cells(rows[rows["method"] == "arcface_tuned"])["train_classes"]  # the cells it rests on
-    condition = (f"It holds trained to convergence, {arcface['sources']} sources, {pooled.min():,}–{pooled.max():,} "
-                 "classes" if predicts else
+    condition = (f"It rests on {arcface['sources']} sources, {pooled.min():,}–{pooled.max():,} classes" if predicts else
                  f"Trained short, expect {pct_interval(arcface['short_prediction_low'], arcface['short_prediction_high'])}"
                  " on new data")
     own = one_configuration(rows)
