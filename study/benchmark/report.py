@@ -385,6 +385,8 @@ def _write_benchmark_report(plan: dict, rows: pd.DataFrame, cells_dir: Path, rep
               FigureRef("figures/methods.png", f"Each method − Fixed AdaCos, % of its test {metric}: mean over "
                         "sources (thick, 95% CI), a new source (thin, 95% prediction); grey: the margin."
                         + drawn_words),
+              # Right after the answer: how the difference moves along training, on the longest cell.
+              *_learning_curve_figure(cells_dir / LEARNING_CURVE_CELL, out_dir),
               Table(methods_shown(pooled), "Which loss should I use: every method against Fixed AdaCos, pooled over "
                                            "data sources"),
               *[method_sentence(facts) for facts in pooled.to_dict("records")[1:]], scope_sentence(plan, rows)]
@@ -421,7 +423,6 @@ def _write_benchmark_report(plan: dict, rows: pd.DataFrame, cells_dir: Path, rep
                     slope_sentence(slope), *longer_sentences(longer),
                     *learning_rate_sentences(cells_dir.resolve().parent / "results"),
                     *_linked(overtaking_sentences(cells_dir / LEARNING_CURVE_CELL), cells_dir, report_dir),
-                    *_learning_curve_figure(cells_dir / LEARNING_CURVE_CELL, out_dir),
                     Table(length_shown(rows), "Training length as a moderator: tuned ArcFace − Fixed AdaCos in % "
                                               "of Fixed AdaCos's score per source, short regime against converged "
                                               "cells (means over each source's configurations)"),
