@@ -72,13 +72,15 @@ def finished_study(tmp_path):
 
     for path in every_output(root):
         target = root / path
-        if target.suffix:  # a file
+        if path == "data/source":  # validate's link to the images, a file for the default study's generated source
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text("the source link validate keeps\n")
+        elif target.suffix:  # a file
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(VALIDATED_TEXT if path == "results/validated.txt" else f"{path}\n")
         else:  # a folder
             target.mkdir(parents=True, exist_ok=True)
             (target / "part.csv").write_text(f"{path}\n")
-    (root / "data" / "source").write_text("the source link validate keeps\n")
     dvc(["commit", "--force", "--quiet"], root, check=True)
     for command in (["add", "-A"], ["commit", "-q", "-m", "a finished study"]):
         subprocess.run([*GIT, *command], cwd=root, check=True)
