@@ -4,6 +4,7 @@ a file that is missing, truncated, corrupt or of another shape is generated agai
 from __future__ import annotations
 
 import io
+import os
 import zipfile
 from pathlib import Path
 from typing import Callable
@@ -13,6 +14,26 @@ import torch
 
 from study.results import write_bytes
 from study.sources.image_set import ImageSet
+from study.sources.spec import GeneratedSpec
+
+
+def cache_file(cache_dir: str | os.PathLike, source: str, stem: str, version: int, install: str,
+               suffix: str = "npz") -> Path:
+    """A generated source's file under `cache_dir`, named for its generator `version` and the `install` that drew it
+    (a digest of the fonts and libraries drawing depends on), so that a change of either misses it."""
+    return Path(cache_dir).expanduser() / source / f"{stem}-v{version}-{install}.{suffix}"
+
+
+def load_generated(spec: GeneratedSpec, channels: int, path: Path | None,
+                   generate: Callable[[GeneratedSpec], ImageSet]) -> ImageSet:
+    """A generated source's images for `spec` (`channels` colour channels), kept at `path` (see cached_image_set)."""
+    shape = (spec.num_classes * spec.instances_per_class, channels, spec.image_side, spec.image_side)
+    return cached_image_set(path, shape, spec.num_classes, lambda: generate(spec))
+
+
+def spec_stem(spec: GeneratedSpec) -> str:
+    """The start of a spec's cache file name: 'glyphs-100-40-32'."""
+    return f"{spec.source}-{spec.num_classes}-{spec.instances_per_class}-{spec.image_side}"
 
 
 def cached_image_set(path: Path | None, shape: tuple[int, int, int, int], classes: int,

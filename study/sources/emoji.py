@@ -51,7 +51,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
-from study.sources.cache import cached_image_set
+from study.sources.cache import cache_file, load_generated, spec_stem
 from study.sources.image_set import ImageSet
 from study.sources.spec import GeneratedSpec, parse_generated_spec
 
@@ -277,16 +277,13 @@ def _fingerprint() -> str:
 
 def cache_path(spec: GeneratedSpec, cache_dir: str | os.PathLike) -> Path:
     """Where `load_emoji` keeps `spec`'s images under `cache_dir`, named for this generator version and install."""
-    stem = f"emoji-{spec.num_classes}-{spec.instances_per_class}-{spec.image_side}"
-    return Path(cache_dir).expanduser() / "emoji" / f"{stem}-v{GENERATOR_VERSION}-{_fingerprint()}.npz"
+    return cache_file(cache_dir, "emoji", spec_stem(spec), GENERATOR_VERSION, _fingerprint())
 
 
 def load_emoji(argument: str, cache_dir: str | os.PathLike | None = None) -> ImageSet:
     """The emoji source for the spec argument (e.g. '1000' or '100:40:28'), cached under `cache_dir`."""
     spec = parse_emoji_spec(argument)
-    shape = (spec.num_classes * spec.instances_per_class, 3, spec.image_side, spec.image_side)
-    return cached_image_set(None if cache_dir is None else cache_path(spec, cache_dir), shape, spec.num_classes,
-                            lambda: generate_emoji(spec))
+    return load_generated(spec, 3, None if cache_dir is None else cache_path(spec, cache_dir), generate_emoji)
 
 
 # ---------------------------------------------------------------------------------------

@@ -53,7 +53,7 @@ import torch
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
 from study.results import write_bytes
-from study.sources.cache import cached_image_set
+from study.sources.cache import cache_file, load_generated, spec_stem
 from study.sources.image_set import ImageSet
 from study.sources.spec import GeneratedSpec, parse_generated_spec
 
@@ -325,20 +325,17 @@ def _fingerprint() -> str:
 
 def cache_path(spec: GeneratedSpec, cache_dir: str | os.PathLike) -> Path:
     """Where `load_glyphs` keeps `spec`'s images under `cache_dir`."""
-    return _cache_file(cache_dir, f"glyphs-{spec.num_classes}-{spec.instances_per_class}-{spec.image_side}", "npz")
+    return _cache_file(cache_dir, spec_stem(spec), "npz")
 
 
 def _cache_file(cache_dir: str | os.PathLike, stem: str, suffix: str) -> Path:
-    """A file kept under `cache_dir`, named for this generator version and install (so either change misses it)."""
-    return Path(cache_dir).expanduser() / "glyphs" / f"{stem}-v{GENERATOR_VERSION}-{_fingerprint()}.{suffix}"
+    return cache_file(cache_dir, "glyphs", stem, GENERATOR_VERSION, _fingerprint(), suffix)
 
 
 def load_glyphs(argument: str, cache_dir: str | os.PathLike | None = None) -> ImageSet:
     """The glyphs source for the spec argument (e.g. '1000' or '100:40:32'), cached under `cache_dir`."""
     spec = parse_glyph_spec(argument)
-    shape = (spec.num_classes * spec.instances_per_class, 1, spec.image_side, spec.image_side)
-    return cached_image_set(None if cache_dir is None else cache_path(spec, cache_dir), shape, spec.num_classes,
-                            lambda: generate_glyphs(spec))
+    return load_generated(spec, 1, None if cache_dir is None else cache_path(spec, cache_dir), generate_glyphs)
 
 
 # ---------------------------------------------------------------------------------------

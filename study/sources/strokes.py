@@ -52,7 +52,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
-from study.sources.cache import cached_image_set
+from study.sources.cache import cache_file, load_generated, spec_stem
 from study.sources.image_set import ImageSet
 from study.sources.spec import GeneratedSpec, parse_generated_spec
 
@@ -244,16 +244,13 @@ def _fingerprint() -> str:
 
 def cache_path(spec: GeneratedSpec, cache_dir: str | os.PathLike) -> Path:
     """Where `load_strokes` keeps `spec`'s images under `cache_dir`, named for this generator version and install."""
-    stem = f"strokes-{spec.num_classes}-{spec.instances_per_class}-{spec.image_side}"
-    return Path(cache_dir).expanduser() / "strokes" / f"{stem}-v{GENERATOR_VERSION}-{_fingerprint()}.npz"
+    return cache_file(cache_dir, "strokes", spec_stem(spec), GENERATOR_VERSION, _fingerprint())
 
 
 def load_strokes(argument: str, cache_dir: str | os.PathLike | None = None) -> ImageSet:
     """The strokes source for the spec argument (e.g. '200' or '200:25:32'), cached under `cache_dir`."""
     spec = parse_stroke_spec(argument)
-    shape = (spec.num_classes * spec.instances_per_class, 1, spec.image_side, spec.image_side)
-    return cached_image_set(None if cache_dir is None else cache_path(spec, cache_dir), shape, spec.num_classes,
-                            lambda: generate_strokes(spec))
+    return load_generated(spec, 1, None if cache_dir is None else cache_path(spec, cache_dir), generate_strokes)
 
 
 # ---------------------------------------------------------------------------------------
