@@ -217,6 +217,7 @@ class Case:
     name: str
     run: Callable
     needles: tuple[str, ...]  # the problem (its key or file) and the fix, as the message must say them
+    absent: tuple[str, ...] = ()  # what an unclear message said instead (tests/test_unclear_inputs.py)
 
 
 CORRUPT = b"this is not an image"

@@ -9,7 +9,6 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -23,7 +22,7 @@ from study.config import ConfigError
 from study.presets import build_preset
 
 from conftest import REPO, copy_study
-from test_bad_inputs import COPIED, PREVIOUS_REPORT, dvc, folder_dataset, image_folder, params_text, validated
+from test_bad_inputs import COPIED, PREVIOUS_REPORT, Case, dvc, folder_dataset, image_folder, params_text, validated
 from test_storage_faults import read_only
 
 
@@ -52,14 +51,6 @@ def preset_with(*assignments: str) -> Callable[[Path, pytest.MonkeyPatch], str]:
         assert code == 2 and not (folder / "params.yaml").exists()
         return ""
     return run
-
-
-@dataclass
-class Case:
-    name: str
-    run: Callable
-    needles: tuple[str, ...]  # the problem (its key or file) and the fix, as the message must say them
-    absent: tuple[str, ...] = ()  # what the unclear message said instead
 
 
 CASES = [

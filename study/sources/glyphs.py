@@ -286,7 +286,13 @@ def render_class(class_index: int, instances: int, side: int = DEFAULT_IMAGE_SID
         if blurs[index] > 0.05:
             image = image.filter(ImageFilter.GaussianBlur(float(blurs[index])))
         clean[index] = np.asarray(image)
-    # Blur dims thin strokes; stretch so the brightest ink is white again, as in MNIST.
+    return finish_ink(clean, noise_std, noise)
+
+
+def finish_ink(clean: np.ndarray, noise_std: np.ndarray, noise: np.ndarray) -> np.ndarray:
+    """Drawn ink images (N, H, W) finished as MNIST's look: the brightest ink stretched to white again (blur dims
+    thin strokes), each image's Gaussian noise (σ `noise_std` times `noise`) added, as bytes. The strokes source
+    finishes its images alike."""
     brightest = np.maximum(clean.max(axis=(1, 2), keepdims=True), 1).astype(np.float32)
     pixels = clean * (np.float32(255) / brightest) + noise_std[:, None, None] * noise
     return np.clip(np.rint(pixels), 0, 255).astype(np.uint8)

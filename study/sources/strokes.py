@@ -53,6 +53,7 @@ import torch
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
 from study.sources.cache import cache_file, load_generated, spec_stem
+from study.sources.glyphs import finish_ink
 from study.sources.image_set import ImageSet
 from study.sources.spec import GeneratedSpec, parse_generated_spec
 
@@ -205,10 +206,7 @@ def render_class(class_index: int, count: int, side: int = DEFAULT_IMAGE_SIDE) -
         if blurs[index] > 0.05:
             image = image.filter(ImageFilter.GaussianBlur(float(blurs[index])))
         clean[index] = np.asarray(image)
-    # Blur dims thin strokes; stretch so the brightest ink is white again, as in MNIST.
-    brightest = np.maximum(clean.max(axis=(1, 2), keepdims=True), 1).astype(np.float32)
-    pixels = clean * (np.float32(255) / brightest) + noise_std[:, None, None] * noise
-    return np.clip(np.rint(pixels), 0, 255).astype(np.uint8)
+    return finish_ink(clean, noise_std, noise)
 
 
 def generate_strokes(spec: GeneratedSpec) -> ImageSet:
