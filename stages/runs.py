@@ -56,8 +56,8 @@ def run_split(args, params, storage, split: int) -> None:
     if len(rates) > 1:
         tried = pd.concat([collect_runs(study, params.at_learning_rate(lr), out_dir, checkpoints=False)[0]
                            for lr, study in studies.items()], ignore_index=True)
-        chosen = choose_rate({lr: list(tried.loc[tried["lr"] == lr, "val_score"].where(
-            tried.loc[tried["lr"] == lr, "status"] != "diverged")) for lr in rates}, params.train.lr)
+        scores = tried["val_score"].where(tried["status"] != "diverged")  # a diverged run: NaN, never chosen
+        chosen = choose_rate({lr: list(scores[tried["lr"] == lr]) for lr in rates}, params.train.lr)
         if chosen is None:
             raise RuntimeError(f"{method}, split {split}: every learning rate of train.learning_rates had a diverged "
                                "run; add smaller rates")
