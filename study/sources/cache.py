@@ -1,5 +1,6 @@
-"""The on-disk cache of a generated image source (glyphs, strokes, emoji): one .npz per spec, written atomically;
-a file that is missing, truncated, corrupt or of another shape is generated again."""
+"""What the generated image sources (glyphs, strokes, emoji) share: their images built class by class, and their
+on-disk cache, one .npz per spec, written atomically; a file that is missing, truncated, corrupt or of another shape
+is generated again."""
 
 from __future__ import annotations
 
@@ -22,6 +23,20 @@ def cache_file(cache_dir: str | os.PathLike, source: str, stem: str, version: in
     """A generated source's file under `cache_dir`, named for its generator `version` and the `install` that drew it
     (a digest of the fonts and libraries drawing depends on), so that a change of either misses it."""
     return Path(cache_dir).expanduser() / source / f"{stem}-v{version}-{install}.{suffix}"
+
+
+def generated_image_set(spec: GeneratedSpec, channels: int, render_class: Callable[[int, int, int], np.ndarray],
+                        class_names: list[str]) -> ImageSet:
+    """The images of `spec`, drawn class by class: `render_class(class_index, instances, side)` gives one class's
+    (instances, side, side) grey images, or (instances, side, side, 3) colour ones."""
+    per_class, side = spec.instances_per_class, spec.image_side
+    images = np.empty((spec.num_classes * per_class, channels, side, side), dtype=np.uint8)
+    for class_index in range(spec.num_classes):
+        drawn = render_class(class_index, per_class, side)
+        images[class_index * per_class:(class_index + 1) * per_class] = (
+            drawn[:, None] if drawn.ndim == 3 else drawn.transpose(0, 3, 1, 2))
+    labels = np.repeat(np.arange(spec.num_classes), per_class)
+    return ImageSet(labels, class_names, images=torch.from_numpy(images))
 
 
 def load_generated(spec: GeneratedSpec, channels: int, path: Path | None,

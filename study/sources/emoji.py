@@ -51,7 +51,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
-from study.sources.cache import cache_file, load_generated, spec_stem
+from study.sources.cache import cache_file, generated_image_set, load_generated, spec_stem
 from study.sources.image_set import ImageSet
 from study.sources.spec import GeneratedSpec, parse_generated_spec
 
@@ -239,14 +239,8 @@ def render_class(class_index: int, count: int, side: int = DEFAULT_IMAGE_SIDE) -
 
 def generate_emoji(spec: GeneratedSpec) -> ImageSet:
     """Render the images of `spec` (no disk cache; see `load_emoji`)."""
-    code_points = emoji_code_points(spec.num_classes)
-    per_class, side = spec.instances_per_class, spec.image_side
-    images = np.empty((spec.num_classes * per_class, 3, side, side), dtype=np.uint8)
-    for class_index in range(spec.num_classes):
-        start = class_index * per_class
-        images[start:start + per_class] = render_class(class_index, per_class, side).transpose(0, 3, 1, 2)
-    labels = np.repeat(np.arange(spec.num_classes), per_class)
-    return ImageSet(labels, [class_name(c) for c in code_points], images=torch.from_numpy(images))
+    names = [class_name(code_point) for code_point in emoji_code_points(spec.num_classes)]
+    return generated_image_set(spec, 3, render_class, names)
 
 
 def emoji_labels(spec: GeneratedSpec) -> ImageSet:

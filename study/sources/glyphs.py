@@ -49,11 +49,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
 from study.results import write_bytes
-from study.sources.cache import cache_file, load_generated, spec_stem
+from study.sources.cache import cache_file, generated_image_set, load_generated, spec_stem
 from study.sources.image_set import ImageSet
 from study.sources.spec import GeneratedSpec, parse_generated_spec
 
@@ -300,15 +299,8 @@ def finish_ink(clean: np.ndarray, noise_std: np.ndarray, noise: np.ndarray) -> n
 
 def generate_glyphs(spec: GeneratedSpec) -> ImageSet:
     """Render the images of `spec` (no disk cache; see `load_glyphs`)."""
-    code_points = glyph_code_points(spec.num_classes)
-    images = np.empty((spec.num_classes * spec.instances_per_class, 1, spec.image_side, spec.image_side),
-                      dtype=np.uint8)
-    for class_index in range(spec.num_classes):
-        start = class_index * spec.instances_per_class
-        images[start:start + spec.instances_per_class, 0] = render_class(
-            class_index, spec.instances_per_class, spec.image_side)
-    labels = np.repeat(np.arange(spec.num_classes), spec.instances_per_class)
-    return ImageSet(labels, [class_name(c) for c in code_points], images=torch.from_numpy(images))
+    names = [class_name(code_point) for code_point in glyph_code_points(spec.num_classes)]
+    return generated_image_set(spec, 1, render_class, names)
 
 
 # ---------------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
-from study.sources.cache import cache_file, load_generated, spec_stem
+from study.sources.cache import cache_file, generated_image_set, load_generated, spec_stem
 from study.sources.glyphs import finish_ink
 from study.sources.image_set import ImageSet
 from study.sources.spec import GeneratedSpec, parse_generated_spec
@@ -211,14 +211,7 @@ def render_class(class_index: int, count: int, side: int = DEFAULT_IMAGE_SIDE) -
 
 def generate_strokes(spec: GeneratedSpec) -> ImageSet:
     """Render the images of `spec` (no disk cache; see `load_strokes`)."""
-    images = np.empty((spec.num_classes * spec.instances_per_class, 1, spec.image_side, spec.image_side),
-                      dtype=np.uint8)
-    for class_index in range(spec.num_classes):
-        start = class_index * spec.instances_per_class
-        images[start:start + spec.instances_per_class, 0] = render_class(
-            class_index, spec.instances_per_class, spec.image_side)
-    labels = np.repeat(np.arange(spec.num_classes), spec.instances_per_class)
-    return ImageSet(labels, [class_name(k) for k in range(spec.num_classes)], images=torch.from_numpy(images))
+    return generated_image_set(spec, 1, render_class, [class_name(k) for k in range(spec.num_classes)])
 
 
 def stroke_labels(spec: GeneratedSpec) -> ImageSet:
