@@ -15,6 +15,7 @@ rule per method, each method − Fixed AdaCos along the iterations, the crossove
 
     python benchmarks/long_training.py              # train what is missing (one process per core), then report
     python benchmarks/long_training.py --report     # report from the runs already written
+    python benchmarks/long_training.py --device cuda --cell mnist-pairs-open-c50-20k-cuda   # the same cell on a GPU
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import json
 import math
 import os
 import sys
+import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
@@ -78,8 +80,9 @@ def _sets(split: int):
     return class_split(load_dataset(DATA.dataset), DATA, split)
 
 
-def train_one(method: str, split: int, seed: int) -> str:
-    """Train one run and write its learning curve and summary (whole files, so a killed run leaves nothing)."""
+def train_one(method: str, split: int, seed: int, runs: Path = RUNS, device: str = "cpu", parallel: int = 1) -> str:
+    """Train one run and write its learning curve and summary into `runs` (whole files, so a killed run leaves
+    nothing)."""
     import torch
 
     from study.training import train
@@ -89,28 +92,29 @@ def train_one(method: str, split: int, seed: int) -> str:
     if hyperparameters == "searched":
         hyperparameters = searched_values(split)
     result = train(_sets(split), loss_name=loss, hyperparameters=hyperparameters, model_config=MODEL,
-                   config=TRAIN.replace(seed=seed), curve_splits=("test",), progress=False)
+                   config=TRAIN.replace(seed=seed, device=device), curve_splits=("test",), progress=False)
     name = run_name(method, split, seed)
     history = pd.DataFrame(result.history).assign(method=method, split=split, seed=seed)
     summary = {"method": method, "loss": loss, **{k: hyperparameters.get(k, math.nan) for k in ("s", "m")},
                "split": split, "seed": seed, "status": result.status, "reason": result.reason,
                "iterations": result.iterations, "selected_iteration": result.selected_iteration,
-               "seconds": result.seconds, "eval_seconds": float(history["eval_seconds"].iloc[-1]),
+               "seconds": result.seconds, "parallel": parallel, "eval_seconds": float(history["eval_seconds"].iloc[-1]),
                "device": result.device, "val_score": result.final.get(TRAIN.objective, math.nan),
                "test_score": result.final.get(f"test_{TRAIN.objective}", math.nan)}
-    write_bytes(history.to_csv(index=False).encode(), RUNS / f"{name}.csv")
-    write_bytes((json.dumps(summary, indent=1) + "\n").encode(), RUNS / f"{name}.json")  # written last: the run is done
+    write_bytes(history.to_csv(index=False).encode(), runs / f"{name}.csv")
+    write_bytes((json.dumps(summary, indent=1) + "\n").encode(), runs / f"{name}.json")  # written last: the run is done
     return (f"{name}: {result.status}, val {summary['val_score']:.4f} test {summary['test_score']:.4f} at iteration "
             f"{result.selected_iteration} of {result.iterations}, {result.seconds:.0f} s")
 
 
-def train_missing(workers: int) -> None:
-    missing = [run for run in planned() if not (RUNS / f"{run_name(*run)}.json").exists()]
+def train_missing(workers: int, runs: Path = RUNS, device: str = "cpu") -> None:
+    missing = [run for run in planned() if not (runs / f"{run_name(*run)}.json").exists()]
     print(f"{len(planned()) - len(missing)} of {len(planned())} runs done; training {len(missing)} with {workers} "
           f"process(es)", flush=True)
     started = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(train_one, *run): run for run in missing}
+    # Fresh processes, never forked ones: a forked process cannot use a CUDA context its parent initialised.
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(train_one, *run, runs, device, workers): run for run in missing}
         for done, future in enumerate(as_completed(futures), 1):
             print(f"[{done}/{len(missing)}, {time.perf_counter() - started:.0f} s] {future.result()}", flush=True)
 
@@ -119,12 +123,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--report", action="store_true", help="only write the report from the runs already done")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="runs trained at once")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (the committed cell ran on the CPU)")
+    parser.add_argument("--cell", default=CELL.name,
+                        help="the folder under benchmarks/cells/ its runs and report go to (another device: another "
+                             "cell, so that runs of two devices are never pooled)")
     args = parser.parse_args()
+    cell = CELL.parent / args.cell
     if not args.report:
-        train_missing(args.workers)
+        train_missing(args.workers, cell / "runs", args.device)
     from study.benchmark.long_cell import write_long_cell_report
 
-    write_long_cell_report(CELL, planned_runs=len(planned()), searched_cell=SEARCHED_AT.parents[2])
+    write_long_cell_report(cell, planned_runs=len(planned()), searched_cell=SEARCHED_AT.parents[2])
 
 
 if __name__ == "__main__":

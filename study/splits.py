@@ -239,8 +239,11 @@ def _file_batches(image_set, batch_size, device, shuffle, generator, image_size,
 
 def _tensor_batches(images, labels, batch_size, order, image_size, drop_last):
     stop = len(order) - len(order) % batch_size if drop_last else len(order)
+    # One copy of the epoch's order to the device: a copy per batch from pageable memory would make the host wait for
+    # the GPU at every step (train() measured 0.79x a bare loop on an H100 with it).
+    order = order.to(images.device)
     for start in range(0, stop, batch_size):
-        index = order[start:start + batch_size].to(images.device)
+        index = order[start:start + batch_size]
         yield _resize(images[index], image_size), labels[index]
 
 

@@ -89,7 +89,11 @@ def _sections(summaries: pd.DataFrame, plateau: pd.DataFrame, crossovers: pd.Dat
     scores = pd.DataFrame([{"method": method_name(method), "mean": fmt.score(row["mean"]), "sd": fmt.score(row["std"]),
                             "runs": f"{row['count']:.0f}"} for method, row in final.iterrows()])
     per_iteration = np.sum(seconds - evaluating) / np.sum(iterations)
-    cost = (f"On {summaries['device'].iloc[0]}, one process per core and one thread each: "
+    device = summaries["device"].iloc[0]
+    # The CPU cell ran one process per core; a GPU shares its device between the runs trained at once.
+    sharing = ("one process per core and one thread each" if device == "cpu" else
+               f"{summaries['parallel'].max():.0f} runs trained at once on the one device")
+    cost = (f"On {device}, {sharing}: "
             f"{1000 * per_iteration:.1f} ms per training iteration without evaluation, "
             f"{1000 * np.sum(seconds) / np.sum(iterations):.1f} ms with the 21 log-spaced evaluations of val and "
             f"test; a run took {np.median(seconds) / 60:.1f} min (median).")
