@@ -11,7 +11,9 @@ twice it (the margin: 2% of the cell's Fixed AdaCos test score); the truth by Mo
 
 Each simulated study has `splits` class splits and a budget of `budget` trials per split, and two Fixed AdaCos runs a
 split (the default study's design: 4 splits, 12 trials). The rules:
-- advice: `study advise` after every round (study.advice.judge at α/budget a side, the benchmark's prior);
+- advice: `study advise` after every round (study.advice.judge at α/budget a side, the benchmark's prior), stopping
+  at its first "stop", a futile one included (the budget unlikely to settle it: `futile`, counted as undecided);
+- advice_without_futility: the same without the futile stop (what the futile stop costs and saves);
 - fixed: the whole design, judged once at α (what the default study does; its two retrains of the tuned
   configuration a split are counted in its trainings, not simulated);
 - patience: each split's search stops after 10 trials in a row without a better val score (or at the budget), then
@@ -37,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from study.advice import Prior, benchmark_prior, centre_arrays, expected_maximum, judge
+from study.advice import FUTILITY, Prior, benchmark_prior, centre_arrays, expected_maximum, judge
 
 ROOT = Path(__file__).resolve().parents[1]
 CELLS = ROOT / "benchmarks" / "cells"
@@ -47,8 +49,8 @@ ALPHA = 0.05
 PATIENCE = 10
 COLUMNS = ["rule", "truth", "worlds", "false_equivalent", "false_tuning_pays", "mean_trainings", "mc_error",
            "false_adacos_better",
-           "equivalent", "tuning_pays", "adacos_better", "undecided", "fixed_design_trainings", "cells", "splits",
-           "budget", "coverage"]
+           "equivalent", "tuning_pays", "adacos_better", "undecided", "futile", "fixed_design_trainings", "cells",
+           "splits", "budget", "coverage"]
 
 
 class CellWorld:
@@ -102,7 +104,7 @@ def simulate(world: CellWorld, truth_multiple: float, worlds: int, splits: int, 
              terminator_worlds: int, rng) -> list[dict]:
     world.set_truth(truth_multiple * MARGIN * world.scale, budget, rng)
     flat = Prior.flat(prior.metric)
-    outcomes = {rule: [] for rule in ("advice", "fixed", "patience", "terminator")}
+    outcomes = {rule: [] for rule in ("advice", "advice_without_futility", "fixed", "patience", "terminator")}
     for index in range(worlds):
         val, test, drawn = world.draw_trials(rng, (splits, budget))
         interaction = rng.normal(0, world.interaction_sd, (splits, 1))
@@ -110,22 +112,24 @@ def simulate(world: CellWorld, truth_multiple: float, worlds: int, splits: int, 
         reference_val, reference_test = world.seed_noise(rng, (splits, 2))
         run_split = np.repeat(np.arange(splits), 2)
 
-        def judged(counts, level, chosen_prior, last=True, whole=False):
+        def judged(counts, level, chosen_prior, last=True, whole=False, futility=FUTILITY):
             # On the scale of the scores (Fixed AdaCos's true mean is the cell's), as `study advise` reads a study.
             evidence = centre_arrays(np.repeat(np.arange(splits), counts),
                                      np.concatenate([val[j, :counts[j]] for j in range(splits)]),
                                      np.concatenate([test[j, :counts[j]] for j in range(splits)]) + world.scale,
                                      run_split, reference_val.ravel(), reference_test.ravel() + world.scale)
-            result = judge(evidence, budget, last, MARGIN, chosen_prior, level)
+            result = judge(evidence, budget, last, MARGIN, chosen_prior, level, futility)
             return result if whole else result.decision
 
-        for round_ in range(2, budget + 1):
-            result = judged([round_] * splits, ALPHA / budget, prior, last=round_ == budget, whole=True)
-            if result.decision != "run_more":
-                break
-        # Its interval at the stop holds the truth (relative to Fixed AdaCos's true score)?
-        held = result.low <= truth_multiple * MARGIN <= result.high
-        outcomes["advice"].append((result.decision, splits * round_ + 2 * splits, held))
+        for rule, futility in (("advice", FUTILITY), ("advice_without_futility", 0.0)):
+            for round_ in range(2, budget + 1):
+                result = judged([round_] * splits, ALPHA / budget, prior, last=round_ == budget, whole=True,
+                                futility=futility)
+                if result.decision != "run_more":
+                    break
+            # Its interval at the stop holds the truth (relative to Fixed AdaCos's true score)?
+            held = result.low <= truth_multiple * MARGIN <= result.high
+            outcomes[rule].append((result.decision, splits * round_ + 2 * splits, held))
         outcomes["fixed"].append((judged([budget] * splits, ALPHA, flat), splits * budget + 4 * splits))
         stops = [patience_stop(val[j]) for j in range(splits)]
         outcomes["patience"].append((judged(stops, ALPHA, flat), sum(stops) + 2 * splits))
@@ -181,7 +185,8 @@ def summarise(rows: pd.DataFrame, splits: int, budget: int) -> pd.DataFrame:
                       "mc_error": math.sqrt(worst * (1 - worst) / worlds),
                       "false_adacos_better": share("adacos_better"), "equivalent": share("equivalent"),
                       "tuning_pays": share("tuning_pays"), "adacos_better": share("adacos_better"),
-                      "undecided": share("run_more") + share("budget_spent"),
+                      "undecided": share("run_more") + share("budget_spent") + share("futile"),
+                      "futile": share("futile"),
                       "fixed_design_trainings": fixed_trainings, "cells": group["cell"].nunique(), "splits": splits,
                       "budget": budget, "coverage": group["held"].mean()})
     return pd.DataFrame(table, columns=COLUMNS)

@@ -18,7 +18,9 @@ and the Fixed AdaCos runs); a read between rounds sees the last whole round, so 
 states of evidence, each judged at α/budget a side (Bonferroni over looks), however often it is read. Tuning
 "pays" as soon as the lower bound clears the margin; that it does not (equivalent, or Fixed AdaCos better) is
 judged only once the trials carry D(budget) (`carries`: about 3·budget trials pooled), because before that the
-estimate rests on the few best trials seen and cannot know the unseen ones. The prior is the benchmark's predictive
+estimate rests on the few best trials seen and cannot know the unseen ones. A study the budget is unlikely to settle
+stops as futile (`settle_chance` below FUTILITY): no claim about the difference, only that more trials of this design
+would not buy an answer (more class splits would). The prior is the benchmark's predictive
 distribution of a new source's difference (its between-source spread integrated out:
 study.analysis.true_effect.new_source_mixture); `prior_weight` says how much it moves the answer. Error rates in
 worlds calibrated from the benchmark's cells: benchmarks/advise_simulation.py, docs/analysis.md.
@@ -48,8 +50,12 @@ DECISIONS = {
     "equivalent": "stop: equivalent within the margin",
     "adacos_better": "stop: Fixed AdaCos is better",
     "budget_spent": "stop: the budget is spent and the answer is not known",
+    "futile": "stop: the rest of the budget is unlikely to settle it",
     "run_more": "run more: the answer is not known yet",
 }
+# Declared with the futility stop, before its error rates were simulated: stop when the chance that the budget's last
+# look settles the question (tuning pays, equivalent or Fixed AdaCos better) is below this.
+FUTILITY = 0.10
 
 
 class AdviceError(ValueError):
@@ -218,12 +224,16 @@ def within_split(centred: Centred) -> tuple[np.ndarray, np.ndarray]:
     return val, test
 
 
-def difference_at(centred: Centred, n: int) -> tuple[float, float]:
+def difference_at(centred: Centred, n: int, trials_per_split: int | None = None) -> tuple[float, float]:
     """D(n) in the metric's units and its variance, in two parts. What selection buys over a split's average trial:
     the selected-test curve of the trials' deviations from their split's means, pooled over splits (a split's level
     cancels, so val cannot select a split), with its jackknife variance. The average trial less Fixed AdaCos, averaged
     over splits: its variance from the splits' spread (which holds any method-by-split interaction), never below what
-    the trials' and runs' noise within splits implies."""
+    the trials' and runs' noise within splits implies.
+
+    With `trials_per_split`, the variance projected to every split having that many trials (the Fixed AdaCos runs as
+    they are): the jackknife part shrinks as one over the trials, the noise within splits as one over a split's trials,
+    and the splits' spread keeps what it holds beyond that noise (an interaction more trials cannot remove)."""
     val, test = within_split(centred)
     gain, gain_variance = selected_difference(val, test, n)
     luck, luck_variance = seed_luck(centred, n)
@@ -234,7 +244,12 @@ def difference_at(centred: Centred, n: int) -> tuple[float, float]:
                       for split, count in zip(splits, counts)])
     within = float(np.nansum(noise / counts + centred.reference_variance / runs)) / splits.size ** 2
     between = float(levels.var(ddof=1)) / splits.size if splits.size > 1 else 0.0
-    return gain - luck + float(levels.mean()), gain_variance + luck_variance + max(within, between)
+    estimate = gain - luck + float(levels.mean())
+    if trials_per_split is None:
+        return estimate, gain_variance + luck_variance + max(within, between)
+    later = float(np.nansum(noise / trials_per_split + centred.reference_variance / runs)) / splits.size ** 2
+    shrink = counts.sum() / (trials_per_split * splits.size)
+    return estimate, gain_variance * shrink + luck_variance + max(later, between - within + later)
 
 
 @functools.cache
@@ -306,6 +321,7 @@ class Advice:
     prior: str
     seconds_per_trial: float
     gains: list[Gain] = field(default_factory=list)
+    settle_chance: float = math.nan  # that the budget's last look settles it, where the decision read it
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -372,6 +388,7 @@ class Judged:
     middle: float
     high: float
     prior_weight: float
+    settle_chance: float = math.nan
 
 
 def carries(trials: int, budget: int) -> bool:
@@ -383,24 +400,70 @@ def carries(trials: int, budget: int) -> bool:
     return 1.0 / float(np.sum(_weights(trials, budget) ** 2)) >= MIN_EFFECTIVE_TRIALS
 
 
-def judge(centred: Centred, budget: int, last: bool, margin: float, prior: Prior, level: float) -> Judged:
+def settle_chance(centred: Centred, budget: int, margin: float, prior: Prior, level: float) -> float:
+    """The chance that the budget's last look (every split at `budget` trials) settles the question, predicted from
+    the evidence now: its estimate of D(budget) then is normal about what the evidence and the prior now expect, with
+    the variance the trials still to come remove (difference_at's projection). The prior enters as the normal of its
+    mean and variance, an approximation used only for this prediction; the decisions read the mixture itself."""
+    difference, variance = difference_at(centred, budget)
+    _, final = difference_at(centred, budget, trials_per_split=budget)
+    now, variance, final = difference / centred.scale, variance / centred.scale ** 2, final / centred.scale ** 2
+    centre = float(np.sum(prior.probabilities * prior.centres))
+    spread = float(np.sum(prior.probabilities * (prior.spreads ** 2 + prior.centres ** 2))) - centre ** 2
+    believed_variance = 1.0 / (1.0 / spread + 1.0 / variance)  # of the true difference, now
+    believed = believed_variance * (centre / spread + now / variance)
+    if final >= variance:  # the trials to come cannot narrow it: the last look sees what this one sees
+        expected, predicted_sd = now, 0.0
+    else:
+        information_now, information_then = 1.0 / variance, 1.0 / final
+        added = information_then - information_now
+        expected = (information_now * now + added * believed) / information_then
+        predicted_sd = math.sqrt((added / information_then) ** 2 * (1.0 / added + believed_variance))
+    # At the last look the posterior is normal with the data's share `share`: each of its edges crosses a bound at
+    # one estimate then.
+    share = spread / (spread + final)
+    half = float(special.ndtri(1.0 - level)) * math.sqrt(spread * final / (spread + final))
+
+    def threshold(bound: float) -> float:
+        return centre + (bound - centre) / share
+
+    def below(value: float) -> float:
+        if predicted_sd == 0.0:
+            return float(expected < value)
+        return float(special.ndtr((value - expected) / predicted_sd))
+
+    chance = 1.0 - below(threshold(margin + half))  # tuning pays
+    if carries(np.unique(centred.split_of_trial).size * budget, budget):
+        chance += below(threshold(-margin - half))  # Fixed AdaCos better
+        low, high = threshold(-margin + half), threshold(margin - half)
+        chance += max(below(high) - below(low), 0.0)  # equivalent
+    return min(chance, 1.0)
+
+
+def judge(centred: Centred, budget: int, last: bool, margin: float, prior: Prior, level: float,
+          futility: float = FUTILITY) -> Judged:
     """The decision on D(budget), relative, from the posterior's `level` and 1 − `level` quantiles: tuning pays above
     the margin; once the trials carry D(budget) (`carries`), Fixed AdaCos better below minus the margin and
-    equivalent within it; else run more (or, at the `last` look, the budget is spent)."""
+    equivalent within it; else, at the `last` look, the budget is spent; before it, futile if the chance that the last
+    look settles it is below `futility` (`settle_chance`; 0: never futile), else run more."""
     difference, variance = difference_at(centred, budget)
     probabilities, centres, spreads, weight = posterior(prior, difference / centred.scale,
                                                         variance / centred.scale ** 2)
     low, middle, high = _quantiles(probabilities, centres, spreads, (level, 0.5, 1.0 - level))
     carried = carries(centred.val.size, budget)
+    chance = math.nan
     if low > margin:
         decision = "tuning_pays"
     elif carried and high < -margin:
         decision = "adacos_better"
     elif carried and -margin < low and high < margin:
         decision = "equivalent"
+    elif last:
+        decision = "budget_spent"
     else:
-        decision = "budget_spent" if last else "run_more"
-    return Judged(decision, low, middle, high, weight)
+        chance = settle_chance(centred, budget, margin, prior, level) if futility > 0 else math.nan
+        decision = "futile" if chance < futility else "run_more"
+    return Judged(decision, low, middle, high, weight, chance)
 
 
 def advise(evidence: Evidence, margin: float, prior: Prior, alpha: float = 0.05, best: str = "") -> Advice:
@@ -432,12 +495,14 @@ def advise(evidence: Evidence, margin: float, prior: Prior, alpha: float = 0.05,
                 f"{evidence.budget * seconds:,.0f} device-seconds of search a split)")
         use = f"ArcFace at the best trial's {best}" if best else "ArcFace at the best trial's (s, m)"
     else:
-        says = DECISIONS[decision]
+        says = DECISIONS[decision] + (f" (a {100 * judged.settle_chance:.0f}% chance by round {evidence.budget}; "
+                                      "more class splits would narrow the interval)" if decision == "futile" else "")
         use = "Fixed AdaCos (it costs no tuning)" if decision in ("equivalent", "adacos_better") or middle <= 0 else \
             f"Fixed AdaCos (it costs no tuning; tuning leads by {100 * middle:+.1f}% but is not shown to pay)"
     gains = _gains(centred, round_, float(special.ndtri(1.0 - level)), len(evidence.splits), seconds)
     return Advice(decision, says, use, round_, evidence.budget, len(evidence.splits), len(trials) + len(reference),
-                  middle, low, high, 1.0 - 2.0 * level, margin, judged.prior_weight, prior.source, seconds, gains)
+                  middle, low, high, 1.0 - 2.0 * level, margin, judged.prior_weight, prior.source, seconds, gains,
+                  judged.settle_chance)
 
 
 def _trial_rows(trials: pd.DataFrame, split: int) -> pd.DataFrame:

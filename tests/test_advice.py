@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from study.advice import (GAIN_TRIALS, Advice, AdviceError, Centred, Evidence, Prior, _gain_variance, advise,
-                          benchmark_prior, difference_at, expected_maximum, judge, posterior, seed_luck,
-                          selected_difference, within_split)
+from study.advice import (FUTILITY, GAIN_TRIALS, Advice, AdviceError, Centred, Evidence, Prior, _gain_variance,
+                          advise, benchmark_prior, difference_at, expected_maximum, judge, posterior, seed_luck,
+                          selected_difference, settle_chance, within_split)
 from study.analysis.true_effect import _mixture_quantiles, bayesian_true_effect
 
 CELLS_CSV = "reports/benchmark/tables/cells.csv"
@@ -147,6 +147,69 @@ def test_judge_decides_where_the_answer_is_clear(mean, noise, splits, trials, la
     judged = judge(drawn(mean, noise, splits, trials), budget, last, MARGIN, Prior.flat("map_at_r"), 0.05 / budget)
     assert judged.decision == decision
     assert judged.low <= judged.middle <= judged.high
+
+
+def test_the_variance_projected_to_the_trials_seen_is_the_variance_now():
+    for spread in (0.0, 0.2):  # the noise within splits dominates; the splits' spread does
+        rng = np.random.default_rng(3)
+        test = [level + 0.05 * rng.normal(size=6) for level in spread * rng.normal(size=4)]
+        evidence = centred([t + 0.01 * rng.normal(size=6) for t in test], test)
+        assert difference_at(evidence, 12, trials_per_split=6) == pytest.approx(difference_at(evidence, 12), rel=1e-12)
+        # More trials narrow it, never below what the splits' spread holds beyond their noise.
+        _, later = difference_at(evidence, 12, trials_per_split=600)
+        assert later < difference_at(evidence, 12)[1]
+        levels = np.array([t.mean() for t in test])
+        noise = np.array([t.var(ddof=1) for t in test])
+        assert later >= levels.var(ddof=1) / 4 - np.sum(noise / 6) / 16 - 1e-15
+
+
+def test_the_settle_chance_under_a_flat_prior_is_the_normal_closed_form():
+    """Flat prior: the last look's estimate is normal about the estimate now with the variance the trials to come
+    remove, and each decision is the estimate beyond the margin by z of its final standard error."""
+    budget, level = 12, 0.05 / 12
+    for mean in (0.0, 0.02, 0.05):
+        evidence = drawn(mean, 0.02, 4, 4, seed=5)
+        estimate, now = (value / evidence.scale ** k for value, k in zip(difference_at(evidence, budget), (1, 2)))
+        final = difference_at(evidence, budget, trials_per_split=budget)[1] / evidence.scale ** 2
+        sd, half = math.sqrt(now - final), stats.norm.ppf(1 - level) * math.sqrt(final)
+        below = lambda x: stats.norm.cdf((x - estimate) / sd)  # noqa: E731
+        expected = (1 - below(MARGIN + half) + below(-MARGIN - half)
+                    + max(below(MARGIN - half) - below(-MARGIN + half), 0.0))
+        got = settle_chance(evidence, budget, MARGIN, Prior.flat("map_at_r"), level)
+        assert got == pytest.approx(expected, abs=1e-6)
+
+
+def test_the_settle_chance_predicts_how_often_the_last_look_settles_it():
+    """Studies of a normal world, their true difference drawn wide: at round 3 of 12 the predicted chance, against
+    whether the last look really settled it (the predictive ignores that the variances are estimated: within 0.1)."""
+    rng = np.random.default_rng(11)
+    budget, level, splits, flat = 12, 0.05 / 12, 4, Prior.flat("map_at_r")
+    predicted, settled = [], []
+    for _ in range(300):
+        truth = rng.uniform(-0.1, 0.1) * 0.5  # in score units; the scale is 0.5
+        interaction = 0.01 * rng.normal(size=(splits, 1))
+        test = truth + interaction + 0.03 * rng.normal(size=(splits, budget))
+        val = test + 0.01 * rng.normal(size=(splits, budget))
+        early = centred(list(val[:, :3]), list(test[:, :3]))
+        predicted.append(settle_chance(early, budget, MARGIN, flat, level))
+        settled.append(judge(centred(list(val), list(test)), budget, True, MARGIN, flat, level).decision
+                       != "budget_spent")
+    predicted, settled = np.array(predicted), np.array(settled)
+    assert 0.2 < settled.mean() < 0.8  # the worlds span both answers
+    assert abs(predicted.mean() - settled.mean()) < 0.1
+    high, low = predicted > 0.7, predicted < 0.3
+    assert settled[high].mean() > 0.7 and settled[low].mean() < 0.3
+
+
+def test_a_study_the_budget_cannot_settle_stops_as_futile_and_says_so():
+    # Splits far apart: 12 trials a split cannot bring the interval inside the margin, nor past it.
+    rng = np.random.default_rng(2)
+    test = [level + 0.01 * rng.normal(size=3) for level in (-0.08, 0.1, -0.05, 0.07)]
+    evidence = centred([t + 0.001 * rng.normal(size=3) for t in test], test)
+    judged = judge(evidence, 12, False, MARGIN, Prior.flat("map_at_r"), 0.05 / 12)
+    assert judged.decision == "futile" and judged.settle_chance < FUTILITY
+    assert judge(evidence, 12, False, MARGIN, Prior.flat("map_at_r"), 0.05 / 12, futility=0.0).decision == "run_more"
+    assert judge(evidence, 12, True, MARGIN, Prior.flat("map_at_r"), 0.05 / 12).decision == "budget_spent"
 
 
 def frame(rows):

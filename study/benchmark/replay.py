@@ -13,7 +13,7 @@ from study.results import REPORT_DIR
 
 # The advice's decisions in the full design's words (study.benchmark.cells.OUTCOMES).
 ADVICE_OUTCOMES = {"tuning_pays": "paid", "equivalent": "equivalent", "adacos_better": "adacos_better",
-                   "budget_spent": "undecided", "run_more": "undecided"}
+                   "budget_spent": "undecided", "futile": "undecided", "run_more": "undecided"}
 REPLAY_COLUMNS = ["cell", "source", "regime", "converged", "splits", "budget", "stopped_round", "trainings",
                   "design_trainings", "decision", "difference", "low", "high", "prior_weight", "full_design",
                   "full_design_difference", "agrees"]
@@ -62,7 +62,8 @@ def replay_sentences(replayed: pd.DataFrame) -> list[str]:
         sentences.append("Its decision matched the full design's verdict in every cell.")
         return sentences
     said = {"tuning_pays": "said tuning pays", "equivalent": "said equivalent", "budget_spent": "was still undecided",
-            "adacos_better": "said Fixed AdaCos is better", "run_more": "was still undecided"}
+            "adacos_better": "said Fixed AdaCos is better", "futile": "stopped as futile",
+            "run_more": "was still undecided"}
     found = {"paid": "found tuning pays", "equivalent": "found them equivalent", "undecided": "was undecided",
              "adacos_better": "found Fixed AdaCos better"}
     described = "; ".join(f"on {row.cell} the advice {said[row.decision]} at round {row.stopped_round} of "
