@@ -320,7 +320,7 @@ def test_one_configuration_whose_only_finished_cell_is_its_longer_one_is_reporte
     written = aggregate_benchmark(plan, tmp_path / "report", label="cells")
     markdown = written["report.md"].read_text()
     assert "One data source only (mnist)" in synthetic.section(markdown, "The answer in a minute")
-    assert "How far this carries: 0 configurations from 0 independent sources" in synthetic.section(markdown, "Answer")
+    assert "The short regime: 0 configurations from 0 independent sources" in synthetic.section(markdown, "Answer")
 
 
 def test_a_plan_with_no_finished_cell_is_refused_in_one_line(tmp_path):

@@ -198,7 +198,10 @@ def _reached(short, long) -> str:
 
 
 def scope_sentence(plan: dict, rows: pd.DataFrame) -> str:
-    """How far this carries, computed from the plan's finished primary cells."""
+    """How far this carries, computed from the plan's finished cells: the converged cells the headline pools, then the
+    short regime's primary cells."""
+    from study.benchmark.meta import converged_cells
+
     declared = {cell["name"]: cell for cell in plan["cells"]}
     cells = [declared[name] for name in dict.fromkeys(rows["cell"]) if declared[name]["primary"]]  # in CELL_ORDER
     sources = list(dict.fromkeys(cell["source"] for cell in cells))
@@ -208,8 +211,14 @@ def scope_sentence(plan: dict, rows: pd.DataFrame) -> str:
     pending = sorted(set(declared) - set(rows["cell"]))
     trained = f" trained {min(iterations):,}–{max(iterations):,} iterations per run" if iterations else ""
     classes = [cell["train_classes"] for cell in cells] or list(rows["train_classes"])
-    return (f"How far this carries: {len(cells)} configurations from {len(sources)} independent sources "
-            f"({', '.join(sources) or 'none'}; real images: {', '.join(real) or 'none'}), C = "
+    pooled = [declared[name] for name in dict.fromkeys(
+        converged_cells(rows).query("method == 'arcface_tuned'")["cell"])]
+    converged = (f"The headline pools {len(pooled)} converged cells of {len({c['source'] for c in pooled})} sources "
+                 f"(C = {min(c['train_classes'] for c in pooled):,}–{max(c['train_classes'] for c in pooled):,}, "
+                 f"{min(c['iterations'] for c in pooled):,}–{max(c['iterations'] for c in pooled):,} iterations per "
+                 "run). " if pooled else "No cell has converged yet, so the headline pools none. ")
+    return (f"How far this carries: {converged}The short regime: {len(cells)} configurations from {len(sources)} "
+            f"independent sources ({', '.join(sources) or 'none'}; real images: {', '.join(real) or 'none'}), C = "
             f"{min(classes):,}–{max(classes):,} training classes, one small CNN{trained}. Configurations of one source "
             "are not independent evidence: the intervals are over sources. The headline pools the cells where Fixed "
             "AdaCos and the method converged (the plateau rule of docs/analysis.md); no cell is left out for its "
@@ -218,8 +227,6 @@ def scope_sentence(plan: dict, rows: pd.DataFrame) -> str:
             f"({', '.join(floor) or 'none'}). Other architectures, pretrained backbones, larger images and C beyond "
             "these are outside it."
             + (f" Declared but not finished, so not in these numbers: {', '.join(pending)}." if pending else ""))
-
-
 
 
 # --- the whole report ---------------------------------------------------------------------------------------
