@@ -466,7 +466,8 @@ def judge(centred: Centred, budget: int, last: bool, margin: float, prior: Prior
     return Judged(decision, low, middle, high, weight, chance)
 
 
-def advise(evidence: Evidence, margin: float, prior: Prior, alpha: float = 0.05, best: str = "") -> Advice:
+def advise(evidence: Evidence, margin: float, prior: Prior, alpha: float = 0.05, best: str = "",
+           futility: float = FUTILITY) -> Advice:
     """The advice at the evidence's last whole round (see the module's docstring); AdviceError names what is missing.
 
     `margin` is relative (a share of Fixed AdaCos's score); `best` names the best trial's (s, m) for "use now"."""
@@ -487,7 +488,7 @@ def advise(evidence: Evidence, margin: float, prior: Prior, alpha: float = 0.05,
             f"on one split at least (have {len(reference)}); run the study further (`dvc repro` or `study worker`) "
             f"and ask again")
     centred, level = centre(trials, reference), alpha / evidence.budget  # each side, at each of the budget's looks
-    judged = judge(centred, evidence.budget, round_ >= evidence.budget, margin, prior, level)
+    judged = judge(centred, evidence.budget, round_ >= evidence.budget, margin, prior, level, futility)
     decision, low, middle, high = judged.decision, judged.low, judged.middle, judged.high
     seconds = float(np.nanmean(trials["seconds"].to_numpy(float))) if len(trials) else math.nan
     if decision == "tuning_pays":
@@ -628,12 +629,12 @@ class AdviceCallback:
             study.stop()
 
 
-def replay(evidence: Evidence, margin: float, prior: Prior, alpha: float = 0.05) -> Advice:
+def replay(evidence: Evidence, margin: float, prior: Prior, alpha: float = 0.05, futility: float = FUTILITY) -> Advice:
     """The advice read after every round of a finished study, as if it had run live: the first that said stop (or
     the last round's)."""
     for round_ in range(MIN_ROUND, evidence.round() + 1):
         shown = dataclasses.replace(evidence, trials=evidence.trials.groupby("split", sort=False).head(round_))
-        advice = advise(shown, margin, prior, alpha)
+        advice = advise(shown, margin, prior, alpha, futility=futility)
         if advice.decision != "run_more":
             break
     return advice

@@ -786,3 +786,23 @@ def test_a_new_sources_true_effect_and_the_weighting_are_printed_beside_the_inte
                                                                      pytest.approx(bayes.prediction_high))
     assert facts["short_inverse_variance_mean"] == pytest.approx(weights.inverse_variance_mean)
     assert facts["short_judgement"] == judgement(facts["short_prediction_low"], facts["short_prediction_high"])
+
+
+def test_the_replay_says_what_the_futile_stops_gave_up():
+    from study.benchmark.replay import REPLAY_COLUMNS, replay_sentences
+
+    def row(cell, decision, round_, without, without_round, low=0.0):
+        return {"cell": cell, "source": "s", "regime": "long", "converged": True, "splits": 3, "budget": 10,
+                "stopped_round": round_, "trainings": 3 * round_ + 6, "design_trainings": 42, "decision": decision,
+                "difference": 0.01, "low": -0.05, "high": 0.06, "prior_weight": 0.5, "full_design": "undecided",
+                "full_design_difference": 0.01, "agrees": True, "without_futility_round": without_round,
+                "without_futility_decision": without, "without_futility_low": low}
+
+    replayed = pd.DataFrame([row("a", "futile", 2, "budget_spent", 10), row("b", "futile", 3, "tuning_pays", 9, 0.024),
+                             row("c", "tuning_pays", 5, "tuning_pays", 5, 0.03)], columns=REPLAY_COLUMNS)
+    sentences = replay_sentences(replayed)
+    # (10 − 2) + (9 − 3) rounds of 3 splits
+    assert ("It stopped as futile in 2; without that stop it would have trained 42 more trials there and decided 1 of "
+            "them: b (tuning pays at round 9, at least +2.4%).") in sentences[1]
+    assert sentences[2] == "Its decision matched the full design's verdict in every cell."
+    assert replay_sentences(replayed.iloc[2:])[1] == "The advice never stopped as futile here."

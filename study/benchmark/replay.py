@@ -16,7 +16,8 @@ ADVICE_OUTCOMES = {"tuning_pays": "paid", "equivalent": "equivalent", "adacos_be
                    "budget_spent": "undecided", "futile": "undecided", "run_more": "undecided"}
 REPLAY_COLUMNS = ["cell", "source", "regime", "converged", "splits", "budget", "stopped_round", "trainings",
                   "design_trainings", "decision", "difference", "low", "high", "prior_weight", "full_design",
-                  "full_design_difference", "agrees"]
+                  "full_design_difference", "agrees", "without_futility_round", "without_futility_decision",
+                  "without_futility_low"]
 
 
 def advice_replay(rows: pd.DataFrame, cells_dir: Path) -> pd.DataFrame:
@@ -34,6 +35,7 @@ def advice_replay(rows: pd.DataFrame, cells_dir: Path) -> pd.DataFrame:
         except AdviceError:
             prior = Prior.flat(objective)
         advice = replay(evidence, RELATIVE_MARGIN, prior)
+        without = replay(evidence, RELATIVE_MARGIN, prior, futility=0.0)  # what the futile stop gave up, if anything
         outcome = ADVICE_OUTCOMES[advice.decision]
         table.append({"cell": cell.cell, "source": cell.source, "regime": cell.regime,
                       "converged": bool(cell.converged), "splits": advice.splits, "budget": advice.budget,
@@ -41,7 +43,9 @@ def advice_replay(rows: pd.DataFrame, cells_dir: Path) -> pd.DataFrame:
                       "design_trainings": int(cell.splits) * (int(cell.n_trials) + 2 * int(cell.seeds)),
                       "decision": advice.decision, "difference": advice.difference, "low": advice.low,
                       "high": advice.high, "prior_weight": advice.prior_weight, "full_design": cell.outcome,
-                      "full_design_difference": cell.relative, "agrees": outcome == cell.outcome})
+                      "full_design_difference": cell.relative, "agrees": outcome == cell.outcome,
+                      "without_futility_round": without.round, "without_futility_decision": without.decision,
+                      "without_futility_low": without.low})
     return pd.DataFrame(table, columns=REPLAY_COLUMNS)
 
 
@@ -57,6 +61,7 @@ def replay_sentences(replayed: pd.DataFrame) -> list[str]:
     sentences = [f"Replayed round by round on {len(replayed)} finished random-search cells (its prior the benchmark's "
                  f"cells of the same training length without the cell's own source), the advice {stopped}; the full "
                  f"designs also retrain the best configuration, which the advice does not need (the trainings column)."]
+    sentences.append(_without_futility(replayed))
     differ = replayed[~replayed["agrees"].astype(bool)]
     if differ.empty:
         sentences.append("Its decision matched the full design's verdict in every cell.")
@@ -75,6 +80,23 @@ def replay_sentences(replayed: pd.DataFrame) -> list[str]:
                      "class splits, the advice the trial val selects within a search, pooled over splits, at "
                      f"α/budget a look; in {same_sign} of the {len(differ)} the two estimates have the same sign.")
     return sentences
+
+
+def _without_futility(replayed: pd.DataFrame) -> str:
+    """What the futile stops gave up: the cells where the advice without it reached a decision."""
+    futile = replayed[replayed["decision"] == "futile"]
+    if futile.empty:
+        return "The advice never stopped as futile here."
+    decided = futile[~futile["without_futility_decision"].isin(["budget_spent", "run_more"])]
+    spent = int(((futile["without_futility_round"] - futile["stopped_round"]) * futile["splits"]).sum())
+    if decided.empty:
+        return (f"It stopped as futile in {len(futile)}; without that stop it would have trained {spent} more trials "
+                "there and decided none of them.")
+    named = "; ".join(f"{row.cell} ({row.without_futility_decision.replace('_', ' ')} at round "
+                      f"{row.without_futility_round}, at least {100 * row.without_futility_low:+.1f}%)"
+                      for row in decided.itertuples())
+    return (f"It stopped as futile in {len(futile)}; without that stop it would have trained {spent} more trials there "
+            f"and decided {len(decided)} of them: {named}. That is the power the futile stop gives up.")
 
 
 def replay_shown(replayed: pd.DataFrame) -> pd.DataFrame:
