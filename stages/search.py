@@ -34,7 +34,8 @@ def search_in_rounds(loss: str, params, storage) -> None:
     """search.stop_early: the Fixed AdaCos runs the advice compares with first (the runs stage then finds them done),
     then one more trial on every class split a round until `study advise` says stop; its last advice goes to
     results/search/<loss>/advice.json. The same seeds draw the same trials, so a rerun reaches the same decision."""
-    from study.advice import MIN_ROUND, Prior, advise, benchmark_prior, study_evidence
+    from study.advice import MIN_ROUND, Prior, advise, benchmark_prior
+    from study.advice_evidence import study_evidence
     from study.config import METRIC_KIND
     from study.results import REPORT_DIR
     from study.runs import open_runs, serve_runs

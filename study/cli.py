@@ -394,7 +394,8 @@ def _benchmark_command(args: argparse.Namespace) -> int:
 
 
 def _advise_command(args: argparse.Namespace) -> int:
-    from study.advice import AdviceError, Prior, advise, benchmark_prior, report_evidence, study_evidence
+    from study.advice import AdviceError, Prior, advise, benchmark_prior
+    from study.advice_evidence import report_evidence, study_evidence
     from study.config import METRIC_KIND
     from study.config import load_params
     from study.results import JOURNAL, REPORT_DIR, write_json

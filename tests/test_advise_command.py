@@ -13,7 +13,8 @@ import optuna
 import pandas as pd
 import pytest
 
-from study.advice import AdviceCallback, AdviceError, Prior, replay, study_evidence
+from study.advice import AdviceCallback, AdviceError, Prior, replay
+from study.advice_evidence import study_evidence
 from study.config import StudyParams, load_params
 from study.presets import write_params
 from study.results import EVALUATION_DIR, JOURNAL, prepared_dir, search_dir

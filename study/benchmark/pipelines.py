@@ -26,7 +26,8 @@ PLAN_FILE = "plan.json"
 # the cell's training outputs.
 CELL_INPUTS = (*REPORT_INPUTS, FINGERPRINT_FILE)
 REPORT_OUTS = ("report.md", "report.html", "benchmark.json", "tables", "figures")
-AGGREGATE_MODULES = ("stages.benchmark_report", "study.benchmark", "study.report", "study.analysis", "study.advice")
+AGGREGATE_MODULES = ("stages.benchmark_report", "study.benchmark", "study.report", "study.analysis", "study.advice",
+                     "study.advice_evidence")
 UNIT = "cell"
 
 

@@ -23,7 +23,8 @@ REPLAY_COLUMNS = ["cell", "source", "regime", "converged", "splits", "budget", "
 def advice_replay(rows: pd.DataFrame, cells_dir: Path) -> pd.DataFrame:
     """`study advise` replayed round by round on every random-search cell, as if it had run live, its prior the
     benchmark without the cell's own source; beside it, the cell's full-design verdict on tuned ArcFace."""
-    from study.advice import AdviceError, Prior, benchmark_prior, replay, report_evidence
+    from study.advice import AdviceError, Prior, benchmark_prior, replay
+    from study.advice_evidence import report_evidence
 
     table = []
     for cell in rows[(rows["method"] == "arcface_tuned") & (rows["sampler"] == "random")].itertuples():
