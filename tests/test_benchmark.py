@@ -133,6 +133,36 @@ def test_a_declaration_makes_one_cell_per_configuration_and_tuner(tmp_path):
     assert json.loads(plan.to_json())["cells"][2]["train_classes"] == 6
 
 
+def test_a_configuration_with_no_short_cell_is_declared_converged_only(tmp_path):
+    """A configuration too large to train both short and long (e.g. Triple MNIST at 500 training classes) runs only
+    at a converged length: never primary (the short regime's pool), a long-regime cell of the converged headline."""
+    from study.benchmark.meta import converged_cells
+
+    text = TINY.replace("""    set: {train.batch_size: 16}
+""", """    set: {train.batch_size: 16}
+    converged_only: true
+""")
+    plan = load_plan(declaration(tmp_path, text))
+    glyphs = plan.cells[2]
+    assert (glyphs.name, glyphs.primary, glyphs.longer_of, glyphs.converged_only) == ("glyphs-open", False, None, True)
+    facts = json.loads(plan.to_json())["cells"]
+    assert facts[2]["converged_only"] is True and "converged_only" not in facts[0]  # other cells' plan.json unchanged
+    # The aggregate's rows for it carry regime "long": the converged headline keeps it where it converged.
+    rows = pd.DataFrame([
+        {"cell": "glyphs-open", "configuration": "glyphs-open", "method": "arcface_tuned", "primary": False,
+         "regime": "long", "longer_of": None, "iterations": 4000, "relative": 0.01, "relative_se": 0.01,
+         "converged": True},
+        {"cell": "digits-closed", "configuration": "digits-closed", "method": "arcface_tuned", "primary": True,
+         "regime": "short", "longer_of": None, "iterations": 100, "relative": 0.0, "relative_se": 0.01,
+         "converged": False}])
+    assert converged_cells(rows)["cell"].tolist() == ["glyphs-open"]
+    for bad, message in ((text.replace("converged_only: true", "converged_only: yes please"), "must be true or false"),
+                         (text.replace("converged_only: true", "converged_only: true\n    longer_of: digits-closed"),
+                          "not both")):
+        with pytest.raises(ValueError, match=message):
+            load_plan(declaration(tmp_path, bad))
+
+
 @pytest.mark.parametrize("text, message", [
     ("configurations: []", "declares no configurations"),
     ("cells: []", "unknown key cells"),

@@ -808,3 +808,19 @@ def test_the_replay_says_what_the_futile_stops_gave_up():
             "them: b (tuning pays at round 9, at least +2.4%).") in sentences[1]
     assert sentences[2] == "Its decision matched the full design's verdict in every cell."
     assert replay_sentences(replayed.iloc[2:])[1] == "The advice never stopped as futile here."
+
+
+def test_a_converged_only_cell_is_read_in_the_long_regime_and_pooled_only_there(tmp_path):
+    """A configuration with no short cell (`converged_only` in the plan): its rows are long-regime, and it enters the
+    converged headline, not the short regime's pool."""
+    cell = ("strokes-open-c100", "strokes-open-c100", "random", False, "strokes", "open", 100, 0.40, ["arcface"], None,
+            4000)
+    plan_path, _ = synthetic_benchmark(tmp_path, cells=[CELLS[0], cell])
+    plan = json.loads(plan_path.read_text())
+    plan["cells"][1]["converged_only"] = True
+    rows = read_cells(plan, tmp_path)
+    only = rows[rows["cell"] == "strokes-open-c100"]
+    assert set(only["regime"]) == {"long"} and not only["primary"].any()
+    assert "strokes-open-c100" in set(converged_cells(rows)["cell"])
+    plan["cells"][1]["converged_only"] = False  # the same cell read as a plain non-primary one: in neither pool
+    assert "strokes-open-c100" not in set(converged_cells(read_cells(plan, tmp_path))["cell"])

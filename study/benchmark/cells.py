@@ -200,7 +200,7 @@ def cell_rows(facts: dict, directory: str | Path) -> list[dict]:
     common.update(cell=facts["name"], real=not is_synthetic_source(facts["source"]), metric=metric,
                   confidence=confidence, splits=len(facts["splits"]), seeds=len(facts["seeds"]),
                   reference_test_mean=reference, near_floor=reference < NEAR_FLOOR_SCORE,
-                  regime="long" if facts.get("longer_of") else "short", plateau_basis=plateau_basis,
+                  regime="long" if facts.get("longer_of") or facts.get("converged_only") else "short", plateau_basis=plateau_basis,
                   reference_rise=rises.get(REFERENCE_METHOD, math.nan),
                   reference_converged=bool(rises.get(REFERENCE_METHOD, math.nan) < PLATEAU_RISE),
                   cell_seconds=cost["total"], cell_search_seconds=cost["search"],

@@ -231,7 +231,7 @@ def reproduce_benchmark(benchmark: Benchmark, plan: BenchmarkPlan, rerun: Sequen
     # The cells that carry the answer first, then the long regime, then the other tuners: a run cut short by the
     # session's end leaves the least needed cells unfinished.
     order = sorted((cell for cell in plan.cells if cell.name in pending),
-                   key=lambda cell: 0 if cell.primary else 1 if cell.longer_of else 2)
+                   key=lambda cell: 0 if cell.primary else 1 if cell.longer_of or cell.converged_only else 2)
     for cell in order:
         try:
             reproduce(project, [benchmark.cells[cell.name]], log, unit=UNIT, runner=f"benchmark: {cell.name}")

@@ -28,7 +28,7 @@ BENCHMARK_PRESETS = PRESET_DIR / "benchmark"
 FULL_PLAN = BENCHMARK_PRESETS / "full.yaml"
 QUICK_PLAN = BENCHMARK_PRESETS / "quick.yaml"
 PLAN_KEYS = {"title", "preset", "set", "tuners", "configurations"}
-CONFIGURATION_KEYS = {"name", "dataset", "train_classes", "set", "tuners", "longer_of"}
+CONFIGURATION_KEYS = {"name", "dataset", "train_classes", "set", "tuners", "longer_of", "converged_only"}
 NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 MAX_NAME = 64  # a name is a folder's (with a tuner's after it): far within any file system's 255 bytes
 
@@ -45,6 +45,9 @@ class Cell:
     params: StudyParams
     origin: str  # the `study preset` command that writes the same params.yaml
     longer_of: str | None = None  # the configuration this one trains longer: compared with it, never pooled
+    # Trained only at a length where it converges, with no short cell (a configuration too large to run short and long):
+    # in the converged headline where it converges, never in the short regime.
+    converged_only: bool = False
 
     def facts(self) -> dict:
         """What the aggregate needs to know about the cell besides its reports (plan.json)."""
@@ -58,7 +61,7 @@ class Cell:
                 "n_trials": params.search.n_trials, "splits": list(params.data.split_seeds()),
                 "seeds": list(params.runs.seeds), "methods": list(params.runs.methods),
                 "epochs": params.train.epochs, "model": params.model.name,
-                "planned_runs": planned_runs(params)}
+                "planned_runs": planned_runs(params)} | ({"converged_only": True} if self.converged_only else {})
 
 
 @dataclass(frozen=True)
@@ -197,6 +200,12 @@ def _configuration_cells(entry: dict, index: int, preset: str, common: list[str]
     longer_of = entry.get("longer_of")
     if longer_of is not None:
         _name(longer_of, f"{where}.longer_of")
+    converged_only = entry.get("converged_only", False)
+    if type(converged_only) is not bool:
+        raise ValueError(f"{where}.converged_only must be true or false, got {converged_only!r}")
+    if converged_only and longer_of is not None:
+        raise ValueError(f"{where}: give longer_of (a longer cell of a short configuration) or converged_only (a "
+                         "configuration with no short cell), not both")
     chosen = entry.get("tuners", tuner_order[:1])
     if not isinstance(chosen, list) or not chosen or len(set(chosen)) < len(chosen):
         raise ValueError(f"{where}.tuners must list distinct tuners, e.g. [random, tpe]")
@@ -211,7 +220,8 @@ def _configuration_cells(entry: dict, index: int, preset: str, common: list[str]
             [f"data.classes={params.data.classes}"] if params.data.classes is not None else [])
         origin = " ".join([preset, *(f"--set '{a}'" for a in [*assignments, *dataset])])
         cells.append(Cell(name if position == 0 else f"{name}-{tuner}", name, tuner,
-                          position == 0 and longer_of is None, train_classes, params, origin, longer_of))
+                          position == 0 and longer_of is None and not converged_only, train_classes, params, origin,
+                          longer_of, converged_only))
     return cells
 
 
