@@ -231,9 +231,16 @@ def difference_at(centred: Centred, n: int, trials_per_split: int | None = None)
     over splits: its variance from the splits' spread (which holds any method-by-split interaction), never below what
     the trials' and runs' noise within splits implies.
 
-    With `trials_per_split`, the variance projected to every split having that many trials (the Fixed AdaCos runs as
-    they are): the jackknife part shrinks as one over the trials, the noise within splits as one over a split's trials,
-    and the splits' spread keeps what it holds beyond that noise (an interaction more trials cannot remove)."""
+    With `trials_per_split`, the variance projected to every split having that many trials (projected_difference)."""
+    estimate, now, then = projected_difference(centred, n, trials_per_split)
+    return estimate, now if trials_per_split is None else then
+
+
+def projected_difference(centred: Centred, n: int, trials_per_split: int | None) -> tuple[float, float, float]:
+    """difference_at's D(n), its variance now, and its variance once every split has `trials_per_split` trials (the
+    Fixed AdaCos runs as they are; None: the variance now again): the jackknife part shrinks as one over the trials,
+    the noise within splits as one over a split's trials, and the splits' spread keeps what it holds beyond that
+    noise (an interaction more trials cannot remove)."""
     val, test = within_split(centred)
     gain, gain_variance = selected_difference(val, test, n)
     luck, luck_variance = seed_luck(centred, n)
@@ -245,11 +252,12 @@ def difference_at(centred: Centred, n: int, trials_per_split: int | None = None)
     within = float(np.nansum(noise / counts + centred.reference_variance / runs)) / splits.size ** 2
     between = float(levels.var(ddof=1)) / splits.size if splits.size > 1 else 0.0
     estimate = gain - luck + float(levels.mean())
+    now = gain_variance + luck_variance + max(within, between)
     if trials_per_split is None:
-        return estimate, gain_variance + luck_variance + max(within, between)
+        return estimate, now, now
     later = float(np.nansum(noise / trials_per_split + centred.reference_variance / runs)) / splits.size ** 2
     shrink = counts.sum() / (trials_per_split * splits.size)
-    return estimate, gain_variance * shrink + luck_variance + max(later, between - within + later)
+    return estimate, now, gain_variance * shrink + luck_variance + max(later, between - within + later)
 
 
 @functools.cache
@@ -405,8 +413,7 @@ def settle_chance(centred: Centred, budget: int, margin: float, prior: Prior, le
     the evidence now: its estimate of D(budget) then is normal about what the evidence and the prior now expect, with
     the variance the trials still to come remove (difference_at's projection). The prior enters as the normal of its
     mean and variance, an approximation used only for this prediction; the decisions read the mixture itself."""
-    difference, variance = difference_at(centred, budget)
-    _, final = difference_at(centred, budget, trials_per_split=budget)
+    difference, variance, final = projected_difference(centred, budget, budget)
     now, variance, final = difference / centred.scale, variance / centred.scale ** 2, final / centred.scale ** 2
     centre = float(np.sum(prior.probabilities * prior.centres))
     spread = float(np.sum(prior.probabilities * (prior.spreads ** 2 + prior.centres ** 2))) - centre ** 2

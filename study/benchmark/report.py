@@ -20,7 +20,7 @@ from study.benchmark.long_cell import LEARNING_CURVE_CELL, overtaking_sentences
 from study.benchmark.fingerprint import CellReportError, check_cell, report_as_locked, reported
 from study.benchmark.pipelines import REPORT_OUTS, cell_finished
 from study.benchmark.meta import (RELATIVE_MARGIN, UNTUNED, benchmark_seconds, best_untuned, beyond_margin_from,
-                                  longer_table, pooled_coverage, pooled_table, trend_in_classes,
+                                  converged_cells, longer_table, pooled_coverage, pooled_table, trend_in_classes,
                                   tuner_table)
 from study.benchmark.card import benchmark_card, pct, pct_interval
 from study.benchmark.learning_rate import learning_rate_sentences
@@ -200,8 +200,6 @@ def _reached(short, long) -> str:
 def scope_sentence(plan: dict, rows: pd.DataFrame) -> str:
     """How far this carries, computed from the plan's finished cells: the converged cells the headline pools, then the
     short regime's primary cells."""
-    from study.benchmark.meta import converged_cells
-
     declared = {cell["name"]: cell for cell in plan["cells"]}
     cells = [declared[name] for name in dict.fromkeys(rows["cell"]) if declared[name]["primary"]]  # in CELL_ORDER
     sources = list(dict.fromkeys(cell["source"] for cell in cells))
