@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import ctypes
 import multiprocessing.util
 import os
 import shlex
@@ -14,7 +15,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import optuna
 
@@ -107,6 +108,25 @@ def _interrupt_when_gone(parent: int, parent_name: str, state: dict, stop: threa
     _thread.interrupt_main(signal.SIGTERM)
     if not stop.wait(WIND_DOWN_SECONDS):
         os._exit(128 + signal.SIGTERM)
+
+
+# Linux's prctl option that signals a process when the one that started it dies.
+PR_SET_PDEATHSIG = 1
+
+
+def ends_with_this_process() -> Callable[[], None]:
+    """A `preexec_fn` for a child process (e.g. `dvc repro`) that must not outlive this one: Linux sends the child
+    SIGTERM when this process dies, by any signal, kill -9 included, so that a killed driver never leaves DVC and the
+    stage it runs (which ends with DVC) training on unseen. Elsewhere, without prctl, a no-op."""
+    parent = os.getpid()
+
+    def end_with_parent() -> None:  # runs in the child, between fork and exec
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return end_with_parent
 
 
 def _say(line: str) -> None:

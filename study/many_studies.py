@@ -26,6 +26,7 @@ from typing import Callable, Sequence
 import yaml
 
 from study.config import StudyParams
+from study.interruptions import ends_with_this_process
 from study.presets import write_params
 from study.results import REPORT_DIR
 from study.validation import SOURCE_LINK
@@ -285,8 +286,8 @@ def reproduce(project: Project, pipelines: Sequence[Path], log: Log = to_stderr,
     log(" ".join([f"$ cd {project.relative(project.root, project.repository)} && dvc repro --keep-going", *options,
                   *targets]))
     started, ran, kept, errors, failing = time.monotonic(), 0, 0, [], False
-    with subprocess.Popen(command, cwd=project.root, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT) as process:
+    with subprocess.Popen(command, cwd=project.root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          preexec_fn=ends_with_this_process()) as process:  # never trains on once this one is killed
         for line in io.TextIOWrapper(process.stdout, encoding="utf-8", errors="replace", newline="\n"):
             line = line.rstrip("\n")
             if line.startswith("Running stage"):
