@@ -25,7 +25,9 @@ from study.benchmark.cells import (NEAR_FLOOR_SCORE, cell_plateau, cell_rows, co
                                    tuning_curve)
 from study.benchmark.meta import (RELATIVE_MARGIN, best_untuned, beyond_margin_from, converged_cells, judgement,
                                   length_by_source, longer_table, margin_reading, trend_in_classes, value_at)
-from study.benchmark.report import JUDGEMENT_WORDS, pct, pct_interval, read_cells
+from study.benchmark.card import benchmark_card
+from study.benchmark.report import (JUDGEMENT_WORDS, method_sentence, pct, pct_interval, read_cells,
+                                    scope_sentence)
 from study.config import AnalysisConfig
 
 METRIC = "test_map_at_r"
@@ -627,7 +629,8 @@ def test_the_report_has_every_method_in_its_table_and_its_scope(aggregate):
     pooled = [cell for cell in CELLS if cell[0] in HEADLINE]
     classes, sources = [cell[6] for cell in pooled], {cell[4] for cell in pooled}
     assert (f"How far this carries: The headline pools {len(pooled)} converged cells of {len(sources)} sources "
-            f"(C = {min(classes)}–{max(classes)}, 200–200 iterations per run). The short regime: 7 configurations from "
+            f"(C = {min(classes)}–{max(classes)}, 200–200 iterations per run; every method at one shared learning "
+            "rate). The short regime: 7 configurations from "
             "4 independent sources (digits, glyphs, mnist, strokes; real images: digits, mnist), C = 10–1,000 training "
             "classes, one small CNN trained 200–200 iterations per run.") in answer
     assert f"scores below {NEAR_FLOOR_SCORE} (glyphs-open-c1000)" in answer
@@ -696,6 +699,10 @@ def test_the_training_length_sentence_reads_each_convergence_as_reached_or_not()
     sentence, = longer_sentences(pd.DataFrame([{**row, "change_low": -0.01, "reference_short_converged_at": 50.0,
                                                 "reference_long_converged_at": 80.0}]))
     assert "not resolved" in sentence and "by Fixed AdaCos after 50 and 80 iterations" in sentence
+    assert "learning rate" not in sentence
+    sentence, = longer_sentences(pd.DataFrame([{**row, "rate_chosen": True}]))
+    assert sentence.startswith("On **glyphs-open-c100**, training 2,340 iterations instead of 234 with each method at "
+                               "its val-chosen learning rate, tuned ArcFace − Fixed AdaCos moves from -0.0074")
 
 
 def test_the_headline_takes_each_datas_longest_converged_cell():
@@ -824,3 +831,73 @@ def test_a_converged_only_cell_is_read_in_the_long_regime_and_pooled_only_there(
     assert "strokes-open-c100" in set(converged_cells(rows)["cell"])
     plan["cells"][1]["converged_only"] = False  # the same cell read as a plain non-primary one: in neither pool
     assert "strokes-open-c100" not in set(converged_cells(read_cells(plan, tmp_path))["cell"])
+
+
+def test_a_cell_that_chose_the_learning_rate_by_val_leads_its_configuration_before_a_longer_one():
+    """The protocol's cell (each method at its val-chosen rate) is the headline's for its data, even against a longer
+    shared-rate cell; where it did not converge, the converged shared-rate cell stays; the shared-rate pool keeps
+    what the headline was before."""
+    def row(cell, data, iterations, converged, chosen):
+        return {"cell": cell, "configuration": cell, "longer_of": data, "primary": False, "regime": "long",
+                "iterations": iterations, "converged": converged, "relative": 0.01, "relative_se": 0.01,
+                "method": "arcface_tuned", "rate_chosen": chosen}
+    rows = pd.DataFrame([row("a-long", "a", 1000, True, False), row("a-lr", "a", 1000, True, True),
+                         row("c-long", "c", 2000, True, False), row("c-lr", "c", 500, True, True),
+                         row("d-long", "d", 1000, True, False), row("d-lr", "d", 3000, False, True)])
+    assert sorted(converged_cells(rows)["cell"]) == ["a-lr", "c-lr", "d-long"]
+    assert sorted(converged_cells(rows[~rows["rate_chosen"]])["cell"]) == ["a-long", "c-long", "d-long"]
+    assert "c-long" in set(converged_cells(rows.drop(columns="rate_chosen"))["cell"])  # rows before rates: longest
+
+
+def chosen_rate_benchmark(root: Path) -> tuple[pd.DataFrame, dict, dict]:
+    """The synthetic benchmark with one more cell of Double MNIST's data that chose each method's learning rate from
+    three by val (tuned ArcFace −5% there): its rows, ArcFace's pooled row and the plan."""
+    ARCFACE.setdefault("mnist-pairs-open-c50-lr", -0.05)
+    lr_cell = ("mnist-pairs-open-c50-lr", "mnist-pairs-open-c50-lr", "random", False, "mnist", "open", 50, 0.60,
+               ["arcface"], "mnist-pairs-open-c50", 2000)
+    plan_path, _ = synthetic_benchmark(root, cells=[*CELLS, lr_cell])
+    plan = json.loads(plan_path.read_text())
+    plan["cells"][-1]["learning_rates"] = [0.003, 0.009, 0.027]
+    rows = read_cells(plan, root)
+    return rows, pooled_table(rows, 0.95).set_index("method").loc["arcface_tuned"].to_dict() | {
+        "method": "arcface_tuned"}, plan
+
+
+def test_the_headline_reads_the_chosen_rate_cell_and_keeps_the_shared_rate_pool_beside_it(tmp_path):
+    rows, arcface, plan = chosen_rate_benchmark(tmp_path)
+    shared = rows[rows["cell"] != "mnist-pairs-open-c50-lr"]
+    before = pooled_table(shared, 0.95).set_index("method").loc["arcface_tuned"]
+    headline = converged_cells(rows[rows["method"] == "arcface_tuned"])["cell"].tolist()
+    assert "mnist-pairs-open-c50-lr" in headline and "mnist-pairs-open-c50" not in headline
+    assert arcface["rate_chosen_cells"] == 1 and before["rate_chosen_cells"] == 0
+    for key in ("mean", "prediction_low", "prediction_high", "sources"):
+        assert arcface[f"shared_rate_{key}"] == pytest.approx(before[key])  # what the headline was before the cell
+    assert arcface["mean"] < before["mean"]  # the chosen-rate cell's −5% replaced Double MNIST's +3.8%
+    sentence = method_sentence(arcface)
+    assert (f"With every method at one shared learning rate instead: {pct(before['mean'])} "
+            f"{pct_interval(before['low'], before['high'])}, a new source "
+            f"{pct_interval(before['prediction_low'], before['prediction_high'])}") in sentence
+    assert "shared learning rate" not in method_sentence(before.to_dict() | {"method": "arcface_tuned"})
+    card = benchmark_card(arcface, [], rows)
+    assert card.sentences[-1].endswith("Fixed AdaCos needs one, or one per learning rate (3) where val chooses the "
+                                       "rate.")
+    assert ("the same, every method at one shared learning rate (sensitivity)",
+            f"{pct_interval(before['prediction_low'], before['prediction_high'])} ({before['sources']} sources)"
+            ) in card.how_sure
+    assert ("1 of them with each method at its val-chosen learning rate, the protocol's, the others at one shared "
+            "rate). ") in scope_sentence(plan, rows)
+
+
+def test_an_untuned_method_trains_its_runs_at_every_rate_val_chose_among(tmp_path):
+    """A cell's device-seconds count an untuned method's runs once per learning rate (val chose among them), a tuned
+    method's once (its selected trial's rate)."""
+    rows, _, plan = chosen_rate_benchmark(tmp_path)
+    cell = rows[rows["cell"] == "mnist-pairs-open-c50-lr"].iloc[0]
+    facts = next(c for c in plan["cells"] if c["name"] == "mnist-pairs-open-c50-lr")
+    shared = {key: value for key, value in facts.items() if key != "learning_rates"}  # the same cell, one rate
+    one_rate = cell_rows(shared, tmp_path / "mnist-pairs-open-c50-lr")[0]
+    # write_cell: every run took 2.0 s, 9 runs per method; Fixed AdaCos and 4 untuned methods, ArcFace tuned
+    untuned = 5 * 9 * 2.0
+    assert cell["rates"] == 3 and cell["rate_chosen"] and one_rate["rates"] == 1 and not one_rate["rate_chosen"]
+    assert cell["cell_seconds"] - one_rate["cell_seconds"] == pytest.approx(2 * untuned)
+    assert cell["shared_final_seconds"] == pytest.approx(3 * untuned)

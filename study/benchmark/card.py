@@ -78,11 +78,16 @@ def benchmark_card(arcface: dict, wins: list[dict], rows: pd.DataFrame) -> Answe
     searches = rows[(rows["method"] == "arcface_tuned") & (rows["primary"].astype(bool) | (rows["regime"] == "long"))]
     trials = (searches["n_trials"] * searches["repeats"].fillna(1)).astype(int)
     spent = f"{trials.min()}" if len(trials) and trials.min() == trials.max() else f"{trials.min()}–{trials.max()}"
-    cost = (f"A random search took {spent} trainings per split here; Fixed AdaCos needs one."
+    rates = sorted({int(n) for n in searches.get("rates", pd.Series(dtype=float)).dropna() if n > 1})
+    each = f", or one per learning rate ({'–'.join(map(str, rates))}) where val chooses the rate" if rates else ""
+    cost = (f"A random search took {spent} trainings per split here; Fixed AdaCos needs one{each}."
             if len(trials) else "No search finished, so what tuning costs is not known.")
     how_sure = [("tuned ArcFace − Fixed AdaCos on a new source, converged",
                  f"{expected} (95% prediction, {arcface['sources']} sources)" if predicts else
                  f"not estimable yet ({fmt.plural(converged, 'converged cell')})"),
+                *([("the same, every method at one shared learning rate (sensitivity)",
+                    f"{pct_interval(arcface['shared_rate_prediction_low'], arcface['shared_rate_prediction_high'])} "
+                    f"({arcface['shared_rate_sources']} sources)")] if arcface.get("rate_chosen_cells") else []),
                 ("the same, trained short (sensitivity)",
                  f"{pct_interval(arcface['short_prediction_low'], arcface['short_prediction_high'])} "
                  f"({arcface['short_sources']} sources)"),

@@ -110,12 +110,15 @@ def importance_of_s(landscape: pd.DataFrame, loss: str, seed: int = 0) -> float:
     return float(np.mean(shares)) if shares else math.nan
 
 
-def cell_device_seconds(search: pd.DataFrame, final: pd.DataFrame, run_scores: pd.DataFrame) -> dict:
+def cell_device_seconds(search: pd.DataFrame, final: pd.DataFrame, run_scores: pd.DataFrame, rates: int = 1) -> dict:
     """What a cell's study trained, in device-seconds: every search trial, and every final run (its method's mean
-    seconds × its runs), per untuned method apart so that runs shared between cells can be counted once."""
+    seconds × its runs), per untuned method apart so that runs shared between cells can be counted once. Where val
+    chose among `rates` learning rates, an untuned method trained its runs at each (counted at the chosen rate's
+    seconds: the same iterations); a tuned one at its selected trial's rate alone."""
     runs = run_scores.groupby("method").size()
     per_method = final.drop_duplicates("method").set_index("method")["run_seconds"]
-    finals = {method: float(per_method.get(method, math.nan)) * int(count) for method, count in runs.items()}
+    finals = {method: float(per_method.get(method, math.nan)) * int(count) * (1 if method.endswith("_tuned") else rates)
+              for method, count in runs.items()}
     return {"search": float(search["seconds"].sum()), "finals": finals,
             "total": float(search["seconds"].sum()) + float(np.nansum(list(finals.values())))}
 
@@ -191,7 +194,8 @@ def cell_rows(facts: dict, directory: str | Path) -> list[dict]:
     run_scores = read_csv(directory / TABLES / "run_scores.csv", "report")
     even = read_csv(directory / TABLES / "break_even.csv", "report")
     landscape = read_csv(directory / TABLES / "landscape.csv", "report")
-    cost = cell_device_seconds(search, final, run_scores)
+    rates = len(facts.get("learning_rates") or [None])  # train.learning_rates, or train.lr alone
+    cost = cell_device_seconds(search, final, run_scores, rates)
     rises, plateau_basis = cell_plateau(directory)
     reference = float(run_scores.loc[run_scores["method"] == REFERENCE_METHOD, metric].mean())
     common = {key: facts.get(key) for key in ("configuration", "tuner", "primary", "source", "protocol",
@@ -200,7 +204,8 @@ def cell_rows(facts: dict, directory: str | Path) -> list[dict]:
     common.update(cell=facts["name"], real=not is_synthetic_source(facts["source"]), metric=metric,
                   confidence=confidence, splits=len(facts["splits"]), seeds=len(facts["seeds"]),
                   reference_test_mean=reference, near_floor=reference < NEAR_FLOOR_SCORE,
-                  regime="long" if facts.get("longer_of") or facts.get("converged_only") else "short", plateau_basis=plateau_basis,
+                  regime="long" if facts.get("longer_of") or facts.get("converged_only") else "short",
+                  plateau_basis=plateau_basis, rates=rates, rate_chosen=rates > 1,
                   reference_rise=rises.get(REFERENCE_METHOD, math.nan),
                   reference_converged=bool(rises.get(REFERENCE_METHOD, math.nan) < PLATEAU_RISE),
                   cell_seconds=cost["total"], cell_search_seconds=cost["search"],

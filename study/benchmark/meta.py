@@ -26,7 +26,8 @@ UNTUNED = ("fixed_adacos", "dynamic_adacos", "p2sgrad", "softmax", "arcface_defa
 # The headline pools the cells where Fixed AdaCos and the method converged (docs/analysis.md's plateau rule, declared
 # before the converged runs); the short regime's pool, with and without its near-floor cells, are sensitivity rows.
 SCOPES = {"": "converged", "short_": "short regime", "short_off_floor_": "short regime, near-floor cells left out",
-          "real_": "converged, real images", "synthetic_": "converged, synthetic"}
+          "real_": "converged, real images", "synthetic_": "converged, synthetic",
+          "shared_rate_": "converged, every method at one shared learning rate"}
 POOLED_NUMBERS = ("mean", "low", "high", "prediction_low", "prediction_high", "prediction_standard_error",
                   "between_source_variance", "sources", "configurations")
 
@@ -37,15 +38,24 @@ def poolable(rows: pd.DataFrame) -> pd.Series:
             & (rows["relative_se"].astype(float) > 0))
 
 
+def rate_chosen(rows: pd.DataFrame) -> pd.Series:
+    """Whether each row's cell chose every method's learning rate by val (train.learning_rates), as the protocol
+    asks (docs/analysis.md); False for rows written before cells could."""
+    chosen = rows["rate_chosen"] if "rate_chosen" in rows else pd.Series(False, index=rows.index)
+    return chosen.fillna(False).astype(bool)
+
+
 def converged_cells(rows: pd.DataFrame) -> pd.DataFrame:
-    """The headline's cells: per configuration, its longest cell (a primary cell or a long-regime one) in which Fixed
-    AdaCos and the method converged by the plateau rule, with a finite, positive SE."""
+    """The headline's cells: per configuration, among its cells (a primary cell or a long-regime one) in which Fixed
+    AdaCos and the method converged by the plateau rule, with a finite, positive SE, one that chose the learning rate
+    by val before one at a shared rate (the protocol's), then the longest."""
     candidates = rows[(rows["primary"].astype(bool) | (rows["regime"] == "long"))
                       & np.isfinite(rows["relative"].astype(float)) & (rows["relative_se"].astype(float) > 0)
                       & rows["converged"].astype(bool)]
     data = candidates["longer_of"].where(candidates["longer_of"].notna(), candidates["configuration"])  # a long cell
-    longest = candidates.assign(data=data).sort_values("iterations", kind="stable")  # trains its short one's data
-    return longest.drop_duplicates(["data", "method"], keep="last").drop(columns="data")
+    ranked = candidates.assign(data=data, chosen=rate_chosen(candidates))  # trains its short one's data
+    ranked = ranked.sort_values(["chosen", "iterations"], kind="stable")
+    return ranked.drop_duplicates(["data", "method"], keep="last").drop(columns=["data", "chosen"])
 
 
 def _pooled(rows: pd.DataFrame, column: str, confidence: float) -> dict:
@@ -115,7 +125,8 @@ def pooled_method(rows: pd.DataFrame, confidence: float) -> dict:
     short = rows[poolable(rows) & (rows["regime"] == "short")]
     headline = converged_cells(rows)
     scopes = {"": headline, "short_": short, "short_off_floor_": short[~short["near_floor"].astype(bool)],
-              "real_": headline[headline["real"].astype(bool)], "synthetic_": headline[~headline["real"].astype(bool)]}
+              "real_": headline[headline["real"].astype(bool)], "synthetic_": headline[~headline["real"].astype(bool)],
+              "shared_rate_": converged_cells(rows[~rate_chosen(rows)])}  # every method at one rate: sensitivity
     method = rows["method"].iloc[0]
     facts = {"method": method, "loss": rows["loss"].iloc[0], "tuned": bool(rows["tuned"].iloc[0]),
              "metric": rows["metric"].iloc[0], "margin": RELATIVE_MARGIN,
@@ -125,6 +136,7 @@ def pooled_method(rows: pd.DataFrame, confidence: float) -> dict:
                                   "low": row.low / row.reference_test_mean, "high": row.high / row.reference_test_mean}
                                  for row in headline.itertuples()],
              "short_converged": int(short["converged"].astype(bool).sum()),
+             "rate_chosen_cells": int(rate_chosen(headline).sum()),
              "reference_mean": float((headline if len(headline) else short)["reference_test_mean"].mean())}
     for prefix, subset in scopes.items():
         facts.update({f"{prefix}{key}": value for key, value in _pooled(subset, "relative", confidence).items()})
@@ -332,7 +344,8 @@ def longer_table(rows: pd.DataFrame, convergence: dict[str, dict[str, float]], c
         half = stats.t.ppf(0.5 + confidence / 2, df) * se if df > 0 and math.isfinite(se) else math.nan
         long_iterations, short_iterations = convergence.get(row.cell, {}), convergence.get(short["cell"], {})
         table.append({"configuration": row.longer_of, "long_cell": row.cell, "short_cell": short["cell"],
-                      "method": row.method, "short_iterations": short["iterations"], "long_iterations": row.iterations,
+                      "method": row.method, "rate_chosen": bool(getattr(row, "rate_chosen", False)),
+                      "short_iterations": short["iterations"], "long_iterations": row.iterations,
                       "short_difference": short["difference"], "long_difference": row.difference,
                       "change": change, "change_low": change - half, "change_high": change + half,
                       "short_converged_at": short_iterations.get(row.method, math.nan),

@@ -61,7 +61,8 @@ class Cell:
                 "n_trials": params.search.n_trials, "splits": list(params.data.split_seeds()),
                 "seeds": list(params.runs.seeds), "methods": list(params.runs.methods),
                 "epochs": params.train.epochs, "model": params.model.name,
-                "planned_runs": planned_runs(params)} | ({"converged_only": True} if self.converged_only else {})
+                "planned_runs": planned_runs(params)} | ({"converged_only": True} if self.converged_only else {}) \
+            | ({"learning_rates": list(params.train.learning_rates)} if params.train.learning_rates else {})
 
 
 @dataclass(frozen=True)

@@ -114,7 +114,13 @@ def method_sentence(facts: dict) -> str:
               f"({facts[f'{prefix}sources']} sources)" for prefix, label in (("real_", "real images"),
                                                                               ("synthetic_", "synthetic"))
               if facts[f"{prefix}sources"]]
-    return text + (f". Apart: {'; '.join(scopes)}." if scopes else ".")
+    text += f". Apart: {'; '.join(scopes)}." if scopes else "."
+    if facts.get("rate_chosen_cells"):  # the protocol's cells lead; the shared-rate pool is what it replaced
+        text += (f" With every method at one shared learning rate instead: {pct(facts['shared_rate_mean'])} "
+                 f"{pct_interval(facts['shared_rate_low'], facts['shared_rate_high'])}, a new source "
+                 f"{pct_interval(facts['shared_rate_prediction_low'], facts['shared_rate_prediction_high'])} "
+                 f"({facts['shared_rate_sources']} sources; sensitivity).")
+    return text
 
 
 def cost_sentences(facts: dict) -> list[str]:
@@ -177,7 +183,9 @@ def longer_sentences(longer: pd.DataFrame) -> list[str]:
         resolved = row.change_low > 0 or row.change_high < 0
         sentences.append(
             f"On **{configuration}**, training {fmt.iterations(row.long_iterations)} iterations instead of "
-            f"{fmt.iterations(row.short_iterations)}, tuned ArcFace − Fixed AdaCos moves from "
+            f"{fmt.iterations(row.short_iterations)}"
+            + (" with each method at its val-chosen learning rate" if row.get("rate_chosen", False) else "")
+            + ", tuned ArcFace − Fixed AdaCos moves from "
             f"{fmt.signed(row.short_difference)} to {fmt.signed(row.long_difference)} (change "
             f"{fmt.signed(row.change)} {fmt.interval(row.change_low, row.change_high)}"
             f"{'' if resolved else ', not resolved'}); 95% of its own best val score is reached, in the short and the "
@@ -211,10 +219,14 @@ def scope_sentence(plan: dict, rows: pd.DataFrame) -> str:
     classes = [cell["train_classes"] for cell in cells] or list(rows["train_classes"])
     pooled = [declared[name] for name in dict.fromkeys(
         converged_cells(rows).query("method == 'arcface_tuned'")["cell"])]
+    chosen = sum(bool(c.get("learning_rates")) for c in pooled)
+    rates = (f"; {chosen} of them with each method at its val-chosen learning rate, the protocol's, the others at one "
+             "shared rate" if 0 < chosen < len(pooled) else "; each method at its val-chosen learning rate" if chosen
+             else "; every method at one shared learning rate")
     converged = (f"The headline pools {len(pooled)} converged cells of {len({c['source'] for c in pooled})} sources "
                  f"(C = {min(c['train_classes'] for c in pooled):,}–{max(c['train_classes'] for c in pooled):,}, "
                  f"{min(c['iterations'] for c in pooled):,}–{max(c['iterations'] for c in pooled):,} iterations per "
-                 "run). " if pooled else "No cell has converged yet, so the headline pools none. ")
+                 f"run{rates}). " if pooled else "No cell has converged yet, so the headline pools none. ")
     return (f"How far this carries: {converged}The short regime: {len(cells)} configurations from {len(sources)} "
             f"independent sources ({', '.join(sources) or 'none'}; real images: {', '.join(real) or 'none'}), C = "
             f"{min(classes):,}–{max(classes):,} training classes, one small CNN{trained}. Configurations of one source "
@@ -266,8 +278,8 @@ def method_bullets(plan: dict, rows: pd.DataFrame, seconds: dict, coverage: pd.D
         f"Each cell is one whole study (its own `dvc repro` under `{label}/<cell>/`, with its own report); each "
         "configuration's first tuner's cell enters the short regime's pool; the headline pools, per configuration, "
         "its longest cell in which Fixed AdaCos and the method converged (best val rose under 1% over the second "
-        "half of training, declared before the converged runs); the other tuners' cells enter only the tuner "
-        "comparison.",
+        "half of training, declared before the converged runs), a cell that chose each method's learning rate by "
+        "val before one at a shared rate; the other tuners' cells enter only the tuner comparison.",
         "A cell's difference is the mean over its class splits of the paired (same split and seed) differences; its "
         "standard error is the one over splits (k − 1 df), or, where that falls below it, the floor the seed noise "
         "within splits implies (√(s²_within / (splits·seeds)), on the within df).",

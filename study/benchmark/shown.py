@@ -105,6 +105,8 @@ def methods_shown(pooled: pd.DataFrame) -> pd.DataFrame:
         "equivalent from": "n/a" if fmt.missing(row.equivalent_from) else f"±{100 * row.equivalent_from:.1f}%",
         "real images": f"{pct(row.real_mean)} {pct_interval(row.real_low, row.real_high)}",
         "synthetic": f"{pct(row.synthetic_mean)} {pct_interval(row.synthetic_low, row.synthetic_high)}",
+        "converged, one shared learning rate: a new source (sensitivity)": pct_interval(
+            row.shared_rate_prediction_low, row.shared_rate_prediction_high),
         "short regime: a new source (sensitivity)": f"{pct(row.short_mean)} "
                                                     f"{pct_interval(row.short_prediction_low, row.short_prediction_high)}",
         "short, near-floor cells out (sensitivity)": f"{pct(row.short_off_floor_mean)} " + pct_interval(
