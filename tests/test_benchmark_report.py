@@ -22,12 +22,12 @@ from study.analysis.comparison import differences_to_reference
 from study.benchmark import aggregate_benchmark, pooled_table, tuner_table
 from study.benchmark.fingerprint import write_fingerprint
 from study.benchmark.cells import (NEAR_FLOOR_SCORE, cell_plateau, cell_rows, comparison_outcome, convergence_iterations,
-                                   tuning_curve)
+                                   rate_edges, tuning_curve)
 from study.benchmark.meta import (RELATIVE_MARGIN, best_untuned, beyond_margin_from, converged_cells, judgement,
                                   length_by_source, longer_table, margin_reading, trend_in_classes, value_at)
 from study.benchmark.card import benchmark_card
-from study.benchmark.report import (JUDGEMENT_WORDS, method_sentence, pct, pct_interval, read_cells,
-                                    scope_sentence)
+from study.benchmark.report import (JUDGEMENT_WORDS, method_sentence, pct, pct_interval, rate_edge_sentences,
+                                    read_cells, scope_sentence)
 from study.config import AnalysisConfig
 
 METRIC = "test_map_at_r"
@@ -901,3 +901,30 @@ def test_an_untuned_method_trains_its_runs_at_every_rate_val_chose_among(tmp_pat
     assert cell["rates"] == 3 and cell["rate_chosen"] and one_rate["rates"] == 1 and not one_rate["rate_chosen"]
     assert cell["cell_seconds"] - one_rate["cell_seconds"] == pytest.approx(2 * untuned)
     assert cell["shared_final_seconds"] == pytest.approx(3 * untuned)
+
+
+def test_the_rate_edges_count_the_splits_where_val_chose_the_grids_largest_or_smallest_rate():
+    grid = [0.003, 0.009, 0.027]
+    chosen = {"fixed_adacos": [0.027, 0.009, 0.027], "arcface_default": [0.027] * 3, "softmax": [0.003, 0.009, 0.009],
+              "dynamic_adacos": [0.009] * 3, "arcface_tuned": [0.0097, 0.0165, 0.0147]}  # tuned: drawn, not a grid's
+    runs = pd.DataFrame([{"method": method, "split": split, "lr": lr, "seed": seed}
+                         for method, rates in chosen.items() for split, lr in enumerate(rates) for seed in (0, 1)])
+    edges = rate_edges(runs, grid)
+    assert edges == {"fixed_adacos": {"top": 2, "bottom": 0, "splits": 3},
+                     "arcface_default": {"top": 3, "bottom": 0, "splits": 3},
+                     "softmax": {"top": 0, "bottom": 1, "splits": 3},
+                     "dynamic_adacos": {"top": 0, "bottom": 0, "splits": 3}}
+    assert rate_edges(runs, None) == {} and rate_edges(runs.drop(columns="lr"), grid) == {}
+    nothing = {"top": math.nan, "bottom": math.nan, "splits": math.nan}
+    rows = pd.DataFrame([{"cell": "glyphs-lr", "method": method, "rate_chosen": True,
+                          **{f"reference_rate_{k}": v for k, v in edges["fixed_adacos"].items()},
+                          **{f"rate_{k}": v for k, v in edges.get(method, nothing).items()}}
+                         for method in chosen if method != "fixed_adacos"])
+    sentence, = rate_edge_sentences(rows)
+    assert sentence == ("On glyphs-lr, val chose the learning-rate grid's edge: its largest for Fixed AdaCos on 2 of 3, "
+                        "ArcFace default on 3 of 3 class splits; its smallest for Softmax on 1 of 3 class splits. "
+                        "Beyond an edge a rate may score higher still: there the grid may hold those methods back.")
+    inside = rows.assign(reference_rate_top=0, rate_top=0, rate_bottom=0)
+    assert rate_edge_sentences(inside) == ["On glyphs-lr, val chose a learning rate inside its grid for every untuned "
+                                           "method on every class split."]
+    assert rate_edge_sentences(rows.assign(rate_chosen=False)) == []

@@ -296,10 +296,13 @@ def final_tables(runs: pd.DataFrame, methods: list[str], summary: pd.DataFrame,
 
 
 def run_score_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Each final run's class split (where there are splits), status, val score and test metrics (NaN where it
-    diverged): `recommend`'s input, and per-seed plots'."""
+    """Each final run's class split (where there are splits), its learning rate (where recorded: val chooses it per
+    split with train.learning_rates), status, val score and test metrics (NaN where it diverged): `recommend`'s
+    input, and per-seed plots'."""
     splits = ["split"] if "split" in runs else []
-    columns = ["method", *splits, "seed", "status", "val_score"] + [c for c in runs.columns if c.startswith(TEST_PREFIX)]
+    rate = ["lr"] if "lr" in runs else []
+    columns = (["method", *splits, *rate, "seed", "status", "val_score"]
+               + [c for c in runs.columns if c.startswith(TEST_PREFIX)])
     return runs.reindex(columns=columns).reset_index(drop=True)
 
 

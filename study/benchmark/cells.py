@@ -181,6 +181,23 @@ def cell_plateau(directory: str | Path) -> tuple[dict[str, float], str]:
             for method, group in curves.groupby("method", sort=False)}, "mean curve"
 
 
+def rate_edges(run_scores: pd.DataFrame, rates) -> dict[str, dict[str, int]]:
+    """Per method whose rate val chose from the grid `rates` (not a searched loss, whose rate is drawn between the
+    grid's ends): on how many class splits the chosen rate is the grid's largest and its smallest, of how many; at
+    an edge, a rate beyond it may score higher still. Empty for a cell without a grid or a table without rates."""
+    if not rates or "lr" not in run_scores:
+        return {}
+    grid = np.asarray(sorted(rates), dtype=float)
+    chosen = run_scores.drop_duplicates(["method", "split"])
+    edges = {}
+    for method, own in chosen.groupby("method", sort=False):
+        lr = own["lr"].astype(float).to_numpy()
+        if not np.isin(lr, grid).all():
+            continue
+        edges[method] = {"top": int((lr == grid[-1]).sum()), "bottom": int((lr == grid[0]).sum()), "splits": len(lr)}
+    return edges
+
+
 def cell_rows(facts: dict, directory: str | Path) -> list[dict]:
     """One row per method of a finished cell against Fixed AdaCos, read from its reports/ (metrics.json, tables/)."""
     directory = Path(directory)
@@ -196,6 +213,8 @@ def cell_rows(facts: dict, directory: str | Path) -> list[dict]:
     landscape = read_csv(directory / TABLES / "landscape.csv", "report")
     rates = len(facts.get("learning_rates") or [None])  # train.learning_rates, or train.lr alone
     cost = cell_device_seconds(search, final, run_scores, rates)
+    edges = rate_edges(run_scores, facts.get("learning_rates"))
+    nothing = {"top": math.nan, "bottom": math.nan, "splits": math.nan}
     rises, plateau_basis = cell_plateau(directory)
     reference = float(run_scores.loc[run_scores["method"] == REFERENCE_METHOD, metric].mean())
     common = {key: facts.get(key) for key in ("configuration", "tuner", "primary", "source", "protocol",
@@ -207,6 +226,7 @@ def cell_rows(facts: dict, directory: str | Path) -> list[dict]:
                   regime="long" if facts.get("longer_of") or facts.get("converged_only") else "short",
                   plateau_basis=plateau_basis, rates=rates, rate_chosen=rates > 1,
                   reference_rise=rises.get(REFERENCE_METHOD, math.nan),
+                  **{f"reference_rate_{edge}": count for edge, count in edges.get(REFERENCE_METHOD, nothing).items()},
                   reference_converged=bool(rises.get(REFERENCE_METHOD, math.nan) < PLATEAU_RISE),
                   cell_seconds=cost["total"], cell_search_seconds=cost["search"],
                   shared_final_seconds=float(np.nansum([seconds for method, seconds in cost["finals"].items()
@@ -229,6 +249,7 @@ def cell_rows(facts: dict, directory: str | Path) -> list[dict]:
                "margin": _number(cell_row.get("margin")), "detectable": _number(cell_row.get("detectable")),
                "reason": reason, "outcome": OUTCOMES.get(reason, "undecided"),
                "method_rise": rises.get(method, math.nan),
+               **{f"rate_{edge}": count for edge, count in edges.get(method, nothing).items()},
                "converged": bool(common["reference_converged"] and rises.get(method, math.nan) < PLATEAU_RISE)}
         if loss is not None:
             row.update(_search_facts(directory, loss, facts, landscape, run_scores, search, even, metric))

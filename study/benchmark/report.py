@@ -20,8 +20,8 @@ from study.benchmark.long_cell import LEARNING_CURVE_CELL, overtaking_sentences
 from study.benchmark.fingerprint import CellReportError, check_cell, report_as_locked, reported
 from study.benchmark.pipelines import REPORT_OUTS, cell_finished
 from study.benchmark.meta import (RELATIVE_MARGIN, UNTUNED, benchmark_seconds, best_untuned, beyond_margin_from,
-                                  converged_cells, longer_table, pooled_coverage, pooled_table, trend_in_classes,
-                                  tuner_table)
+                                  converged_cells, longer_table, pooled_coverage, pooled_table, rate_chosen,
+                                  trend_in_classes, tuner_table)
 from study.benchmark.card import benchmark_card, pct, pct_interval
 from study.benchmark.learning_rate import learning_rate_sentences
 from study.benchmark.shown import (absolute_shown, cells_shown, convergence_shown, findings_shown, length_shown,
@@ -191,6 +191,29 @@ def longer_sentences(longer: pd.DataFrame) -> list[str]:
             f"{'' if resolved else ', not resolved'}); 95% of its own best val score is reached, in the short and the "
             f"long regime, by Fixed AdaCos {_reached(row.reference_short_converged_at, row.reference_long_converged_at)}"
             f", by tuned ArcFace {_reached(row.short_converged_at, row.long_converged_at)}.")
+    return sentences
+
+
+def rate_edge_sentences(rows: pd.DataFrame) -> list[str]:
+    """Per cell that chose the learning rate by val from a grid: the untuned methods for which val chose the grid's
+    largest or smallest rate, on how many class splits (beyond that edge a rate may score higher still)."""
+    sentences = []
+    for cell, group in rows[rate_chosen(rows)].groupby("cell", sort=False):
+        first = group.iloc[0]
+        counts = [("fixed_adacos", first["reference_rate_top"], first["reference_rate_bottom"],
+                   first["reference_rate_splits"])]
+        counts += [(row.method, row.rate_top, row.rate_bottom, row.rate_splits) for row in group.itertuples()]
+        edges = {edge: [f"{method_name(method)} on {int(at[index])} of {int(splits)}"
+                        for method, *at, splits in counts if not fmt.missing(at[index]) and at[index] > 0]
+                 for index, edge in enumerate(("largest", "smallest"))}
+        if not edges["largest"] and not edges["smallest"]:
+            sentences.append(f"On {cell}, val chose a learning rate inside its grid for every untuned method on "
+                             "every class split.")
+            continue
+        said = "; ".join(f"its {edge} for {', '.join(methods)} class splits" for edge, methods in edges.items()
+                         if methods)
+        sentences.append(f"On {cell}, val chose the learning-rate grid's edge: {said}. Beyond an edge a rate may "
+                         "score higher still: there the grid may hold those methods back.")
     return sentences
 
 
@@ -438,7 +461,7 @@ def _write_benchmark_report(plan: dict, rows: pd.DataFrame, cells_dir: Path, rep
                     Table(findings_shown(rows), "ArcFace's best (s, m) per configuration")]),
                 Section("Trends and training length", [
                     slope_sentence(slope), *longer_sentences(longer),
-                    *learning_rate_sentences(cells_dir.resolve().parent / "results"),
+                    *learning_rate_sentences(cells_dir.resolve().parent / "results"), *rate_edge_sentences(rows),
                     *_linked(overtaking_sentences(cells_dir / LEARNING_CURVE_CELL), cells_dir, report_dir),
                     Table(length_shown(rows), "Training length as a moderator: tuned ArcFace − Fixed AdaCos in % "
                                               "of Fixed AdaCos's score per source, short regime against converged "
