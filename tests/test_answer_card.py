@@ -56,6 +56,17 @@ def test_a_long_paragraph_is_split_between_sentences_and_loses_nothing():
     assert short_paragraphs("A short one. Another.") == ["A short one. Another."]
 
 
+def test_a_bold_paragraph_split_stays_bold_in_every_part():
+    """A bold lead longer than a paragraph: each part is bold on its own, and the words are all kept."""
+    sentence = "Tuned ArcFace minus Fixed AdaCos is expected in an interval that reaches beyond the margin of two. "
+    text = f"**{(sentence * 12).strip()}** After it, plain words."
+    parts = short_paragraphs(text)
+    assert len(parts) > 1 and all(part.count("**") % 2 == 0 for part in parts)
+    assert all(part.startswith("**") for part in parts)
+    assert parts[-1].endswith("** After it, plain words.")
+    assert " ".join(part.replace("**", "") for part in parts) == text.replace("**", "")
+
+
 @pytest.mark.parametrize("judgement", ["equivalent", "slightly better", "slightly worse", "better", "worse", "open",
                                        None])
 def test_the_benchmarks_card_fits_for_every_judgement_and_names_its_conditions(judgement):

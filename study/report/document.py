@@ -81,7 +81,18 @@ def short_paragraphs(text: str) -> list[str]:
             paragraphs.append(" ".join(current))
             current = []
         current.append(sentence)
-    return paragraphs + [" ".join(current)]
+    return _bold_kept(paragraphs + [" ".join(current)])
+
+
+def _bold_kept(paragraphs: list[str]) -> list[str]:
+    """Paragraphs split out of one, with a bold span (`**`) that crosses a split closed before it and opened again
+    after it, so that no paragraph shows a stray `**`."""
+    kept, open_ = [], False
+    for paragraph in paragraphs:
+        paragraph = f"**{paragraph}" if open_ else paragraph
+        open_ = paragraph.count("**") % 2 == 1
+        kept.append(f"{paragraph}**" if open_ else paragraph)
+    return kept
 
 
 def _readable(sections: list[Section]) -> list[Section]:
