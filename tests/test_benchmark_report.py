@@ -928,3 +928,18 @@ def test_the_rate_edges_count_the_splits_where_val_chose_the_grids_largest_or_sm
     assert rate_edge_sentences(inside) == ["On glyphs-lr, val chose a learning rate inside its grid for every untuned "
                                            "method on every class split."]
     assert rate_edge_sentences(rows.assign(rate_chosen=False)) == []
+
+
+def test_an_untuned_method_ahead_within_noise_is_not_said_to_score_highest(synthetic):
+    """The lead names the untuned method with the highest mean as such only where its interval excludes Fixed
+    AdaCos's; within noise it says none is told apart, and gives that mean with its interval."""
+    from study.benchmark.report import lead_sentence
+
+    arcface = synthetic["pooled"].set_index("method").loc["arcface_tuned"].to_dict()
+    best = {"method": "dynamic_adacos", "mean": 0.0004, "low": -0.0102, "high": 0.0110, "distinct": False,
+            "pool": "converged"}
+    lead = lead_sentence(arcface, best, [])
+    assert ("Of the losses that need no tuning, none is told apart from Fixed AdaCos on average at convergence (the "
+            "highest, Dynamic AdaCos: +0.0% [-1.0%, +1.1%]).**") in lead and "scores highest" not in lead
+    lead = lead_sentence(arcface, best | {"mean": 0.03, "low": 0.01, "high": 0.05, "distinct": True}, [])
+    assert "Dynamic AdaCos scores highest on average at convergence (+3.0% [+1.0%, +5.0%])" in lead

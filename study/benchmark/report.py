@@ -73,6 +73,10 @@ def lead_sentence(arcface: dict, best: dict, wins: list[dict]) -> str:
     pool = "at convergence" if best["pool"] == "converged" else "trained short"
     if best["method"] == "fixed_adacos":
         untuned = f"Of the losses that need no tuning, none beats Fixed AdaCos on average {pool}"
+    elif not best["distinct"]:  # the highest mean, but its interval covers Fixed AdaCos's
+        untuned = (f"Of the losses that need no tuning, none is told apart from Fixed AdaCos on average {pool} (the "
+                   f"highest, {method_name(best['method'])}: {pct(best['mean'])} "
+                   f"{pct_interval(best['low'], best['high'])})")
     else:
         untuned = (f"Of the losses that need no tuning, {method_name(best['method'])} scores highest on average "
                    f"{pool} ({pct(best['mean'])} {pct_interval(best['low'], best['high'])})")
