@@ -840,13 +840,13 @@ def test_a_cell_that_chose_the_learning_rate_by_val_leads_its_configuration_befo
     def row(cell, data, iterations, converged, chosen):
         return {"cell": cell, "configuration": cell, "longer_of": data, "primary": False, "regime": "long",
                 "iterations": iterations, "converged": converged, "relative": 0.01, "relative_se": 0.01,
-                "method": "arcface_tuned", "rate_chosen": chosen}
+                "method": "arcface_tuned", "rates": 3 if chosen else 1}
     rows = pd.DataFrame([row("a-long", "a", 1000, True, False), row("a-lr", "a", 1000, True, True),
                          row("c-long", "c", 2000, True, False), row("c-lr", "c", 500, True, True),
                          row("d-long", "d", 1000, True, False), row("d-lr", "d", 3000, False, True)])
     assert sorted(converged_cells(rows)["cell"]) == ["a-lr", "c-lr", "d-long"]
-    assert sorted(converged_cells(rows[~rows["rate_chosen"]])["cell"]) == ["a-long", "c-long", "d-long"]
-    assert "c-long" in set(converged_cells(rows.drop(columns="rate_chosen"))["cell"])  # rows before rates: longest
+    assert sorted(converged_cells(rows[rows["rates"] == 1])["cell"]) == ["a-long", "c-long", "d-long"]
+    assert "c-long" in set(converged_cells(rows.drop(columns="rates"))["cell"])  # rows before rates: longest
 
 
 def chosen_rate_benchmark(root: Path) -> tuple[pd.DataFrame, dict, dict]:
@@ -898,7 +898,7 @@ def test_an_untuned_method_trains_its_runs_at_every_rate_val_chose_among(tmp_pat
     one_rate = cell_rows(shared, tmp_path / "mnist-pairs-open-c50-lr")[0]
     # write_cell: every run took 2.0 s, 9 runs per method; Fixed AdaCos and 4 untuned methods, ArcFace tuned
     untuned = 5 * 9 * 2.0
-    assert cell["rates"] == 3 and cell["rate_chosen"] and one_rate["rates"] == 1 and not one_rate["rate_chosen"]
+    assert cell["rates"] == 3 and one_rate["rates"] == 1
     assert cell["cell_seconds"] - one_rate["cell_seconds"] == pytest.approx(2 * untuned)
     assert cell["shared_final_seconds"] == pytest.approx(3 * untuned)
 
@@ -916,7 +916,7 @@ def test_the_rate_edges_count_the_splits_where_val_chose_the_grids_largest_or_sm
                      "dynamic_adacos": {"top": 0, "bottom": 0, "splits": 3}}
     assert rate_edges(runs, None) == {} and rate_edges(runs.drop(columns="lr"), grid) == {}
     nothing = {"top": math.nan, "bottom": math.nan, "splits": math.nan}
-    rows = pd.DataFrame([{"cell": "glyphs-lr", "method": method, "rate_chosen": True,
+    rows = pd.DataFrame([{"cell": "glyphs-lr", "method": method, "rates": 3,
                           **{f"reference_rate_{k}": v for k, v in edges["fixed_adacos"].items()},
                           **{f"rate_{k}": v for k, v in edges.get(method, nothing).items()}}
                          for method in chosen if method != "fixed_adacos"])
@@ -927,7 +927,7 @@ def test_the_rate_edges_count_the_splits_where_val_chose_the_grids_largest_or_sm
     inside = rows.assign(reference_rate_top=0, rate_top=0, rate_bottom=0)
     assert rate_edge_sentences(inside) == ["On glyphs-lr, val chose a learning rate inside its grid for every untuned "
                                            "method on every class split."]
-    assert rate_edge_sentences(rows.assign(rate_chosen=False)) == []
+    assert rate_edge_sentences(rows.assign(rates=1)) == []
 
 
 def test_an_untuned_method_ahead_within_noise_is_not_said_to_score_highest(synthetic):

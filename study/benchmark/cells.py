@@ -224,7 +224,7 @@ def cell_rows(facts: dict, directory: str | Path) -> list[dict]:
                   confidence=confidence, splits=len(facts["splits"]), seeds=len(facts["seeds"]),
                   reference_test_mean=reference, near_floor=reference < NEAR_FLOOR_SCORE,
                   regime="long" if facts.get("longer_of") or facts.get("converged_only") else "short",
-                  plateau_basis=plateau_basis, rates=rates, rate_chosen=rates > 1,
+                  plateau_basis=plateau_basis, rates=rates,
                   reference_rise=rises.get(REFERENCE_METHOD, math.nan),
                   **{f"reference_rate_{edge}": count for edge, count in edges.get(REFERENCE_METHOD, nothing).items()},
                   reference_converged=bool(rises.get(REFERENCE_METHOD, math.nan) < PLATEAU_RISE),

@@ -39,10 +39,10 @@ def poolable(rows: pd.DataFrame) -> pd.Series:
 
 
 def rate_chosen(rows: pd.DataFrame) -> pd.Series:
-    """Whether each row's cell chose every method's learning rate by val (train.learning_rates), as the protocol
-    asks (docs/analysis.md); False for rows written before cells could."""
-    chosen = rows["rate_chosen"] if "rate_chosen" in rows else pd.Series(False, index=rows.index)
-    return chosen.fillna(False).astype(bool)
+    """Whether each row's cell chose every method's learning rate by val among several (train.learning_rates), as
+    the protocol asks (docs/analysis.md); False for rows written before cells could."""
+    rates = rows["rates"] if "rates" in rows else pd.Series(1, index=rows.index)
+    return rates.fillna(1).astype(float) > 1
 
 
 def converged_cells(rows: pd.DataFrame) -> pd.DataFrame:
@@ -344,7 +344,7 @@ def longer_table(rows: pd.DataFrame, convergence: dict[str, dict[str, float]], c
         half = stats.t.ppf(0.5 + confidence / 2, df) * se if df > 0 and math.isfinite(se) else math.nan
         long_iterations, short_iterations = convergence.get(row.cell, {}), convergence.get(short["cell"], {})
         table.append({"configuration": row.longer_of, "long_cell": row.cell, "short_cell": short["cell"],
-                      "method": row.method, "rate_chosen": bool(getattr(row, "rate_chosen", False)),
+                      "method": row.method, "rate_chosen": float(getattr(row, "rates", 1)) > 1,
                       "short_iterations": short["iterations"], "long_iterations": row.iterations,
                       "short_difference": short["difference"], "long_difference": row.difference,
                       "change": change, "change_low": change - half, "change_high": change + half,
