@@ -23,8 +23,9 @@ from study.benchmark import aggregate_benchmark, pooled_table, tuner_table
 from study.benchmark.fingerprint import write_fingerprint
 from study.benchmark.cells import (NEAR_FLOOR_SCORE, cell_plateau, cell_rows, comparison_outcome, convergence_iterations,
                                    rate_edges, tuning_curve)
-from study.benchmark.meta import (RELATIVE_MARGIN, best_untuned, beyond_margin_from, converged_cells, judgement,
-                                  length_by_source, longer_table, margin_reading, trend_in_classes, value_at)
+from study.benchmark.meta import (RELATIVE_MARGIN, benchmark_seconds, best_untuned, beyond_margin_from,
+                                  converged_cells, judgement, length_by_source, longer_table, margin_reading,
+                                  trend_in_classes, value_at)
 from study.benchmark.card import benchmark_card
 from study.benchmark.report import (JUDGEMENT_WORDS, method_sentence, pct, pct_interval, rate_edge_sentences,
                                     read_cells, scope_sentence)
@@ -943,3 +944,23 @@ def test_an_untuned_method_ahead_within_noise_is_not_said_to_score_highest(synth
             "highest, Dynamic AdaCos: +0.0% [-1.0%, +1.1%]).**") in lead and "scores highest" not in lead
     lead = lead_sentence(arcface, best | {"mean": 0.03, "low": 0.01, "high": 0.05, "distinct": True}, [])
     assert "Dynamic AdaCos scores highest on average at convergence (+3.0% [+1.0%, +5.0%])" in lead
+
+
+def test_the_device_seconds_are_split_by_regime_and_name_what_the_converged_headline_cost():
+    """Hand counts: the untuned final runs a configuration's tuners share count once; the headline's cost is the
+    chosen-rate converged cell's, not the shared-rate or unconverged long cells' beside it."""
+    def cell(name, configuration, regime, seconds, shared, longer_of=None, converged=False, rates=1):
+        return {"cell": name, "configuration": configuration, "regime": regime, "cell_seconds": seconds,
+                "shared_final_seconds": shared, "longer_of": longer_of, "primary": regime == "short" and
+                name == configuration, "iterations": 4000 if regime == "long" else 100, "relative": 0.01,
+                "relative_se": 0.01, "converged": converged, "rates": rates, "method": "arcface_tuned"}
+
+    rows = pd.DataFrame([cell("a", "a", "short", 100.0, 40.0), cell("a-tpe", "a", "short", 70.0, 40.0),
+                         cell("a-conv", "a-conv", "long", 1000.0, 300.0, "a", True),
+                         cell("a-conv-lr", "a-conv-lr", "long", 2500.0, 900.0, "a", True, 3),
+                         cell("b-conv", "b-conv", "long", 500.0, 100.0, "b")])
+    seconds = benchmark_seconds(rows)
+    assert seconds["short"] == pytest.approx(60 + 30 + 40)  # a's shared untuned runs trained once
+    assert seconds["longer"] == pytest.approx(4000)
+    assert seconds["trained"] == pytest.approx(4130) and seconds["cells"] == pytest.approx(4170)
+    assert (seconds["headline"], seconds["headline_cells"]) == (pytest.approx(2500), 1)

@@ -325,8 +325,10 @@ def method_bullets(plan: dict, rows: pd.DataFrame, seconds: dict, coverage: pd.D
         "Tuners are compared at equal trials and at equal training iterations (a pruned trial costs the iterations "
         "it ran); TPE's random start-up trials are a quarter of its budget. Device-seconds are shown as measured and "
         "never used to rank tuners run at different times.",
-        f"Device-seconds trained: {fmt.seconds(seconds['trained'])}; {len(plan['cells'])} cells declared, "
-        f"{rows['cell'].nunique()} finished.",
+        f"Device-seconds trained: {fmt.seconds(seconds['trained'])} ({fmt.seconds(seconds['short'])} in the short "
+        f"regime, {fmt.seconds(seconds['longer'])} in longer cells; the {seconds['headline_cells']} cells the "
+        f"converged headline reads took {fmt.seconds(seconds['headline'])}, {seconds['headline'] / 3600:.1f} h); "
+        f"{len(plan['cells'])} cells declared, {rows['cell'].nunique()} finished.",
     ]
 
 
