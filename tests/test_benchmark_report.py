@@ -22,7 +22,8 @@ from study.analysis.comparison import differences_to_reference
 from study.benchmark import aggregate_benchmark, pooled_table, tuner_table
 from study.benchmark.fingerprint import write_fingerprint
 from study.benchmark.cells import (NEAR_FLOOR_SCORE, cell_plateau, cell_rows, comparison_outcome, convergence_iterations,
-                                   rate_edges, tuning_curve)
+                                   tuning_curve)
+from study.benchmark.rate_edges import rate_edges
 from study.benchmark.meta import (RELATIVE_MARGIN, benchmark_seconds, best_untuned, beyond_margin_from,
                                   converged_cells, judgement, length_by_source, longer_table, margin_reading,
                                   trend_in_classes, value_at)

@@ -16,6 +16,7 @@ from study.analysis import (REFERENCE_METHOD, TEST_PREFIX, count_or_none, expect
                             paired_differences, seed_luck, standard_error_floor)
 from study.analysis.convergence import PLATEAU_RISE, plateau_rise, plateau_table
 from study.analysis.verdict import difference_row, recommendation_rule
+from study.benchmark.rate_edges import rate_edges
 from study.config import load_params
 from study.losses import fixed_adacos_scale
 from study.results import REPORT_DIR, read_csv, read_json
@@ -179,23 +180,6 @@ def cell_plateau(directory: str | Path) -> tuple[dict[str, float], str]:
     curves = read_csv(tables / "curves.csv", "report").sort_values("iteration", kind="stable")
     return {method: plateau_rise(group["iteration"].to_numpy(dtype=float), group["mean"].to_numpy(dtype=float))
             for method, group in curves.groupby("method", sort=False)}, "mean curve"
-
-
-def rate_edges(run_scores: pd.DataFrame, rates) -> dict[str, dict[str, int]]:
-    """Per method whose rate val chose from the grid `rates` (not a searched loss, whose rate is drawn between the
-    grid's ends): on how many class splits the chosen rate is the grid's largest and its smallest, of how many; at
-    an edge, a rate beyond it may score higher still. Empty for a cell without a grid or a table without rates."""
-    if not rates or "lr" not in run_scores:
-        return {}
-    grid = np.asarray(sorted(rates), dtype=float)
-    chosen = run_scores.drop_duplicates(["method", "split"])
-    edges = {}
-    for method, own in chosen.groupby("method", sort=False):
-        lr = own["lr"].astype(float).to_numpy()
-        if not np.isin(lr, grid).all():
-            continue
-        edges[method] = {"top": int((lr == grid[-1]).sum()), "bottom": int((lr == grid[0]).sum()), "splits": len(lr)}
-    return edges
 
 
 def cell_rows(facts: dict, directory: str | Path) -> list[dict]:

@@ -58,7 +58,7 @@ def converged_cells(rows: pd.DataFrame) -> pd.DataFrame:
     return ranked.drop_duplicates(["data", "method"], keep="last").drop(columns=["data", "chosen"])
 
 
-def _pooled(rows: pd.DataFrame, column: str, confidence: float) -> dict:
+def pooled_numbers(rows: pd.DataFrame, column: str, confidence: float) -> dict:
     """pool_across_sources on one column (relative or absolute difference) of `rows`, as plain numbers."""
     if rows.empty:
         return {name: math.nan for name in POOLED_NUMBERS} | {"sources": 0, "configurations": 0}
@@ -67,6 +67,24 @@ def _pooled(rows: pd.DataFrame, column: str, confidence: float) -> dict:
                                  confidence=confidence, degrees_of_freedom=rows["df"].astype(float))
     return {name: (float(result[name]) if name not in ("sources", "configurations") else int(result[name]))
             for name in POOLED_NUMBERS}
+
+
+def headline_with_differences(cells: pd.DataFrame, after: pd.DataFrame,
+                              confidence: float = 0.95) -> tuple[pd.DataFrame, list]:
+    """Every method's converged headline pooled as the aggregate pools it (`cells`: its cells.csv), and again with
+    the differences `after` (cell, method, relative_after, relative_se_after) in place of those cells' own; the
+    headline keeps its cells. Also which headline cells `after` covered."""
+    headline = converged_cells(cells)
+    moved = headline.merge(after[["cell", "method", "relative_after", "relative_se_after"]], on=["cell", "method"],
+                           how="left")
+    checked = moved["relative_after"].notna()
+    moved.loc[checked, "relative"] = moved.loc[checked, "relative_after"]
+    moved.loc[checked, "relative_se"] = moved.loc[checked, "relative_se_after"]
+    table = [{"method": method, **pooled_numbers(headline[headline["method"] == method], "relative", confidence),
+              **{f"{key}_after": value for key, value in
+                 pooled_numbers(moved[moved["method"] == method], "relative", confidence).items()}}
+             for method in dict.fromkeys(headline["method"])]
+    return pd.DataFrame(table), sorted(set(moved.loc[checked, "cell"]))
 
 
 BESIDE_NUMBERS = ("true_low", "true_high", "hk_true_low", "hk_true_high", "inverse_variance_mean",
@@ -139,10 +157,12 @@ def pooled_method(rows: pd.DataFrame, confidence: float) -> dict:
              "rate_chosen_cells": int(rate_chosen(headline).sum()),
              "reference_mean": float((headline if len(headline) else short)["reference_test_mean"].mean())}
     for prefix, subset in scopes.items():
-        facts.update({f"{prefix}{key}": value for key, value in _pooled(subset, "relative", confidence).items()})
+        pooled = pooled_numbers(subset, "relative", confidence)
+        facts.update({f"{prefix}{key}": value for key, value in pooled.items()})
     for prefix in ("", "short_"):  # beside the interval read: a new source's true effect, and the weighting's sway
         facts.update({f"{prefix}{key}": value for key, value in _beside(scopes[prefix], confidence).items()})
-    facts.update({f"absolute_{key}": value for key, value in _pooled(headline, "difference", confidence).items()})
+    absolute = pooled_numbers(headline, "difference", confidence)
+    facts.update({f"absolute_{key}": value for key, value in absolute.items()})
     facts["absolute_margin"] = RELATIVE_MARGIN * facts["reference_mean"]
     facts["judgement"] = judgement(facts["prediction_low"], facts["prediction_high"])
     facts["short_judgement"] = judgement(facts["short_prediction_low"], facts["short_prediction_high"])

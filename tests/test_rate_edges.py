@@ -1,0 +1,104 @@
+"""The learning-rate grid's edges (study/benchmark/rate_edges.py): the runs beyond an edge, val's choice between the
+edge and beyond it, and the differences formed again, each against hand-computed tables; the converged headline
+pooled again, against the committed aggregate."""
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from study.benchmark.meta import headline_with_differences
+from study.benchmark.rate_edges import beyond_edges, differences, rechoose
+
+REPO = Path(__file__).resolve().parents[1]
+GRID = [0.003, 0.009, 0.027]
+
+
+def runs(chosen: dict, val: dict, test: dict) -> pd.DataFrame:
+    """Two seeds per (method, split) at the chosen rate; val and test scores given per (method, split, seed)."""
+    return pd.DataFrame([{"method": method, "split": split, "lr": lr, "seed": seed,
+                          "val_score": val[method][split][seed], "test_map_at_r": test[method][split][seed]}
+                         for method, rates in chosen.items() for split, lr in enumerate(rates) for seed in (0, 1)])
+
+
+def test_the_runs_beyond_an_edge_take_the_grids_own_step_outwards():
+    chosen = {"fixed_adacos": [0.027, 0.009, 0.027], "softmax": [0.003, 0.009, 0.009],
+              "arcface_tuned": [0.0097, 0.0165, 0.027]}  # a searched rate can land on a grid value: still one edge
+    table = pd.DataFrame([{"method": m, "split": k, "lr": lr, "seed": s}
+                          for m, rates in chosen.items() for k, lr in enumerate(rates) for s in (0, 1)])
+    edges = beyond_edges(table, GRID)
+    assert list(edges.itertuples(index=False, name=None)) == [
+        ("fixed_adacos", 0, 0.027, 0.081), ("fixed_adacos", 2, 0.027, 0.081), ("softmax", 0, 0.003, 0.001),
+        ("arcface_tuned", 2, 0.027, 0.081)]
+    assert beyond_edges(table, [0.003]).empty and beyond_edges(table, None).empty
+    assert beyond_edges(table, [0.001, 0.01]).empty  # no method chose either end of that grid
+
+
+def test_val_chooses_beyond_the_edge_only_with_a_better_mean_over_a_whole_set_of_seeds():
+    chosen = {"fixed_adacos": [0.027, 0.027, 0.027], "arcface_tuned": [0.01, 0.02, 0.015]}
+    val = {"fixed_adacos": [[0.50, 0.52], [0.60, 0.60], [0.40, 0.44]], "arcface_tuned": [[0.5, 0.5]] * 3}
+    test = {"fixed_adacos": [[0.48, 0.50], [0.58, 0.62], [0.41, 0.43]],
+            "arcface_tuned": [[0.53, 0.55], [0.60, 0.64], [0.45, 0.47]]}
+    scores = runs(chosen, val, test)
+    beyond = pd.DataFrame([
+        # split 0: mean val 0.53 > 0.51, chosen; split 1: 0.59 < 0.60, not; split 2: only seed 0 ran, so not compared
+        {"method": "fixed_adacos", "split": 0, "lr": 0.081, "seed": 0, "val_score": 0.52, "test_map_at_r": 0.54},
+        {"method": "fixed_adacos", "split": 0, "lr": 0.081, "seed": 1, "val_score": 0.54, "test_map_at_r": 0.56},
+        {"method": "fixed_adacos", "split": 1, "lr": 0.081, "seed": 0, "val_score": 0.62, "test_map_at_r": 0.70},
+        {"method": "fixed_adacos", "split": 1, "lr": 0.081, "seed": 1, "val_score": 0.56, "test_map_at_r": 0.70},
+        {"method": "fixed_adacos", "split": 2, "lr": 0.081, "seed": 0, "val_score": 0.90, "test_map_at_r": 0.90}])
+    adjusted, choices = rechoose(scores, beyond, centre=0.003)
+    assert choices["chose_beyond"].tolist() == [True, False, False]
+    assert choices["beyond_val"].iloc[0] == pytest.approx(0.53) and math.isnan(choices["beyond_val"].iloc[2])
+    fixed = adjusted[adjusted["method"] == "fixed_adacos"].sort_values(["split", "seed"])
+    assert fixed["test_map_at_r"].tolist() == [0.54, 0.56, 0.58, 0.62, 0.41, 0.43]
+    assert fixed["lr"].tolist() == [0.081, 0.081, 0.027, 0.027, 0.027, 0.027]
+    # A diverged run beyond the edge (NaN val) leaves that rate incomplete: the edge stays, whatever the other seed.
+    diverged = beyond.assign(val_score=[np.nan, 0.99, 0.62, 0.56, 0.90])
+    assert not rechoose(scores, diverged, centre=0.003)[1]["chose_beyond"].iloc[0]
+
+    # The differences formed again: per split the mean over seeds of tuned − fixed, then the mean over splits.
+    per_split = [np.mean([0.53 - 0.54, 0.55 - 0.56]), np.mean([0.60 - 0.58, 0.64 - 0.62]),
+                 np.mean([0.45 - 0.41, 0.47 - 0.43])]
+    row = differences(adjusted, "test_map_at_r", 0.95).set_index("method").loc["arcface_tuned"]
+    assert row["difference"] == pytest.approx(np.mean(per_split))
+    reference = np.mean([0.54, 0.56, 0.58, 0.62, 0.41, 0.43])
+    assert row["reference_test_mean"] == pytest.approx(reference)
+    assert row["relative"] == pytest.approx(np.mean(per_split) / reference)
+    t = np.std(per_split, ddof=1) / np.sqrt(3)  # the splits' own SE; the seeds' noise within splits is smaller here
+    assert row["standard_error"] >= t - 1e-12
+
+
+def test_the_headline_pooled_again_without_a_change_is_the_aggregates_own():
+    """With every checked cell's differences unchanged, the pool is the committed report's converged headline."""
+    cells = pd.read_csv(REPO / "reports" / "benchmark" / "tables" / "cells.csv")
+    pooled = pd.read_csv(REPO / "reports" / "benchmark" / "tables" / "pooled.csv").set_index("method")
+    lr_cells = cells[cells["rates"] > 1]
+    unchanged = lr_cells.assign(relative_after=lr_cells["relative"], relative_se_after=lr_cells["relative_se"])
+    table, used = headline_with_differences(cells, unchanged)
+    assert used and set(used) <= set(lr_cells["cell"])
+    for row in table.itertuples():
+        if not math.isnan(pooled.loc[row.method, "mean"]):
+            assert (row.mean, row.prediction_low, row.prediction_high) == pytest.approx(
+                (pooled.loc[row.method, "mean"], pooled.loc[row.method, "prediction_low"],
+                 pooled.loc[row.method, "prediction_high"]))
+            assert (row.mean_after, row.prediction_high_after) == pytest.approx((row.mean, row.prediction_high))
+    # A cell's difference moved by +10 points moves the mean over sources by 10 points / its source's cells / sources.
+    shifted = unchanged.assign(relative_after=unchanged["relative"] + 0.10 * (unchanged["cell"] == used[0]))
+    moved = headline_with_differences(cells, shifted)[0].set_index("method")
+    tuned = moved.loc["arcface_tuned"]
+    assert tuned["mean_after"] - tuned["mean"] == pytest.approx(0.10 / tuned["sources"])
+
+
+def test_the_differences_formed_again_are_the_aggregates_for_an_unchanged_cell():
+    """A second reading of a committed cell: differences() on its run_scores.csv gives the aggregate's cells.csv."""
+    cells = pd.read_csv(REPO / "reports" / "benchmark" / "tables" / "cells.csv")
+    cell = "glyphs-open-c100-conv-lr"
+    scores = pd.read_csv(REPO / "benchmarks" / "cells" / cell / "reports" / "tables" / "run_scores.csv")
+    mine = differences(scores, "test_map_at_r", 0.95).set_index("method")
+    theirs = cells[cells["cell"] == cell].set_index("method")
+    assert set(mine.index) == set(theirs.index)
+    for column in ("difference", "low", "high", "relative", "relative_se"):
+        assert mine[column].to_numpy() == pytest.approx(theirs.loc[mine.index, column].to_numpy())
