@@ -147,22 +147,25 @@ def write_summary(cells_dir: Path, out: Path, cells: list[str]) -> None:
     write_bytes(choices.to_csv(index=False).encode(), out / "rate_edges.csv")
     write_bytes(headline.to_csv(index=False).encode(), out / "rate_edges_pooled.csv")
     planned_runs, done = len(planned(cells_dir, cells)), sum(len(beyond_runs(out, cell)) for cell in cells)
-    took = choices[choices["chose_beyond"]]
+    pairs_at_edge = len({run[:3] for run in planned(cells_dir, cells)})
+    whole = choices[choices["beyond_val"].notna()]
+    took = whole[whole["chose_beyond"]]
     setup = (f"The cells that choose each method's learning rate by val: {', '.join(cells)}. Every hyperparameter-free "
              "method on every class split where val chose the grid's largest rate (or smallest) trained again at each "
              "of the cell's seeds at 3× that rate (or a third of it), the grid's own step; val chooses between the "
              f"edge and beyond it by the mean over seeds, as the cell does. {done} of {planned_runs} runs done"
              + ("" if done == planned_runs else " (a partial summary: rerun benchmarks/rate_edges.py)") + ". Tuned "
              "ArcFace keeps its runs: its search draws the rate between the grid's ends, and it chose inside them.")
-    answer = (f"Val chose beyond the edge on {len(took)} of {len(choices)} (method, class split) pairs"
-              + (": " + "; ".join(f"{method_name(method)} {len(own)} of {int((choices['method'] == method).sum())}"
+    answer = (f"Of {pairs_at_edge} (method, class split) pairs at an edge, {len(whole)} have every seed's run beyond "
+              f"it; val chose beyond on {len(took)}"
+              + (": " + "; ".join(f"{method_name(method)} {len(own)} of {int((whole['method'] == method).sum())}"
                                   for method, own in took.groupby("method", sort=False)) if len(took) else "") + ".")
-    shown = choices.assign(method=choices["method"].map(method_name), val=[
-        f"{row.edge_val:.4f} → {row.beyond_val:.4f}" for row in choices.itertuples()],
-        rise=[pct(value) for value in choices["beyond_rise"]])
-    shown = shown[["cell", "method", "split", "edge", "beyond", "val", "rise", "chose_beyond"]].rename(columns={
-        "edge": "edge rate", "beyond": "rate beyond", "val": "mean val: edge → beyond",
-        "rise": "beyond: best val's rise over the second half (worst seed)", "chose_beyond": "val chose beyond"})
+    shown = pd.DataFrame({
+        "cell": whole["cell"], "method": whole["method"].map(method_name), "split": whole["split"].astype(int),
+        "edge → beyond": [f"{row.edge:g} → {row.beyond:g}" for row in whole.itertuples()],
+        "mean val: edge → beyond": [f"{row.edge_val:.4f} → {row.beyond_val:.4f}" for row in whole.itertuples()],
+        "beyond: best val's rise over its second half (largest over seeds)": [pct(v) for v in whole["beyond_rise"]],
+        "val chose beyond": ["yes" if chose else "no" for chose in whole["chose_beyond"]]})
     moved = compared[(compared["difference"] != compared["difference_after"])]
     differences_shown = pd.DataFrame({
         "cell": moved["cell"], "method": moved["method"].map(method_name),
@@ -190,7 +193,8 @@ def write_summary(cells_dir: Path, out: Path, cells: list[str]) -> None:
                 Section("Each choice", [Table(shown, "Per cell, method and class split: the mean val over seeds at "
                                                      "the edge and beyond it, and whether val chose beyond.")]),
                 Section("What moved", [Table(differences_shown, "Each method − Fixed AdaCos on the cell's test "
-                                                                "objective, where a choice beyond an edge moved it.")]),
+                                                                "objective, where a choice beyond an edge moved it.")
+                                       if len(moved) else "No difference to Fixed AdaCos moved."]),
                 Section("The converged headline again", [Table(pooled_shown, "Every method − Fixed AdaCos pooled "
                                                                             "over sources as the benchmark's report "
                                                                             "pools it, before → after.")])]
