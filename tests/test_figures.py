@@ -66,11 +66,14 @@ def report_figures_drawn(analysis, tmp_path_factory):
 
 def _benchmark_tables():
     """Small tables shaped like the benchmark's pooled, cell and tuner tables (study.benchmark.meta)."""
-    pooled = pd.DataFrame({"method": ["arcface_tuned", "dynamic_adacos", "p2sgrad", "softmax", "arcface_default"],
-                           "mean": [0.003, -0.001, 0.002, -0.05, -0.02], "low": [-0.002, -0.006, -0.004, -0.07, -0.04],
-                           "high": [0.008, 0.004, 0.008, -0.03, 0.0],
-                           "prediction_low": [-0.012, -0.01, -0.01, -0.1, -0.06],
-                           "prediction_high": [0.018, 0.008, 0.014, 0.0, 0.02], "margin": 0.02})
+    nan = np.nan  # cosface_tuned: a loss with no cell in the pool drawn (searched only in short cells)
+    pooled = pd.DataFrame({"method": ["arcface_tuned", "cosface_tuned", "dynamic_adacos", "p2sgrad", "softmax",
+                                      "arcface_default"],
+                           "mean": [0.003, nan, -0.001, 0.002, -0.15, -0.02],  # softmax's beyond the window
+                           "low": [-0.002, nan, -0.006, -0.004, -0.2, -0.04],
+                           "high": [0.008, nan, 0.004, 0.008, -0.1, 0.0],
+                           "prediction_low": [-0.012, nan, -0.01, -0.01, -0.3, -0.06],
+                           "prediction_high": [0.018, nan, 0.008, 0.014, 0.0, 0.02], "margin": 0.02})
     rows = pd.DataFrame({"real": [True, True, False, False], "source": ["digits", "mnist5k", "glyphs", "glyphs"],
                          "train_classes": [10, 10, 100, 1000], "configuration": ["closed", "closed", "open C = 100",
                                                                                   "open C = 1000"],
@@ -170,6 +173,14 @@ def test_no_label_lies_over_a_curve(drawn, request):
 def _line_colour(figure, gid: str) -> str:
     (line,) = [line for ax in figure.axes for line in ax.lines if line.get_gid() == gid]
     return to_hex(line.get_color()).upper()
+
+
+def test_a_method_with_no_cell_in_the_pool_drawn_says_so_in_its_row(benchmark_figures_drawn):
+    """A loss searched only in short cells has a row in the converged pool's figure and nothing to draw there."""
+    figure = benchmark_figures_drawn[0]["methods"]
+    empty = {text.get_gid(): text.get_text().strip() for ax in figure.axes for text in ax.texts
+             if str(text.get_gid()).startswith("empty:")}
+    assert empty == {"empty:cosface_tuned": "no cell in this pool"}
 
 
 def test_a_method_has_the_same_colour_in_every_figure_and_panel(report_figures_drawn, benchmark_figures_drawn):

@@ -66,8 +66,10 @@ def figure_methods(pooled: pd.DataFrame, path: Path, dpi: int) -> Path:
             ax.plot(mean, y, "o", color="white", markeredgecolor=colour, markersize=6, zorder=3)
         elif math.isfinite(mean):
             ax.annotate(f"mean {mean:+.0f}%", (math.copysign(edge, mean), y), xytext=(0, 7),
-                        textcoords="offset points", ha="right" if mean > 0 else "left", va="bottom", color=colour,
-                        fontsize="small")
+                        textcoords="offset points", ha="right" if mean > 0 else "left", va="bottom", color=colour)
+        else:  # e.g. a loss searched only in short cells, drawn beside the converged pool: say why its row is empty
+            ax.text(-edge, y, " no cell in this pool", ha="left", va="center", color="#666666",
+                    gid=f"empty:{row.method}")
     ax.set_xlim(-edge * 1.04, edge * 1.04)
     ax.set_yticks(positions, labels=[method_name(method) for method in rows["method"]])
     ax.set_ylim(0.4, len(rows) + 0.6)
