@@ -25,8 +25,7 @@ import json
 import math
 import os
 import sys
-import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -37,6 +36,7 @@ sys.path.insert(0, str(REPO))
 from study.benchmark.learning_rate import (BASELINE_FACTOR, LR_FACTORS, RUN_COLUMNS,  # noqa: E402
                                            chosen_learning_rates, learning_rate_sections, selected_values,
                                            summary_table, swap_table)
+from study.benchmark.run_pool import train_missing_runs  # noqa: E402
 import study.report.formats as fmt  # noqa: E402
 from study.config import StudyParams, load_params  # noqa: E402
 from study.results import is_tuned, tuned_method, write_bytes  # noqa: E402
@@ -162,15 +162,8 @@ def train_one(cells_dir: Path, out: Path, cell_name: str, method: str, factor: f
 
 
 def train_missing(cells_dir: Path, out: Path, cells: list[Cell], workers: int) -> None:
-    runs = planned(cells)
-    missing = [run for run in runs if not (runs_dir(out, run[0]) / f"{run_name(*run[1:])}.json").exists()]
-    print(f"{len(runs) - len(missing)} of {len(runs)} runs done; training {len(missing)} with {workers} process(es)",
-          flush=True)
-    started = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(train_one, cells_dir, out, *run) for run in missing]
-        for done, future in enumerate(as_completed(futures), 1):
-            print(f"[{done}/{len(missing)}, {time.perf_counter() - started:.0f} s] {future.result()}", flush=True)
+    train_missing_runs(partial(train_one, cells_dir, out), planned(cells),
+                       lambda run: (runs_dir(out, run[0]) / f"{run_name(*run[1:])}.json").exists(), workers)
 
 
 def runs_at_lr(cell: Cell) -> pd.DataFrame:

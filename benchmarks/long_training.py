@@ -25,9 +25,7 @@ import json
 import math
 import os
 import sys
-import multiprocessing
-import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -35,6 +33,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from study.benchmark.run_pool import train_missing_runs  # noqa: E402
 from study.config import DataConfig, ModelConfig, TrainConfig  # noqa: E402
 from study.results import write_bytes  # noqa: E402
 
@@ -108,15 +107,8 @@ def train_one(method: str, split: int, seed: int, runs: Path = RUNS, device: str
 
 
 def train_missing(workers: int, runs: Path = RUNS, device: str = "cpu") -> None:
-    missing = [run for run in planned() if not (runs / f"{run_name(*run)}.json").exists()]
-    print(f"{len(planned()) - len(missing)} of {len(planned())} runs done; training {len(missing)} with {workers} "
-          f"process(es)", flush=True)
-    started = time.perf_counter()
-    # Fresh processes, never forked ones: a forked process cannot use a CUDA context its parent initialised.
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(train_one, *run, runs, device, workers): run for run in missing}
-        for done, future in enumerate(as_completed(futures), 1):
-            print(f"[{done}/{len(missing)}, {time.perf_counter() - started:.0f} s] {future.result()}", flush=True)
+    train_missing_runs(partial(train_one, runs=runs, device=device, parallel=workers), planned(),
+                       lambda run: (runs / f"{run_name(*run)}.json").exists(), workers)
 
 
 def main() -> None:

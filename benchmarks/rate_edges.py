@@ -23,8 +23,7 @@ import json
 import math
 import os
 import sys
-import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -35,6 +34,7 @@ sys.path.insert(0, str(REPO))
 from study.benchmark.card import pct, pct_interval  # noqa: E402
 from study.benchmark.meta import headline_with_differences  # noqa: E402
 from study.benchmark.rate_edges import beyond_edges, differences, rechoose  # noqa: E402
+from study.benchmark.run_pool import train_missing_runs  # noqa: E402
 from study.config import load_params  # noqa: E402
 from study.report.formats import method_name  # noqa: E402
 from study.results import write_bytes  # noqa: E402
@@ -106,15 +106,8 @@ def train_one(cells_dir: Path, out: Path, cell: str, method: str, split: int, ra
 
 
 def train_missing(cells_dir: Path, out: Path, cells: list[str], workers: int) -> None:
-    runs = planned(cells_dir, cells)
-    missing = [run for run in runs if not run_path(out, *run).exists()]
-    print(f"{len(runs) - len(missing)} of {len(runs)} runs done; training {len(missing)} with {workers} process(es)",
-          flush=True)
-    started = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(train_one, cells_dir, out, *run) for run in missing]
-        for done, future in enumerate(as_completed(futures), 1):
-            print(f"[{done}/{len(missing)}, {time.perf_counter() - started:.0f} s] {future.result()}", flush=True)
+    train_missing_runs(partial(train_one, cells_dir, out), planned(cells_dir, cells),
+                       lambda run: run_path(out, *run).exists(), workers)
 
 
 def beyond_runs(out: Path, cell: str) -> pd.DataFrame:

@@ -1,0 +1,24 @@
+"""study.benchmark.run_pool: a check's runs trained in fresh processes, only the missing ones, each line printed."""
+
+import os
+from pathlib import Path
+
+from study.benchmark.run_pool import train_missing_runs
+
+
+def write_marker(folder: str, name: str) -> str:
+    """A stand-in for a training: writes its file (as a run's summary) and says which process it ran in."""
+    (Path(folder) / f"{name}.done").write_text(str(os.getpid()))
+    return f"{name} in {os.getpid()}"
+
+
+def test_only_the_missing_runs_train_each_in_another_process(tmp_path, capsys):
+    (tmp_path / "a.done").write_text("from an earlier call")
+    runs = [(str(tmp_path), name) for name in ("a", "b", "c")]
+    train_missing_runs(write_marker, runs, lambda run: (Path(run[0]) / f"{run[1]}.done").exists(), workers=2)
+    assert (tmp_path / "a.done").read_text() == "from an earlier call"  # done before: not trained again
+    pids = {int((tmp_path / f"{name}.done").read_text()) for name in ("b", "c")}
+    assert os.getpid() not in pids
+    out = capsys.readouterr().out
+    assert out.startswith("1 of 3 runs done; training 2 with 2 process(es)")
+    assert sorted(line.split("] ")[1].split(" in ")[0] for line in out.splitlines()[1:]) == ["b", "c"]
