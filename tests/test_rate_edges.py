@@ -41,7 +41,7 @@ def test_val_chooses_beyond_the_edge_only_with_a_better_mean_over_a_whole_set_of
     val = {"fixed_adacos": [[0.50, 0.52], [0.60, 0.60], [0.40, 0.44]], "arcface_tuned": [[0.5, 0.5]] * 3}
     test = {"fixed_adacos": [[0.48, 0.50], [0.58, 0.62], [0.41, 0.43]],
             "arcface_tuned": [[0.53, 0.55], [0.60, 0.64], [0.45, 0.47]]}
-    scores = runs(chosen, val, test)
+    scores = runs(chosen, val, test).assign(test_roc_auc=0.9)  # a metric the runs beyond do not score
     beyond = pd.DataFrame([
         # split 0: mean val 0.53 > 0.51, chosen; split 1: 0.59 < 0.60, not; split 2: only seed 0 ran, so not compared
         {"method": "fixed_adacos", "split": 0, "lr": 0.081, "seed": 0, "val_score": 0.52, "test_map_at_r": 0.54},
@@ -55,6 +55,7 @@ def test_val_chooses_beyond_the_edge_only_with_a_better_mean_over_a_whole_set_of
     fixed = adjusted[adjusted["method"] == "fixed_adacos"].sort_values(["split", "seed"])
     assert fixed["test_map_at_r"].tolist() == [0.54, 0.56, 0.58, 0.62, 0.41, 0.43]
     assert fixed["lr"].tolist() == [0.081, 0.081, 0.027, 0.027, 0.027, 0.027]
+    assert fixed["test_roc_auc"].isna().tolist() == [True, True, False, False, False, False]
     # A diverged run beyond the edge (NaN val) leaves that rate incomplete: the edge stays, whatever the other seed.
     diverged = beyond.assign(val_score=[np.nan, 0.99, 0.62, 0.56, 0.90])
     assert not rechoose(scores, diverged, centre=0.003)[1]["chose_beyond"].iloc[0]

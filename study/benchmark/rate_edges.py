@@ -55,9 +55,10 @@ def beyond_edges(run_scores: pd.DataFrame, rates) -> pd.DataFrame:
 
 
 def rechoose(run_scores: pd.DataFrame, beyond_runs: pd.DataFrame, centre: float) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The cell's final runs with val choosing again between each edge's runs and its runs beyond the edge (same
-    columns as run_scores: method, split, lr, seed, val_score, test metrics), and a table of each choice. A pair whose
-    beyond runs are not all there keeps the edge: only a whole set of seeds is compared."""
+    """The cell's final runs with val choosing again between each edge's runs and its runs beyond the edge (method,
+    split, lr, seed, val_score and the test objective; run_scores' other test metrics are NaN for a run beyond), and
+    a table of each choice. A pair whose beyond runs are not all there keeps the edge: only a whole set of seeds is
+    compared."""
     adjusted, choices = run_scores, []
     for (method, split), beyond in beyond_runs.groupby(["method", "split"], sort=False):
         mine = (run_scores["method"] == method) & (run_scores["split"] == split)
@@ -69,7 +70,8 @@ def rechoose(run_scores: pd.DataFrame, beyond_runs: pd.DataFrame, centre: float)
         chosen = choose_rate(rates, centre)
         took_beyond = whole and chosen == float(beyond["lr"].iloc[0])
         if took_beyond:
-            kept = beyond[beyond["seed"].isin(edge["seed"])][run_scores.columns]
+            # A run beyond scored test on the objective alone (its learning curve's): the other metrics stay unknown.
+            kept = beyond[beyond["seed"].isin(edge["seed"])].reindex(columns=run_scores.columns)
             adjusted = pd.concat([adjusted[~((adjusted["method"] == method) & (adjusted["split"] == split))], kept],
                                  ignore_index=True)
         choices.append({"method": method, "split": split, "edge": float(edge["lr"].iloc[0]),
