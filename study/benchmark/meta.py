@@ -408,7 +408,7 @@ def _trained_seconds(cells: pd.DataFrame) -> float:
 
 def benchmark_seconds(rows: pd.DataFrame) -> dict:
     """Device-seconds the benchmark trained, in all, per regime and in the cells the converged headline reads (the
-    issue's cost target is read against the last)."""
+    last is what the converged answer cost)."""
     cells = rows.drop_duplicates("cell")
     headline = converged_cells(rows[rows["method"] == "arcface_tuned"])["cell"]
     return {"cells": float(cells["cell_seconds"].sum()), "trained": _trained_seconds(cells),
