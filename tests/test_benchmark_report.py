@@ -28,8 +28,8 @@ from study.benchmark.meta import (RELATIVE_MARGIN, benchmark_seconds, best_untun
                                   converged_cells, judgement, length_by_source, longer_table, margin_reading,
                                   trend_in_classes, value_at)
 from study.benchmark.card import benchmark_card
-from study.benchmark.report import (JUDGEMENT_WORDS, method_sentence, pct, pct_interval, rate_edge_sentences,
-                                    read_cells, scope_sentence)
+from study.benchmark.report import (JUDGEMENT_WORDS, forest_pool, method_sentence, pct, pct_interval,
+                                    rate_edge_sentences, read_cells, scope_sentence)
 from study.config import AnalysisConfig
 
 METRIC = "test_map_at_r"
@@ -965,3 +965,17 @@ def test_the_device_seconds_are_split_by_regime_and_name_what_the_converged_head
     assert seconds["longer"] == pytest.approx(4000)
     assert seconds["trained"] == pytest.approx(4130) and seconds["cells"] == pytest.approx(4170)
     assert (seconds["headline"], seconds["headline_cells"]) == (pytest.approx(2500), 1)
+
+
+def test_a_forest_draws_the_cells_its_summary_pools(tmp_path):
+    """Tuned ArcFace's forest shows the converged headline's cells beside the converged mean; a loss with no converged
+    cell shows the short regime's cells beside the short regime's mean."""
+    rows, arcface, _ = chosen_rate_benchmark(tmp_path)
+    drawn, summary, words = forest_pool(rows, arcface)
+    assert set(drawn["cell"]) == set(converged_cells(rows[rows["method"] == "arcface_tuned"])["cell"])
+    assert summary["prediction_low"] == arcface["prediction_low"] and "converged" in words
+    short_only = arcface | {"prediction_low": math.nan}
+    drawn, summary, words = forest_pool(rows, short_only)
+    primary = rows[(rows["method"] == "arcface_tuned") & rows["primary"].astype(bool)]
+    assert set(drawn["cell"]) == set(primary["cell"]) and drawn["regime"].eq("short").all()
+    assert summary["mean"] == arcface["short_mean"] and "short regime" in words

@@ -198,6 +198,20 @@ def longer_sentences(longer: pd.DataFrame) -> list[str]:
     return sentences
 
 
+def forest_pool(rows: pd.DataFrame, facts: dict) -> tuple[pd.DataFrame, dict, str]:
+    """What a tuned method's forest draws: the cells its summary pools, with that summary, and a caption's words. The
+    converged headline's cells where the method has a converged pool, else the short regime's (a sensitivity)."""
+    own = rows[rows["method"] == facts["method"]]
+    converged = converged_cells(own)
+    shown = "" if math.isfinite(facts["prediction_low"]) and len(converged) else "short_"
+    summary = facts | {key: facts[f"{shown}{key}"] for key in ("mean", "low", "high", "prediction_low",
+                                                               "prediction_high", "sources")}
+    if not shown:
+        return converged, summary, " Drawn for the converged cells the headline pools."
+    return (own[own["primary"].astype(bool)], summary,
+            " Drawn for the short regime (a sensitivity row): no converged pool yet.")
+
+
 def rate_edge_sentences(rows: pd.DataFrame) -> list[str]:
     """Per cell that chose the learning rate by val from a grid: the untuned methods for which val chose the grid's
     largest or smallest rate, on how many class splits (beyond that edge a rate may score higher still)."""
@@ -420,8 +434,9 @@ def _write_benchmark_report(plan: dict, rows: pd.DataFrame, cells_dir: Path, rep
     view = pooled.assign(**{key: pooled[f"{drawn}{key}"] for key in
                             ("mean", "low", "high", "prediction_low", "prediction_high", "sources")})
     figures = {"methods": figure_methods(view, out_dir / "figures" / "methods.png", dpi)}
-    for facts in view[view["tuned"].astype(bool)].to_dict("records"):
-        method_rows = rows[(rows["method"] == facts["method"]) & rows["primary"].astype(bool)]
+    forest_words = {}
+    for facts in pooled[pooled["tuned"].astype(bool)].to_dict("records"):
+        method_rows, facts, forest_words[facts["method"]] = forest_pool(rows, facts)
         figures[facts["method"]] = figure_forest(method_rows, facts, out_dir / "figures" /
                                                  f"forest_{facts['method']}.png", dpi)
     if len(tuners):
@@ -457,9 +472,10 @@ def _write_benchmark_report(plan: dict, rows: pd.DataFrame, cells_dir: Path, rep
                                               FigureRef(
                     "figures/forest_arcface_tuned.png", "Tuned ArcFace − Fixed AdaCos per configuration, grouped "
                     "by source (each its cell's 95% interval; hollow: near the floor), the mean over sources and the "
-                    "prediction interval for a new source." + drawn_words),
+                    "prediction interval for a new source." + forest_words["arcface_tuned"]),
                                               *[FigureRef(f"figures/forest_{method}.png", f"{method_name(method)} − "
-                                                          "Fixed AdaCos per configuration, as above." + drawn_words)
+                                                          "Fixed AdaCos per configuration, as above."
+                                                          + forest_words[method])
                                                 for method in figures if method.endswith("_tuned")
                                                 and method != "arcface_tuned"]]),
                 Section("What tuning finds", [
