@@ -33,7 +33,8 @@ sys.path.insert(0, str(REPO))
 
 from study.benchmark.card import pct, pct_interval  # noqa: E402
 from study.benchmark.meta import headline_with_differences  # noqa: E402
-from study.benchmark.rate_edges import beyond_edges, differences, rechoose  # noqa: E402
+from study.analysis import differences_to_fixed_adacos  # noqa: E402
+from study.benchmark.rate_edges import beyond_edges, rechoose  # noqa: E402
 from study.benchmark.run_pool import train_missing_runs  # noqa: E402
 from study.config import load_params  # noqa: E402
 from study.report.formats import method_name  # noqa: E402
@@ -124,8 +125,8 @@ def cell_tables(cells_dir: Path, out: Path, cell: str) -> tuple[pd.DataFrame, pd
     plateau = runs.groupby(["method", "split"])["plateau_rise"].max() if len(runs) else pd.Series(dtype=float)
     choices = choices.assign(cell=cell, beyond_rise=[plateau.get((row.method, row.split), math.nan)
                                                     for row in choices.itertuples()])
-    before = differences(scores, metric, 0.95)
-    after = differences(adjusted, metric, 0.95)
+    before = differences_to_fixed_adacos(scores, metric)
+    after = differences_to_fixed_adacos(adjusted, metric)
     compared = before.merge(after, on="method", suffixes=("", "_after")).assign(cell=cell)
     return choices, compared
 

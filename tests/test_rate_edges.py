@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from study.benchmark.meta import headline_with_differences
-from study.benchmark.rate_edges import beyond_edges, differences, rechoose
+from study.analysis import differences_to_fixed_adacos
+from study.benchmark.rate_edges import beyond_edges, rechoose
 
 REPO = Path(__file__).resolve().parents[1]
 GRID = [0.003, 0.009, 0.027]
@@ -63,7 +64,7 @@ def test_val_chooses_beyond_the_edge_only_with_a_better_mean_over_a_whole_set_of
     # The differences formed again: per split the mean over seeds of tuned − fixed, then the mean over splits.
     per_split = [np.mean([0.53 - 0.54, 0.55 - 0.56]), np.mean([0.60 - 0.58, 0.64 - 0.62]),
                  np.mean([0.45 - 0.41, 0.47 - 0.43])]
-    row = differences(adjusted, "test_map_at_r", 0.95).set_index("method").loc["arcface_tuned"]
+    row = differences_to_fixed_adacos(adjusted, "test_map_at_r", 0.95).set_index("method").loc["arcface_tuned"]
     assert row["difference"] == pytest.approx(np.mean(per_split))
     reference = np.mean([0.54, 0.56, 0.58, 0.62, 0.41, 0.43])
     assert row["reference_test_mean"] == pytest.approx(reference)
@@ -94,11 +95,11 @@ def test_the_headline_pooled_again_without_a_change_is_the_aggregates_own():
 
 
 def test_the_differences_formed_again_are_the_aggregates_for_an_unchanged_cell():
-    """A second reading of a committed cell: differences() on its run_scores.csv gives the aggregate's cells.csv."""
+    """A second reading of a committed cell: differences_to_fixed_adacos on its run_scores.csv gives the aggregate's cells.csv."""
     cells = pd.read_csv(REPO / "reports" / "benchmark" / "tables" / "cells.csv")
     cell = "glyphs-open-c100-conv-lr"
     scores = pd.read_csv(REPO / "benchmarks" / "cells" / cell / "reports" / "tables" / "run_scores.csv")
-    mine = differences(scores, "test_map_at_r", 0.95).set_index("method")
+    mine = differences_to_fixed_adacos(scores, "test_map_at_r", 0.95).set_index("method")
     theirs = cells[cells["cell"] == cell].set_index("method")
     assert set(mine.index) == set(theirs.index)
     for column in ("difference", "low", "high", "relative", "relative_se"):

@@ -73,6 +73,7 @@ from study.analysis.pooling import (
     equal_weight_slope,
     hartung_knapp,
     i2_note,
+    differences_to_fixed_adacos,
     paired_differences,
     pool_across_sources,
     shrink_towards_pool,
@@ -145,7 +146,7 @@ __all__ = [
     "BayesianTrueEffect", "FlooredStandardError", "HartungKnappTrueEffect", "PooledAcrossSources",
     "WeightingSensitivity", "WithinSourceSlope", "bayesian_true_effect", "dersimonian_laird_tau2",
     "equal_weight_mean", "equal_weight_slope", "hartung_knapp", "hartung_knapp_true_effect", "i2_note",
-    "paired_differences", "pool_across_sources", "random_effects", "random_effects_slope", "shrink_towards_pool",
+    "differences_to_fixed_adacos", "paired_differences", "pool_across_sources", "random_effects", "random_effects_slope", "shrink_towards_pool",
     "slope_within_source", "source_membership", "standard_error_floor", "standard_error_from_interval",
     "weighting_sensitivity",
     # published comparisons

@@ -431,6 +431,21 @@ def paired_differences(run_scores: pd.DataFrame, method: str, metric: str,
     return (table[method] - table[reference]).dropna().rename("difference").reset_index()
 
 
+def differences_to_fixed_adacos(run_scores: pd.DataFrame, metric: str, confidence: float = 0.95) -> pd.DataFrame:
+    """Every method − Fixed AdaCos on `metric` as a benchmark cell forms it: paired by split and seed, a split's seeds
+    averaged, standard_error_floor's interval over splits, and in % of Fixed AdaCos's mean score (relative)."""
+    reference = float(run_scores.loc[run_scores["method"] == "fixed_adacos", metric].mean())
+    rows = []
+    for method in dict.fromkeys(run_scores["method"]):
+        if method == "fixed_adacos":
+            continue
+        estimate = standard_error_floor(paired_differences(run_scores, method, metric), confidence)
+        rows.append({"method": method, "reference_test_mean": reference, "difference": estimate.estimate,
+                     "low": estimate.low, "high": estimate.high, "standard_error": estimate.standard_error,
+                     "df": estimate.df, "se_splits": estimate.se_splits, "se_floor": estimate.se_floor,
+                     "se_from": estimate.se_from, "relative": estimate.estimate / reference,
+                     "relative_se": estimate.standard_error / reference})
+    return pd.DataFrame(rows)
 
 @dataclass(frozen=True)
 class FlooredStandardError(_Fields):

@@ -12,8 +12,8 @@ import numpy as np
 import optuna
 import pandas as pd
 
-from study.analysis import (REFERENCE_METHOD, TEST_PREFIX, count_or_none, expected_selected_after_n_trials,
-                            paired_differences, seed_luck, standard_error_floor)
+from study.analysis import (REFERENCE_METHOD, TEST_PREFIX, count_or_none, differences_to_fixed_adacos,
+                            expected_selected_after_n_trials, seed_luck)
 from study.analysis.convergence import PLATEAU_RISE, plateau_rise, plateau_table
 from study.analysis.verdict import difference_row, recommendation_rule
 from study.benchmark.rate_edges import rate_edges
@@ -216,19 +216,18 @@ def cell_rows(facts: dict, directory: str | Path) -> list[dict]:
                   shared_final_seconds=float(np.nansum([seconds for method, seconds in cost["finals"].items()
                                                         if not method.endswith("_tuned")])))
     rows = []
+    estimates = differences_to_fixed_adacos(run_scores, metric, confidence).set_index("method")
     for method in dict.fromkeys(run_scores["method"]):
         if method == REFERENCE_METHOD:
             continue
         loss = method.removesuffix("_tuned") if method.endswith("_tuned") else None
-        estimate = standard_error_floor(paired_differences(run_scores, method, metric), confidence)
+        estimate = estimates.loc[method]
         reason, comparison = comparison_outcome(differences, method, metric)
         table = differences[(differences["method"] == method) & (differences["metric"] == metric)]
         cell_row = table.iloc[0] if len(table) else pd.Series(dtype=object)
         row = {**common, "method": method, "loss": loss, "tuned": loss is not None,
-               "difference": estimate.estimate, "low": estimate.low, "high": estimate.high,
-               "standard_error": estimate.standard_error, "df": estimate.df, "se_splits": estimate.se_splits,
-               "se_floor": estimate.se_floor, "se_from": estimate.se_from,
-               "relative": estimate.estimate / reference, "relative_se": estimate.standard_error / reference,
+               **{key: estimate[key] for key in ("difference", "low", "high", "standard_error", "df", "se_splits",
+                                                 "se_floor", "se_from", "relative", "relative_se")},
                "method_test_mean": float(run_scores.loc[run_scores["method"] == method, metric].mean()),
                "margin": _number(cell_row.get("margin")), "detectable": _number(cell_row.get("detectable")),
                "reason": reason, "outcome": OUTCOMES.get(reason, "undecided"),

@@ -15,7 +15,6 @@ import math
 import numpy as np
 import pandas as pd
 
-from study.analysis import REFERENCE_METHOD, paired_differences, standard_error_floor
 from study.learning_rates import choose_rate
 
 
@@ -80,20 +79,4 @@ def rechoose(run_scores: pd.DataFrame, beyond_runs: pd.DataFrame, centre: float)
                         "beyond_val": float(np.mean(beyond["val_score"])) if whole else math.nan,
                         "chose_beyond": bool(took_beyond)})
     return adjusted, pd.DataFrame(choices)
-
-
-def differences(run_scores: pd.DataFrame, metric: str, confidence: float) -> pd.DataFrame:
-    """Every method − Fixed AdaCos on `metric`, as a benchmark cell forms it (paired by split and seed, averaged over
-    seeds within a split, a t interval over splits never below the seed noise), and in % of Fixed AdaCos's score."""
-    reference = float(run_scores.loc[run_scores["method"] == REFERENCE_METHOD, metric].mean())
-    rows = []
-    for method in dict.fromkeys(run_scores["method"]):
-        if method == REFERENCE_METHOD:
-            continue
-        estimate = standard_error_floor(paired_differences(run_scores, method, metric), confidence)
-        rows.append({"method": method, "reference_test_mean": reference, "difference": estimate.estimate,
-                     "low": estimate.low, "high": estimate.high, "standard_error": estimate.standard_error,
-                     "df": estimate.df, "relative": estimate.estimate / reference,
-                     "relative_se": estimate.standard_error / reference})
-    return pd.DataFrame(rows)
 
