@@ -59,13 +59,18 @@ from study.analysis.convergence import (
     crossings_table,
     iterations_to_target,
 )
+from study.analysis.cell_difference import (
+    FlooredStandardError,
+    differences_to_fixed_adacos,
+    paired_differences,
+    standard_error_floor,
+)
 from study.analysis.pooling import (
     EQUAL_WEIGHT_METHOD,
     HARTUNG_KNAPP_METHOD,
     MIN_I2_DF,
     RANDOM_EFFECTS_METHOD,
     SOURCES_METHOD,
-    FlooredStandardError,
     PooledAcrossSources,
     WithinSourceSlope,
     dersimonian_laird_tau2,
@@ -73,15 +78,12 @@ from study.analysis.pooling import (
     equal_weight_slope,
     hartung_knapp,
     i2_note,
-    differences_to_fixed_adacos,
-    paired_differences,
     pool_across_sources,
     shrink_towards_pool,
     random_effects,
     random_effects_slope,
     slope_within_source,
     source_membership,
-    standard_error_floor,
     standard_error_from_interval,
 )
 from study.analysis.true_effect import (

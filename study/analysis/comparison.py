@@ -15,7 +15,7 @@ from scipy import stats
 
 from study.analysis.common import (METRIC_RANGE, REFERENCE_METHOD, TEST_PREFIX, finite_values, higher_is_better,
                                    mean_or_nan, split_of, within_range)
-from study.analysis.pooling import standard_error_floor
+from study.analysis.cell_difference import standard_error_floor
 from study.config import METRIC_KIND, AnalysisConfig, relative_margin  # noqa: F401 (METRIC_KIND read from here too)
 from study.published import PublishedSetup
 from study.statistics import (

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from study.analysis.common import REFERENCE_METHOD
-from study.analysis.pooling import standard_error_floor
+from study.analysis.cell_difference import standard_error_floor
 
 LEARNING_CURVE_COLUMNS = ["method", "split", "seed", "iteration", "val", "test"]
 DIFFERENCE_CURVE_COLUMNS = ["method", "iteration", "pairs", "difference", "low", "high", "df"]

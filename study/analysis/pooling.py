@@ -4,8 +4,8 @@ expect (the prediction interval), and how the difference moves with a study-leve
 Each estimator is one function whose docstring states its formula. The classic ones (random_effects, hartung_knapp,
 equal_weight_mean and the slopes) treat the estimates as independent, each with a known standard error (the usual
 assumption of a meta-analysis: with few replicates per study it is an approximation). Configurations drawn from one
-data source are not independent: pool_across_sources takes the source as a level, standard_error_floor keeps a cell's
-standard error above its own seed noise, and slope_within_source estimates a trend inside one source only.
+data source are not independent: pool_across_sources takes the source as a level, and slope_within_source estimates
+a trend inside one source only. A cell's own estimate, kept above its seed noise, is in study/analysis/cell_difference.py.
 A new source's true effect, and the weighting's sway on the mean over sources, are in study/analysis/true_effect.py.
 """
 
@@ -414,101 +414,6 @@ def pool_across_sources(estimates, standard_errors, sources, confidence: float =
         source_means=tuple((name, float(value), int(count))
                            for name, value, count in zip(names, rows["source_means"][0], counts)),
         confidence=confidence, method=SOURCES_METHOD)
-
-
-# --- a cell's standard error that knows its seed noise ---------------------------------------------------------------
-
-
-def paired_differences(run_scores: pd.DataFrame, method: str, metric: str,
-                       reference: str = "fixed_adacos") -> pd.DataFrame:
-    """method − reference on `metric` per class split and seed (runs of one split and seed pair: same
-    initialisation and data order): what standard_error_floor takes."""
-    scores = run_scores[run_scores[metric].notna()] if metric in run_scores else run_scores.iloc[:0]
-    split = scores["split"] if "split" in scores else 0
-    table = scores.assign(split=split).pivot_table(index=["split", "seed"], columns="method", values=metric)
-    if method not in table or reference not in table:
-        return pd.DataFrame(columns=["split", "seed", "difference"])
-    return (table[method] - table[reference]).dropna().rename("difference").reset_index()
-
-
-def differences_to_fixed_adacos(run_scores: pd.DataFrame, metric: str, confidence: float = 0.95) -> pd.DataFrame:
-    """Every method − Fixed AdaCos on `metric` as a benchmark cell forms it: paired by split and seed, a split's seeds
-    averaged, standard_error_floor's interval over splits, and in % of Fixed AdaCos's mean score (relative)."""
-    reference = float(run_scores.loc[run_scores["method"] == "fixed_adacos", metric].mean())
-    rows = []
-    for method in dict.fromkeys(run_scores["method"]):
-        if method == "fixed_adacos":
-            continue
-        estimate = standard_error_floor(paired_differences(run_scores, method, metric), confidence)
-        rows.append({"method": method, "reference_test_mean": reference, "difference": estimate.estimate,
-                     "low": estimate.low, "high": estimate.high, "standard_error": estimate.standard_error,
-                     "df": estimate.df, "se_splits": estimate.se_splits, "se_floor": estimate.se_floor,
-                     "se_from": estimate.se_from, "relative": estimate.estimate / reference,
-                     "relative_se": estimate.standard_error / reference})
-    return pd.DataFrame(rows)
-
-@dataclass(frozen=True)
-class FlooredStandardError(_Fields):
-    """standard_error_floor's result (fields also readable as result["standard_error"])."""
-
-    estimate: float
-    standard_error: float
-    df: float
-    se_splits: float
-    se_floor: float
-    se_from: str
-    low: float
-    high: float
-    within_variance: float
-    within_df: int
-    splits: int
-    pairs: int
-    confidence: float
-
-
-def standard_error_floor(differences: pd.DataFrame, confidence: float = 0.95) -> FlooredStandardError:
-    """A cell's mean difference over class splits with a standard error that never falls below its seed noise.
-
-    `differences` has one row per class split and seed: split, seed, difference (a method − Fixed AdaCos, paired by
-    split and seed); NaN differences are left out. The estimate is the mean of the k split means d̄ᵢ; over splits its
-    SE is s_splits/√k on k − 1 df. With k = 2–4 that is itself noisy and can fall far below what the seed noise alone
-    implies, SE_floor = √(s²_within·Σᵢ1/nᵢ)/k (= √(s²_within/(k·n)) with n seeds per split), s²_within the
-    within-split variance of the differences pooled over splits on Σᵢ(nᵢ − 1) df. The SE is the larger of the two:
-    max(MS_between, MS_within)/(k·n) in the balanced case, the split variance component truncated at 0. Its df is
-    the df of the mean square it rests on (the Satterthwaite df of that truncated estimate): k − 1 from the splits,
-    Σ(nᵢ − 1) from the floor; `se_from` says which. The t interval uses that df. NaN where neither can be
-    computed (one split of one seed, or no rows).
-    """
-    check_probability(confidence, "confidence")
-    missing_columns = {"split", "seed", "difference"} - set(getattr(differences, "columns", ()))
-    if missing_columns:
-        raise ValueError(f"give a table with columns split, seed, difference; missing {sorted(missing_columns)}")
-    rows = differences[differences["difference"].notna()]
-    if np.any(np.isinf(rows["difference"].to_numpy(dtype=float))):
-        raise ValueError("differences must be finite (or NaN for a pair to leave out)")
-    if rows.duplicated(["split", "seed"]).any():
-        raise ValueError("give one difference per split and seed")
-    groups = [group["difference"].to_numpy(dtype=float) for _, group in rows.groupby("split", sort=True)]
-    k = len(groups)
-    nan = math.nan
-    if not k:
-        return FlooredStandardError(nan, nan, nan, nan, nan, "", nan, nan, nan, 0, 0, 0, confidence)
-    means = np.array([values.mean() for values in groups])
-    sizes = np.array([values.size for values in groups])
-    estimate = float(means.mean())
-    se_splits = float(means.std(ddof=1) / math.sqrt(k)) if k > 1 else nan
-    within_df = int(np.sum(sizes - 1))
-    within = float(sum(np.sum((values - values.mean()) ** 2) for values in groups) / within_df) if within_df else nan
-    se_floor = math.sqrt(within * np.sum(1.0 / sizes)) / k if within_df else nan
-    if math.isfinite(se_splits) and not se_floor > se_splits:
-        se, df, source = se_splits, float(k - 1), "splits"
-    elif math.isfinite(se_floor):
-        se, df, source = se_floor, float(within_df), "seed floor"
-    else:
-        se, df, source = nan, nan, ""
-    half = float(stats.t.ppf(0.5 + confidence / 2.0, df)) * se if math.isfinite(se) else nan
-    return FlooredStandardError(estimate, se, df, se_splits, se_floor, source, estimate - half, estimate + half,
-                                within, within_df, k, int(sizes.sum()), confidence)
 
 
 # --- a trend within one source --------------------------------------------------------------------------------------
