@@ -47,14 +47,15 @@ def trials(root: Path):
 
 
 def a_packed_workers_training_trial(root: Path, stage: subprocess.Popen, timeout: float = 120):
-    """A trial a packed worker (a process other than the stage) is training, and that worker's pid."""
+    """A trial a packed worker (a process other than the stage) is training, and that worker's pid. Its parameters
+    are recorded too: a worker marks the trial running just before its objective suggests them."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and stage.poll() is None:
         if (root / JOURNAL).exists():
             for trial in trials(root):
                 worker = trial.user_attrs.get("worker", "")
                 if (trial.state == TrialState.RUNNING and trial.user_attrs.get("status") == "running"
-                        and "seed" in trial.user_attrs and not worker.endswith(f":{stage.pid}")):
+                        and "seed" in trial.user_attrs and trial.params and not worker.endswith(f":{stage.pid}")):
                     return trial, int(worker.rsplit(":", 1)[1])
         time.sleep(0.05)
     raise AssertionError("no packed worker started a trial")
