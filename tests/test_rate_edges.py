@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
-from study.benchmark.meta import headline_with_differences
 from study.analysis import differences_to_fixed_adacos
+from study.benchmark.meta import headline_with_differences
 from study.benchmark.rate_edges import beyond_edges, rechoose
 
 REPO = Path(__file__).resolve().parents[1]
@@ -95,12 +96,29 @@ def test_the_headline_pooled_again_without_a_change_is_the_aggregates_own():
 
 
 def test_the_differences_formed_again_are_the_aggregates_for_an_unchanged_cell():
-    """A second reading of a committed cell: differences_to_fixed_adacos on its run_scores.csv gives the aggregate's cells.csv."""
+    """A second reading of a committed cell, by hand from its run_scores.csv: each method − Fixed AdaCos paired by
+    split and seed, a split's mean, their mean over splits, and its t interval on the larger of the splits' standard
+    error (k − 1 df) and the seed floor (Σ(nᵢ − 1) df); the rate-edge check's reading and the aggregate's cells.csv
+    both equal it."""
     cells = pd.read_csv(REPO / "reports" / "benchmark" / "tables" / "cells.csv")
     cell = "glyphs-open-c100-conv-lr"
     scores = pd.read_csv(REPO / "benchmarks" / "cells" / cell / "reports" / "tables" / "run_scores.csv")
+    wide = scores.pivot_table(index=["split", "seed"], columns="method", values="test_map_at_r")
+    reference = scores.loc[scores["method"] == "fixed_adacos", "test_map_at_r"].mean()
     mine = differences_to_fixed_adacos(scores, "test_map_at_r", 0.95).set_index("method")
     theirs = cells[cells["cell"] == cell].set_index("method")
-    assert set(mine.index) == set(theirs.index)
-    for column in ("difference", "low", "high", "relative", "relative_se"):
-        assert mine[column].to_numpy() == pytest.approx(theirs.loc[mine.index, column].to_numpy())
+    assert set(mine.index) == set(theirs.index) == set(wide.columns) - {"fixed_adacos"}
+    for method in mine.index:
+        pairs = (wide[method] - wide["fixed_adacos"]).dropna()
+        by_split = [values.to_numpy() for _, values in pairs.groupby(level="split")]
+        means = np.array([values.mean() for values in by_split])
+        k, within_df = len(by_split), sum(values.size - 1 for values in by_split)
+        within = sum(((values - values.mean()) ** 2).sum() for values in by_split) / within_df
+        se_splits = means.std(ddof=1) / math.sqrt(k)
+        se_floor = math.sqrt(within * sum(1 / values.size for values in by_split)) / k
+        se, df = (se_splits, k - 1) if se_splits >= se_floor else (se_floor, within_df)
+        half = stats.t.ppf(0.975, df) * se
+        by_hand = (means.mean(), means.mean() - half, means.mean() + half, means.mean() / reference, se / reference)
+        for reading in (mine, theirs):
+            assert tuple(reading.loc[method, ["difference", "low", "high", "relative", "relative_se"]]) == \
+                pytest.approx(by_hand)

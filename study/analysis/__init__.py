@@ -137,7 +137,8 @@ __all__ = [
     "TEST_PREFIX", "count_or_none", "fixed_scale_of", "higher_is_better", "primary_loss",
     # comparison
     "ABSOLUTE_METRICS", "CHANCE_LEVEL", "CHANCE_METRIC", "DIFFERENCE_COLUMNS", "METRIC_KIND",
-    "REPRODUCTION_SPREAD_STDS", "absolute_scores", "differences_to_reference", "equivalence_margin", "margin_meaning", "paired_runs",
+    "REPRODUCTION_SPREAD_STDS", "absolute_scores", "differences_to_reference", "equivalence_margin", "margin_meaning",
+    "paired_runs",
     "reproduction_table", "runs_at_chance", "seed_sd", "summarise_runs",
     # convergence
     "ANGLE_COLUMNS", "CONVERGENCE_COLUMNS", "CROSSING_COLUMNS", "SPEED_COLUMNS", "convergence_targets",
@@ -148,7 +149,8 @@ __all__ = [
     "BayesianTrueEffect", "FlooredStandardError", "HartungKnappTrueEffect", "PooledAcrossSources",
     "WeightingSensitivity", "WithinSourceSlope", "bayesian_true_effect", "dersimonian_laird_tau2",
     "equal_weight_mean", "equal_weight_slope", "hartung_knapp", "hartung_knapp_true_effect", "i2_note",
-    "differences_to_fixed_adacos", "paired_differences", "pool_across_sources", "random_effects", "random_effects_slope", "shrink_towards_pool",
+    "differences_to_fixed_adacos", "paired_differences", "pool_across_sources", "random_effects",
+    "random_effects_slope", "shrink_towards_pool",
     "slope_within_source", "source_membership", "standard_error_floor", "standard_error_from_interval",
     "weighting_sensitivity",
     # published comparisons

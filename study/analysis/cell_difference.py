@@ -12,12 +12,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from study.analysis.pooling import _Fields
+from study.analysis.common import REFERENCE_METHOD, ResultFields
 from study.statistics import check_probability
 
 
 def paired_differences(run_scores: pd.DataFrame, method: str, metric: str,
-                       reference: str = "fixed_adacos") -> pd.DataFrame:
+                       reference: str = REFERENCE_METHOD) -> pd.DataFrame:
     """method − reference on `metric` per class split and seed (runs of one split and seed pair: same
     initialisation and data order): what standard_error_floor takes."""
     scores = run_scores[run_scores[metric].notna()] if metric in run_scores else run_scores.iloc[:0]
@@ -31,10 +31,10 @@ def paired_differences(run_scores: pd.DataFrame, method: str, metric: str,
 def differences_to_fixed_adacos(run_scores: pd.DataFrame, metric: str, confidence: float = 0.95) -> pd.DataFrame:
     """Every method − Fixed AdaCos on `metric` as a benchmark cell forms it: paired by split and seed, a split's seeds
     averaged, standard_error_floor's interval over splits, and in % of Fixed AdaCos's mean score (relative)."""
-    reference = float(run_scores.loc[run_scores["method"] == "fixed_adacos", metric].mean())
+    reference = float(run_scores.loc[run_scores["method"] == REFERENCE_METHOD, metric].mean())
     rows = []
     for method in dict.fromkeys(run_scores["method"]):
-        if method == "fixed_adacos":
+        if method == REFERENCE_METHOD:
             continue
         estimate = standard_error_floor(paired_differences(run_scores, method, metric), confidence)
         rows.append({"method": method, "reference_test_mean": reference, "difference": estimate.estimate,
@@ -44,8 +44,9 @@ def differences_to_fixed_adacos(run_scores: pd.DataFrame, metric: str, confidenc
                      "relative_se": estimate.standard_error / reference})
     return pd.DataFrame(rows)
 
+
 @dataclass(frozen=True)
-class FlooredStandardError(_Fields):
+class FlooredStandardError(ResultFields):
     """standard_error_floor's result (fields also readable as result["standard_error"])."""
 
     estimate: float

@@ -1,9 +1,11 @@
 """What every part of the study's analysis shares: the reference method, the test-metric prefix and direction,
-the trial states that cost device time, and the small helpers on scores that all of them use."""
+the trial states that cost device time, the small helpers on scores that all of them use, and the mapping access
+their frozen results share (ResultFields)."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 
 import numpy as np
 import pandas as pd
@@ -101,3 +103,18 @@ def primary_loss(searched_losses: list[str]) -> str | None:
     if "arcface" in searched_losses:
         return "arcface"
     return searched_losses[0] if searched_losses else None
+
+
+class ResultFields:
+    """Mapping access to a frozen result's fields: result["mean"] is result.mean, and dict(result) has them all."""
+
+    def keys(self) -> tuple[str, ...]:
+        return tuple(self.__dataclass_fields__)
+
+    def __getitem__(self, key: str):
+        if key not in self.__dataclass_fields__:
+            raise KeyError(f"{key!r} is not a field; the fields are {', '.join(self.__dataclass_fields__)}")
+        return getattr(self, key)
+
+    def as_dict(self) -> dict:
+        return asdict(self)

@@ -5,19 +5,21 @@ Each estimator is one function whose docstring states its formula. The classic o
 equal_weight_mean and the slopes) treat the estimates as independent, each with a known standard error (the usual
 assumption of a meta-analysis: with few replicates per study it is an approximation). Configurations drawn from one
 data source are not independent: pool_across_sources takes the source as a level, and slope_within_source estimates
-a trend inside one source only. A cell's own estimate, kept above its seed noise, is in study/analysis/cell_difference.py.
+a trend inside one source only. A cell's own estimate, kept above its seed noise, is in
+study/analysis/cell_difference.py.
 A new source's true effect, and the weighting's sway on the mean over sources, are in study/analysis/true_effect.py.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
+from study.analysis.common import ResultFields
 from study.statistics import check_probability
 
 RANDOM_EFFECTS_METHOD = "DerSimonian-Laird τ², inverse-variance weights 1/(se² + τ²), normal CI, " \
@@ -128,7 +130,8 @@ def random_effects(estimates, standard_errors, confidence: float = 0.95, degrees
             "weights": (weights / weights.sum()).tolist(), "method": RANDOM_EFFECTS_METHOD}
 
 
-HARTUNG_KNAPP_METHOD = "Hartung-Knapp-Sidik-Jonkman: the random-effects mean with variance max(1, q)/Σwᵢ* and t on k − 1 df"
+HARTUNG_KNAPP_METHOD = ("Hartung-Knapp-Sidik-Jonkman: the random-effects mean with variance max(1, q)/Σwᵢ* and t on "
+                        "k − 1 df")
 
 
 def hartung_knapp(estimates, standard_errors, confidence: float = 0.95) -> dict:
@@ -236,28 +239,13 @@ def standard_error_from_interval(low: float, high: float, confidence: float = 0.
 # --- the data source as a level -------------------------------------------------------------------------------------
 
 
-class _Fields:
-    """Mapping access to a frozen result's fields: result["mean"] is result.mean, and dict(result) has them all."""
-
-    def keys(self) -> tuple[str, ...]:
-        return tuple(self.__dataclass_fields__)
-
-    def __getitem__(self, key: str):
-        if key not in self.__dataclass_fields__:
-            raise KeyError(f"{key!r} is not a field; the fields are {', '.join(self.__dataclass_fields__)}")
-        return getattr(self, key)
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
 SOURCES_METHOD = ("two-stage over data sources: the equal-weight mean of each source's configurations, their mean "
                   "over the k sources with t on k − 1 df; a new source's configuration predicted by "
                   "t_{k−1}·√(s²_sources·(1 + 1/k) + (1 − mean 1/nᵢ)·σ²_configurations)")
 
 
 @dataclass(frozen=True)
-class PooledAcrossSources(_Fields):
+class PooledAcrossSources(ResultFields):
     """pool_across_sources' result: the mean over sources with its CI, the prediction interval for a new
     configuration from a new source, and the pieces they are built from (fields also readable as result["mean"])."""
 
@@ -420,7 +408,7 @@ def pool_across_sources(estimates, standard_errors, sources, confidence: float =
 
 
 @dataclass(frozen=True)
-class WithinSourceSlope(_Fields):
+class WithinSourceSlope(ResultFields):
     """slope_within_source's result (fields also readable as result["slope"]); `reason` says why a NaN is one."""
 
     source: object
@@ -474,7 +462,7 @@ def slope_within_source(estimates, covariate, sources, source=None, confidence: 
 
 
 @dataclass(frozen=True)
-class BesideThePool(_Fields):
+class BesideThePool(ResultFields):
     """shrink_towards_pool's result: one study's estimate combined with what the pool predicts for a new source."""
 
     estimate: float

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special, stats
 
-from study.analysis.pooling import (_Fields, _dersimonian_laird_rows, _source_labels, estimates_and_errors,
+from study.analysis.common import ResultFields
+from study.analysis.pooling import (_dersimonian_laird_rows, _source_labels, estimates_and_errors,
                                    pool_across_sources, source_membership)
 from study.statistics import check_probability
 
@@ -121,7 +122,7 @@ BAYESIAN_METHOD = ("Bayesian normal-normal random effects over the sources' mean
 
 
 @dataclass(frozen=True)
-class BayesianTrueEffect(_Fields):
+class BayesianTrueEffect(ResultFields):
     """bayesian_true_effect's result (fields also readable as result["prediction_low"]): the mean over sources with
     its credible interval, the predictive interval of a new source's true effect, and τ's posterior."""
 
@@ -214,7 +215,7 @@ HARTUNG_KNAPP_SOURCES_METHOD = ("over the sources' means: DerSimonian-Laird τ²
 
 
 @dataclass(frozen=True)
-class HartungKnappTrueEffect(_Fields):
+class HartungKnappTrueEffect(ResultFields):
     """hartung_knapp_true_effect's result (fields also readable as result["prediction_low"])."""
 
     mean: float
@@ -269,7 +270,7 @@ WEIGHTING_METHOD = ("the mean over sources weighted two ways: equal weights (poo
 
 
 @dataclass(frozen=True)
-class WeightingSensitivity(_Fields):
+class WeightingSensitivity(ResultFields):
     """weighting_sensitivity's result: the mean over sources with equal and with inverse-variance weights, each with
     its interval, and how far the weighting moves it (fields also readable as result["shift"])."""
 
