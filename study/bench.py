@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from study.config import StudyParams
+from study.config import StudyParams, TrainConfig
 from study.losses import LOSSES, build_loss
 from study.models import build_model, model_names
 from study.results import JOURNAL, prepared_dir
@@ -139,12 +139,18 @@ def bare_loop_seconds(model: nn.Module, head: nn.Module, sets: dict[str, ImageSe
     return time.perf_counter() - start
 
 
+def loop_config(train_config: TrainConfig, steps: int, device: torch.device | str) -> TrainConfig:
+    """`train()`'s settings for the loop comparison: `steps` Adam steps at a constant rate, evaluated only at the start
+    and the end as the bare loop is (eval_points off: its log-spaced schedule would add about 20 evaluations)."""
+    return train_config.replace(device=str(device), epochs=10_000, max_iterations=steps, eval_every=steps,
+                                eval_points=None, schedule="constant", optimizer="adam", weight_decay=0.0)
+
+
 def training_loop_speed(params: StudyParams, sets: dict[str, ImageSet], steps: int,
                         device: torch.device) -> dict[str, float]:
     """Iterations per second of `train()` and of a bare loop on the same model, loss, data, steps and evaluations
     (at the start and the end), and their ratio."""
-    config = params.train.replace(device=str(device), epochs=10_000, max_iterations=steps, eval_every=steps,
-                                  schedule="constant", optimizer="adam", weight_decay=0.0)
+    config = loop_config(params.train, steps, device)
     params = params.replace(train=config)
     shape = tuple(sets["train"].images.shape[1:])
     train(sets, loss_name="arcface", model_config=params.model, config=config.replace(max_iterations=5),

@@ -15,6 +15,7 @@ from study.losses import LOSSES
 from study.models import model_names
 from study.sources import load_dataset
 from study.splits import split_dataset
+from study.training import evaluation_schedule
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 REPO = Path(__file__).resolve().parents[1]
@@ -76,6 +77,16 @@ def test_the_figures_are_written_as_json_named_after_the_device_and_shown_as_a_t
     assert set(LOSSES) <= set(written["loss_heads"]["times"])
     table = bench.format_table(results)
     assert all(name in table for name in [*LOSSES, *model_names(), "train()", "K=1"])
+
+
+def test_train_is_evaluated_as_often_as_the_bare_loop():
+    """The bare loop evaluates val at the start and the end; train() in the comparison must too, whatever the study's
+    eval_points (its default, 20 log-spaced points, once gave train() about 21 evaluations against 2)."""
+    shipped = load_params(str(REPO / "params.yaml")).train
+    assert shipped.eval_points is not None  # the case that matters: a log-spaced schedule in the study's params
+    config = bench.loop_config(shipped, 500, "cpu")
+    assert evaluation_schedule(500, config) == {500}  # and iteration 0, which train() always evaluates
+    assert (config.max_iterations, config.schedule, config.optimizer) == (500, "constant", "adam")
 
 
 def test_the_bench_command_refuses_a_missing_device(capsys):
