@@ -3,7 +3,8 @@
 Run the default study's stages on the other device (docs/running.md, "On a GPU"), bring back its storage
 (results/trials/journal.log), then here, where the committed study ran:
 
-    python benchmarks/device_study.py OTHER_JOURNAL --names cuda cpu --out benchmarks/results/cuda-2026-11-27-default-study.csv
+    python benchmarks/device_study.py OTHER_JOURNAL --names cuda cpu \
+        --out benchmarks/results/cuda-2026-11-27-default-study.csv
 
 It pairs every search trial (by study and trial number) and every final run (by study and seed) that both storages
 finished, writes one row per pair (s, m, val and seconds on each device) and prints whether the searches drew the
@@ -60,8 +61,10 @@ def summarise(pairs: pd.DataFrame, other: str = "other", here: str = "here") -> 
     search = pairs[pairs["stage"] == "search"]
     same_draws = ((search["s_other"] - search["s_here"]).abs().max() < 1e-12
                   and (search["m_other"] - search["m_here"]).abs().max() < 1e-12)
+    draws = ("no search trial in both" if search.empty
+             else f"the searches drew {'the same' if same_draws else 'different'} (s, m)")
     print(f"{len(pairs)} trainings paired ({len(search)} search trials, {len(pairs) - len(search)} final runs); "
-          f"the searches drew {'the same' if same_draws else 'different'} (s, m)")
+          + draws)
     for split, trials in search.groupby("split"):
         best_other = trials.loc[trials["val_other"].idxmax(), "trial_or_seed"]
         best_here = trials.loc[trials["val_here"].idxmax(), "trial_or_seed"]
