@@ -20,18 +20,22 @@ from pathlib import Path
 
 import optuna
 import pandas as pd
-from optuna.storages.journal import JournalFileBackend, JournalStorage
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from study.storage import journal_storage  # noqa: E402
 
 
 def finished_trials(journal: Path) -> pd.DataFrame:
     """One row per finished trial: stage (search or runs), method, split, trial number or seed, s, m, val, seconds."""
     if not journal.is_file():
         raise SystemExit(f"{journal} is not a file: give the journal.log of a study's results/trials")
-    storage = JournalStorage(JournalFileBackend(str(journal)))
+    storage = journal_storage(journal)  # a run killed on the other device may have left a torn last line
     rows = []
     for summary in optuna.get_all_study_summaries(storage):
+        if "@" in summary.study_name:  # kept aside: trials of other settings (study/study_names.py), never paired
+            continue
         kind, method, split = summary.study_name.split("/")[:3]
         for trial in optuna.load_study(study_name=summary.study_name, storage=storage).trials:
             if trial.state != optuna.trial.TrialState.COMPLETE:

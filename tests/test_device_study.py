@@ -57,6 +57,16 @@ def test_a_different_best_trial_is_reported(device_study, tmp_path, capsys):
     assert "split 0: best trial 0 on other, 1 on here" in capsys.readouterr().out
 
 
+def test_a_study_kept_aside_is_never_paired(device_study, tmp_path):
+    """Trials kept aside under 'name@digest' ran with other settings: they are left out, not read as a split."""
+    other = write_storage(tmp_path / "cuda.log", [0.30], seeds=[0], seconds=3.0)
+    storage = JournalStorage(JournalFileBackend(str(other)))
+    aside = optuna.create_study(study_name="search/arcface/split0@0123456789", storage=storage, direction="maximize")
+    aside.add_trial(optuna.trial.create_trial(value=0.9, user_attrs={"seconds": 1.0}))
+    rows = device_study.finished_trials(other)
+    assert len(rows) == 2 and 0.9 not in rows["val"].tolist()  # the search trial and the final run only
+
+
 def test_a_missing_journal_names_the_fix(device_study, tmp_path):
     with pytest.raises(SystemExit, match="journal.log of a study's results/trials"):
         device_study.finished_trials(tmp_path / "absent.log")
