@@ -16,18 +16,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
+from study.adacos_scale import fixed_adacos_scale
+
 # Keeps acos finite and its gradient bounded at cos θ = ±1.
 COS_EPS = 1e-7
-
-
-def fixed_adacos_scale(num_classes: int) -> float:
-    """AdaCos's fixed scale s_f = √2·ln(C−1) for C training classes."""
-    if num_classes < 3:
-        raise ValueError(
-            f"AdaCos needs at least 3 training classes (s_f = √2·ln(C−1) is ≤ 0 for C={num_classes}); "
-            "use more classes or another loss"
-        )
-    return math.sqrt(2.0) * math.log(num_classes - 1)
 
 
 def _check_scale(s: float) -> float:

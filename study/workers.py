@@ -55,7 +55,6 @@ from optuna.trial import FrozenTrial, TrialState
 
 from study.storage import MAX_RETRIES, StorageFault, is_storage_fault, open_storage, retry_callback, storage_faults
 from study.interruptions import INTERRUPTING_SIGNALS, Interrupted, end_by, interruptible
-from study.training import resolve_device
 
 # Statuses of trials that trained nothing worth counting (see the module's docstring).
 INTERRUPTED, NOT_RUN = "interrupted", "not run"
@@ -473,6 +472,8 @@ def runs_at_once(train) -> int:
     on a CPU (see the README's figures: a run of a small model uses neither a GPU nor several cores well)."""
     if train.parallel != "auto":
         return train.parallel
+    from study.training import resolve_device  # here, not at the top: the analysis reads this module without torch
+
     return 4 if resolve_device(train.device).type == "cuda" else min(4, available_cores())
 
 

@@ -1,7 +1,9 @@
-"""The house (issue 28): no import circle among the study's modules, deferred imports included, and no module over
-600 lines."""
+"""The house (issue 28): no import circle among the study's modules, deferred imports included, no module over
+600 lines, and a report stage that starts without torch."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -79,3 +81,11 @@ def test_the_circle_check_finds_a_circle():
 def test_no_module_is_over_600_lines(path):
     lines = len(path.read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_LINES, f"{path.relative_to(REPO)} has {lines} lines: split it by concept"
+
+
+def test_the_report_stage_starts_without_torch():
+    """It only reads results, and importing torch costs seconds at every start of a stage (study/adacos_scale.py)."""
+    check = "import sys, stages.report; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", check], cwd=REPO).returncode == 0
+    # The check itself sees torch where a stage that trains imports it.
+    assert subprocess.run([sys.executable, "-c", check.replace("report", "runs")], cwd=REPO).returncode == 1

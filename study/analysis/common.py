@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from study.config import HYPERPARAMETER_FREE_LOSSES
-from study.losses import fixed_adacos_scale
+from study.adacos_scale import fixed_adacos_scale
 from study.results import is_tuned
 from study.workers import INTERRUPTED, NOT_RUN
 

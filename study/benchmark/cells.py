@@ -18,7 +18,7 @@ from study.analysis.convergence import PLATEAU_RISE, plateau_rise, plateau_table
 from study.analysis.verdict import difference_row, recommendation_rule
 from study.benchmark.rate_edges import rate_edges
 from study.config import load_params
-from study.losses import fixed_adacos_scale
+from study.adacos_scale import fixed_adacos_scale
 from study.results import REPORT_DIR, read_csv, read_json
 from study.sources import is_synthetic_source
 from study.sweep.pipelines import DIFFERENCES_FILE, METRICS_FILE

@@ -12,7 +12,7 @@ import pandas as pd
 import study.report.formats as fmt
 from study.analysis import published_beside_prediction
 from study.benchmark.meta import (RELATIVE_MARGIN, SCOPES, length_by_source)
-from study.losses import fixed_adacos_scale
+from study.adacos_scale import fixed_adacos_scale
 from study.published import MLRC_ARCFACE
 from study.benchmark.card import pct, pct_interval
 from study.report.sections import absolute_shown as study_absolute_shown
