@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import torch
 
-from study import workers
+from study import training, workers
 from study.config import StudyParams
 from study.presets import write_params
 from study.results import prepared_dir, runs_dir, search_dir
@@ -109,7 +109,7 @@ def test_auto_packs_four_runs_on_a_gpu_and_one_per_core_up_to_four_on_a_cpu(monk
     assert workers.runs_at_once(train(device="cpu", parallel=7)) == 7
     monkeypatch.setattr(workers, "available_cores", lambda: 64)
     assert workers.runs_at_once(train(device="cpu")) == 4
-    monkeypatch.setattr(workers, "resolve_device", lambda name: torch.device("cuda"))
+    monkeypatch.setattr(training, "resolve_device", lambda name: torch.device("cuda"))  # workers import it when used
     assert workers.runs_at_once(train(device="cuda")) == 4
 
 

@@ -4,8 +4,9 @@ tests/data/reproducible_study/params.yaml (digits, closed protocol, a tiny MLP, 
 through the real stages in a temporary folder: validate, prepare, search, runs, tuned runs and
 evaluate. Every search trial's (seed, s, m, val score, test objective) and every final run's (val score, test
 objective) must equal tests/data/reproducible_study/expected_scores.csv to 1e-6. Training is seeded and
-deterministic on the CPU, so a difference means that the study's code or the environment changed; the failure
-names the scores that moved and how the installed packages differ from constraints.txt.
+deterministic on one CPU, so a difference means that the study's code, the environment or the CPU (torch picks
+its float kernels by CPU) changed; the failure names the scores that moved, how the installed packages differ from
+constraints.txt, and this machine's CPU.
 
 Regenerate expected_scores.csv only when the lock (constraints.txt) or the study's code deliberately changes its
 results, in the locked environment (`pip install -c constraints.txt -e ".[dev]"`), from the repository root:
@@ -103,8 +104,20 @@ def environment_note() -> str:
         shown = listing(differences, 12)
         return (f"{note} The environment may not match constraints.txt; it differs in: {shown}. Install the lock with "
                 f"`pip install -c constraints.txt -e \".[dev]\"` and run the test again.")
-    return (f"{note} The installed packages match constraints.txt, so the study's code changed its results: if that "
-            f"was deliberate, regenerate the expected scores with `{REGENERATE}`.")
+    return (f"{note} The installed packages match constraints.txt, so the study's code or the CPU changed its results "
+            f"(torch picks its float kernels by CPU: this one is {cpu()}; the expected scores name theirs, if at all, "
+            f"above). On the CPU that recorded them, a move is the code's: if that was deliberate, regenerate the "
+            f"expected scores with `{REGENERATE}`.")
+
+
+def cpu() -> str:
+    """This machine's CPU model and the kernels torch runs on it (a float result may differ between CPUs)."""
+    import torch
+
+    models = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+              if line.startswith("model name")] if Path("/proc/cpuinfo").is_file() else []
+    return f"{models[0] if models else platform.processor() or 'an unnamed CPU'}, torch's " \
+           f"{torch.backends.cpu.get_cpu_capability()} kernels"
 
 
 def recorded_with() -> str:
@@ -138,7 +151,8 @@ def regenerate() -> None:
     with tempfile.TemporaryDirectory() as folder:
         scores = run_study(Path(folder))
     torch_version = installed_version("torch")
-    header = (f"# recorded with torch {torch_version}, Python {platform.python_version()}, {platform.machine()}, "
+    header = (f"# recorded with torch {torch_version}, Python {platform.python_version()}, {platform.machine()} "
+              f"({cpu()}), "
               f"{'every package as in constraints.txt' if not differences else f'{len(differences)} package(s) off constraints.txt'}; "
               f"regenerate with: {REGENERATE}\n")
     EXPECTED.write_text(header + scores.to_csv(index=False))
