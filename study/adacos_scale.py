@@ -1,7 +1,7 @@
 """AdaCos's fixed scale s_f = √2·ln(C−1), the one number the losses, the analysis and the reports all need.
 
-It lives apart from study/losses.py so that what only reads results (the report stages, the benchmark's aggregate)
-runs without importing torch, which costs seconds at every start of a stage."""
+It lives apart from study/losses.py so that the report stage, which only reads results, runs without importing
+torch: that costs seconds at every start of a stage (tests/test_house.py checks it)."""
 
 from __future__ import annotations
 

@@ -114,10 +114,11 @@ def cpu() -> str:
     """This machine's CPU model and the kernels torch runs on it (a float result may differ between CPUs)."""
     import torch
 
-    models = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-              if line.startswith("model name")] if Path("/proc/cpuinfo").is_file() else []
-    return f"{models[0] if models else platform.processor() or 'an unnamed CPU'}, torch's " \
-           f"{torch.backends.cpu.get_cpu_capability()} kernels"
+    info = Path("/proc/cpuinfo")
+    models = [line.split(":", 1)[1].strip() for line in (info.read_text().splitlines() if info.is_file() else [])
+              if line.startswith("model name")]
+    model = models[0] if models else platform.processor() or "an unnamed CPU"
+    return f"{model}, torch's {torch.backends.cpu.get_cpu_capability()} kernels"
 
 
 def recorded_with() -> str:
