@@ -172,6 +172,22 @@ def test_a_configuration_with_no_short_cell_is_declared_converged_only(tmp_path)
             load_plan(declaration(tmp_path, bad))
 
 
+def test_a_finished_cell_whose_source_is_absent_here_keeps_the_iterations_it_trained(tmp_path):
+    """An optional source (Debian's Fashion-MNIST) absent on this machine cannot be counted: plan.json reads the
+    iterations the finished cell trained from its committed curves, so it is the same bytes on every machine."""
+    absent = tmp_path / "absent"
+    text = TINY.replace('dataset: "glyphs:{total}:8"', f'dataset: "idx:{absent}"')
+    plan = load_plan(declaration(tmp_path, text))
+    assert json.loads(plan.to_json(tmp_path / "bench"))["cells"][2]["iterations"] is None  # not yet reported
+    tables = tmp_path / "bench" / "glyphs-open" / "reports" / "tables"
+    tables.mkdir(parents=True)
+    (tables / "curves.csv").write_text("method,iteration,mean,low,high,n\nfixed_adacos,10,0.2,0.1,0.3,2\n"
+                                       "fixed_adacos,120,0.4,0.3,0.5,2\nsoftmax,60,0.3,0.2,0.4,2\n")
+    facts = json.loads(plan.to_json(tmp_path / "bench"))["cells"]
+    assert facts[2]["iterations"] == 120
+    assert facts[0]["iterations"] == json.loads(plan.to_json())["cells"][0]["iterations"] > 0  # counted, as before
+
+
 @pytest.mark.parametrize("text, message", [
     ("configurations: []", "declares no configurations"),
     ("cells: []", "unknown key cells"),

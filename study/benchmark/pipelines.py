@@ -27,7 +27,7 @@ PLAN_FILE = "plan.json"
 CELL_INPUTS = (*REPORT_INPUTS, FINGERPRINT_FILE)
 REPORT_OUTS = ("report.md", "report.html", "benchmark.json", "tables", "figures")
 AGGREGATE_MODULES = ("stages.benchmark_report", "study.benchmark", "study.report", "study.analysis", "study.advice",
-                     "study.advice_evidence")
+                     "study.advice_evidence", "study.adacos_scale")
 UNIT = "cell"
 
 
@@ -65,7 +65,8 @@ def write_benchmark(plan: BenchmarkPlan, out_dir: str | Path = DEFAULT_OUT,
                                     frozen=cell.name not in pending) for cell in plan.cells}
     for name in [name for name in cells if name not in pending]:  # vouched for where its report is what DVC locked
         write_fingerprint(project.root / name)
-    write_generated(project.root / PLAN_FILE, plan.to_json(), mark="")  # JSON has no mark: plan.json is always ours
+    # JSON has no mark: plan.json is always ours.
+    write_generated(project.root / PLAN_FILE, plan.to_json(project.root), mark="")
     aggregate = write_benchmark_aggregate(project, plan)
     log(f"{len(cells)} cells in {project.relative(project.root, project.repository)}/: {', '.join(cells)}")
     return Benchmark(project, cells, aggregate, {name: project.report_dir / name for name in REPORT_OUTS})

@@ -4,6 +4,7 @@ a whole study, with its own params.yaml."""
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import os
@@ -16,7 +17,7 @@ import yaml
 
 from study.config import StudyParams
 from study.presets import PRESET_DIR, build_preset
-from study.results import PREPARED_DIR, write_bytes
+from study.results import PREPARED_DIR, REPORT_DIR, write_bytes
 from study.sources import source_of
 from study.sweep import class_count_params
 from study.sweep.pipelines import MANIFEST_NAME
@@ -49,12 +50,15 @@ class Cell:
     # in the converged headline where it converges, never in the short regime.
     converged_only: bool = False
 
-    def facts(self) -> dict:
-        """What the aggregate needs to know about the cell besides its reports (plan.json)."""
+    def facts(self, directory: Path | None = None) -> dict:
+        """What the aggregate needs to know about the cell besides its reports (plan.json); `directory`, the cell's
+        folder, gives the iterations its runs trained where its source is absent here and cannot be counted."""
         params = self.params
+        planned = planned_iterations(params)
         return {"name": self.name, "configuration": self.configuration, "tuner": self.tuner, "primary": self.primary,
                 "source": source_of(params.data.dataset), "dataset": params.data.dataset,
-                "longer_of": self.longer_of, "iterations": planned_iterations(params),
+                "longer_of": self.longer_of,
+                "iterations": trained_iterations(directory) if planned is None and directory else planned,
                 "protocol": params.data.protocol, "train_classes": self.train_classes,
                 "objective": params.train.objective, "losses": list(params.search.losses),
                 "sampler": params.search.sampler, "repeats": params.search.repeats, "pruner": params.search.pruner,
@@ -73,10 +77,11 @@ class BenchmarkPlan:
     cells: tuple[Cell, ...]
     source: Path
 
-    def to_json(self) -> str:
-        """plan.json's text: the same plan always gives the same bytes."""
-        return json.dumps({"title": self.title, "cells": [cell.facts() for cell in self.cells]}, indent=2,
-                          ensure_ascii=False) + "\n"
+    def to_json(self, out_dir: str | Path | None = None) -> str:
+        """plan.json's text: the same plan (and, in `out_dir`, the same finished cells) always gives the same bytes,
+        on a machine with every optional source or without."""
+        cells = [cell.facts(Path(out_dir) / cell.name if out_dir else None) for cell in self.cells]
+        return json.dumps({"title": self.title, "cells": cells}, indent=2, ensure_ascii=False) + "\n"
 
     def data_problems(self, out_dir: str | Path) -> dict[str, str]:
         """Per cell (its folder in `out_dir`), why its data no longer holds the classes it was declared with (a
@@ -104,6 +109,15 @@ class BenchmarkPlan:
 def planned_runs(params: StudyParams) -> int:
     """The trainings one study makes: every search trial and every final run, on every class split."""
     return study_cost(params, None).trainings
+
+
+def trained_iterations(directory: Path) -> int | None:
+    """The iterations a finished cell's runs trained, read from its committed curves; None before it reported."""
+    try:
+        with (directory / REPORT_DIR / "tables" / "curves.csv").open(encoding="utf-8") as curves:
+            return max(int(row["iteration"]) for row in csv.DictReader(curves))
+    except (OSError, KeyError, ValueError):  # no curves yet, or none with an iteration
+        return None
 
 
 def planned_iterations(params: StudyParams) -> int | None:
