@@ -108,7 +108,7 @@ def environment_note() -> str:
         return (f"{note} The environment may not match constraints.txt; it differs in: {shown}. Install the lock with "
                 f"`pip install -c constraints.txt -e \".[dev]\"` and run the test again.")
     return (f"{note} The installed packages match constraints.txt and the stages ran on portable kernels (the same "
-            f"floats on any CPU; this one is {cpu()}), so the study's code changed its results: if that was "
+            f"floats on any x86-64 CPU; this one is {cpu()}), so the study's code changed its results: if that was "
             f"deliberate, regenerate the expected scores with `{REGENERATE}`.")
 
 
@@ -149,7 +149,10 @@ def test_the_lock_pins_torch_and_the_readme_installs_with_it():
     for package in ("torch", "torchvision", "optuna", "dvc", "pytest", "pytorch-metric-learning", "psycopg"):
         assert package in pins, f"constraints.txt pins no version of {package}"
     assert "+cpu" not in pins["torch"], "the lock must pin the package index's normal torch build"
-    assert 'pip install -c constraints.txt -e ".[dev]"' in (REPO / "README.md").read_text()
+    readme = (REPO / "README.md").read_text()
+    assert 'pip install -c constraints.txt -e ".[dev]"' in readme
+    settings = " ".join(f"{name}={value}" for name, value in PORTABLE_KERNELS.items())
+    assert settings in " ".join(readme.split()), f"README.md should name the test's portable kernels: {settings}"
 
 
 def regenerate() -> None:
