@@ -25,8 +25,8 @@ from study.benchmark.cells import (NEAR_FLOOR_SCORE, cell_plateau, cell_rows, co
                                    tuning_curve)
 from study.benchmark.rate_edges import rate_edges
 from study.benchmark.meta import (RELATIVE_MARGIN, benchmark_seconds, best_untuned, beyond_margin_from,
-                                  converged_cells, judgement, length_by_source, longer_table, margin_reading,
-                                  trend_in_classes, value_at)
+                                  converged_cells, judgement, length_by_source, long_cells, longer_table,
+                                  margin_reading, trend_in_classes, value_at)
 from study.benchmark.card import benchmark_card
 from study.benchmark.report import (JUDGEMENT_WORDS, forest_pool, method_sentence, pct, pct_interval,
                                     rate_edge_sentences, read_cells, scope_sentence)
@@ -186,6 +186,7 @@ UNCONVERGED = ("glyphs-open-c1000", "mnist-pairs-open-c50-long")
 HEADLINE = [cell[0] for cell in CELLS if cell[3] and cell[0] not in UNCONVERGED]  # the converged cells
 SHORT = [cell[0] for cell in CELLS if cell[3]]  # the short regime's pool: every primary cell
 OFF_FLOOR = [cell[0] for cell in CELLS if cell[3] and cell[7] >= NEAR_FLOOR_SCORE]
+LONG = [cell[0] for cell in CELLS if cell[9]]  # the long cells, converged or not: a sensitivity pool
 
 
 def cell_shifts(name: str, losses) -> dict[str, float]:
@@ -403,6 +404,9 @@ def test_the_pooled_row_is_the_two_stage_pool_over_sources_of_the_headline_cells
     # The short regime's pool, with and without its near-floor cell (sensitivity rows); real and synthetic apart.
     check_pool(facts, "short_", hand_pool(hand_cells(synthetic, method, SHORT)))
     check_pool(facts, "short_off_floor_", hand_pool(hand_cells(synthetic, method, OFF_FLOOR)))
+    # The long cells whether or not they converged (sensitivity): here the one long cell, still improving.
+    check_pool(facts, "long_", hand_pool(hand_cells(synthetic, method, LONG)))
+    assert facts["still_improving_cells"] == list(hand_cells(synthetic, method, LONG))
     real = {name: cell for name, cell in headline.items() if cell["source"] in ("digits", "mnist")}
     check_pool(facts, "real_", hand_pool(real))
     check_pool(facts, "synthetic_", hand_pool({name: cell for name, cell in headline.items() if name not in real}))
@@ -707,6 +711,16 @@ def test_the_training_length_sentence_reads_each_convergence_as_reached_or_not()
                                "its val-chosen learning rate, tuned ArcFace − Fixed AdaCos moves from -0.0074")
 
 
+def test_the_answer_shows_the_pool_with_the_long_cells_still_improving_beside_the_headline(synthetic):
+    facts = synthetic["pooled"].set_index("method", drop=False).loc["arcface_tuned"].to_dict()
+    long = hand_pool(hand_cells(synthetic, "arcface_tuned", LONG))
+    assert (f"With the long cells still improving too (mnist-pairs-open-c50-long): {pct(long['mean'])} [n/a], a new "
+            "source [n/a] (1 sources; sensitivity).") in method_sentence(facts)
+    assert "still improving" not in method_sentence(facts | {"still_improving_cells": []})
+    assert ("the same, with the long cells still improving (sensitivity)", "[n/a] (1 sources)") in benchmark_card(
+        facts, [], synthetic["rows"]).how_sure
+
+
 def test_the_headline_takes_each_datas_longest_converged_cell():
     rows = pd.DataFrame([
         {"cell": "a", "configuration": "a", "longer_of": None, "primary": True, "regime": "short", "iterations": 100,
@@ -849,6 +863,8 @@ def test_a_cell_that_chose_the_learning_rate_by_val_leads_its_configuration_befo
     assert sorted(converged_cells(rows)["cell"]) == ["a-lr", "c-lr", "d-long"]
     assert sorted(converged_cells(rows[rows["rates"] == 1])["cell"]) == ["a-long", "c-long", "d-long"]
     assert "c-long" in set(converged_cells(rows.drop(columns="rates"))["cell"])  # rows before rates: longest
+    # The sensitivity pool takes the same cells but whether or not they converged: d-lr, still improving, too.
+    assert sorted(long_cells(rows)["cell"]) == ["a-lr", "c-lr", "d-lr"]
 
 
 def chosen_rate_benchmark(root: Path) -> tuple[pd.DataFrame, dict, dict]:

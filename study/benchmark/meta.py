@@ -24,10 +24,12 @@ RELATIVE_MARGIN = AnalysisConfig().score_share("retrieval")
 # Methods that need no tuning, against which the answer names the best choice (Fixed AdaCos is the reference).
 UNTUNED = ("fixed_adacos", "dynamic_adacos", "p2sgrad", "softmax", "arcface_default")
 # The headline pools the cells where Fixed AdaCos and the method converged (docs/analysis.md's plateau rule, declared
-# before the converged runs); the short regime's pool, with and without its near-floor cells, are sensitivity rows.
+# before the converged runs); the short regime's pool, with and without its near-floor cells, and the long cells
+# whether or not they converged, are sensitivity rows.
 SCOPES = {"": "converged", "short_": "short regime", "short_off_floor_": "short regime, near-floor cells left out",
           "real_": "converged, real images", "synthetic_": "converged, synthetic",
-          "shared_rate_": "converged, every method at one shared learning rate"}
+          "shared_rate_": "converged, every method at one shared learning rate",
+          "long_": "trained long, converged or not"}
 POOLED_NUMBERS = ("mean", "low", "high", "prediction_low", "prediction_high", "prediction_standard_error",
                   "between_source_variance", "sources", "configurations")
 
@@ -49,9 +51,21 @@ def converged_cells(rows: pd.DataFrame) -> pd.DataFrame:
     """The headline's cells: per configuration, among its cells (a primary cell or a long-regime one) in which Fixed
     AdaCos and the method converged by the plateau rule, with a finite, positive SE, one that chose the learning rate
     by val before one at a shared rate (the protocol's), then the longest."""
-    candidates = rows[(rows["primary"].astype(bool) | (rows["regime"] == "long"))
-                      & np.isfinite(rows["relative"].astype(float)) & (rows["relative_se"].astype(float) > 0)
-                      & rows["converged"].astype(bool)]
+    return _one_per_configuration(rows[(rows["primary"].astype(bool) | (rows["regime"] == "long"))
+                                       & rows["converged"].astype(bool)])
+
+
+def long_cells(rows: pd.DataFrame) -> pd.DataFrame:
+    """A sensitivity pool beside the headline: per configuration, its long-regime cell chosen as the headline's, but
+    whether or not it converged, so the cells the plateau rule keeps out are seen in a pooled number too."""
+    return _one_per_configuration(rows[rows["regime"] == "long"])
+
+
+def _one_per_configuration(candidates: pd.DataFrame) -> pd.DataFrame:
+    """Per configuration's data and method, among `candidates` with a finite, positive SE, the cell that chose the
+    learning rate by val before one at a shared rate, then the longest."""
+    candidates = candidates[np.isfinite(candidates["relative"].astype(float))
+                            & (candidates["relative_se"].astype(float) > 0)]
     data = candidates["longer_of"].where(candidates["longer_of"].notna(), candidates["configuration"])  # a long cell
     ranked = candidates.assign(data=data, chosen=rate_chosen(candidates))  # trains its short one's data
     ranked = ranked.sort_values(["chosen", "iterations"], kind="stable")
@@ -137,14 +151,15 @@ def margin_reading(low: float, high: float) -> dict:
 
 def pooled_method(rows: pd.DataFrame, confidence: float) -> dict:
     """One method against Fixed AdaCos: pooled over sources on the relative scale, for the headline (the converged
-    cells), for the short regime (every primary cell, and without its near-floor cells: sensitivity rows), and for
-    real and synthetic sources apart; the absolute scale beside it; DerSimonian–Laird over configurations, labelled,
+    cells), for the short regime (every primary cell, and without its near-floor cells), for the long cells converged
+    or not, and at one shared learning rate (sensitivity rows), and for real and synthetic sources apart; the absolute scale beside it; DerSimonian–Laird over configurations, labelled,
     for comparison."""
     short = rows[poolable(rows) & (rows["regime"] == "short")]
     headline = converged_cells(rows)
     scopes = {"": headline, "short_": short, "short_off_floor_": short[~short["near_floor"].astype(bool)],
               "real_": headline[headline["real"].astype(bool)], "synthetic_": headline[~headline["real"].astype(bool)],
-              "shared_rate_": converged_cells(rows[~rate_chosen(rows)])}  # every method at one rate: sensitivity
+              "shared_rate_": converged_cells(rows[~rate_chosen(rows)]),  # every method at one rate: sensitivity
+              "long_": long_cells(rows)}  # with the long cells still improving: sensitivity
     method = rows["method"].iloc[0]
     facts = {"method": method, "loss": rows["loss"].iloc[0], "tuned": bool(rows["tuned"].iloc[0]),
              "metric": rows["metric"].iloc[0], "margin": RELATIVE_MARGIN,
@@ -154,6 +169,7 @@ def pooled_method(rows: pd.DataFrame, confidence: float) -> dict:
                                   "low": row.low / row.reference_test_mean, "high": row.high / row.reference_test_mean}
                                  for row in headline.itertuples()],
              "short_converged": int(short["converged"].astype(bool).sum()),
+             "still_improving_cells": sorted(set(scopes["long_"]["cell"]) - set(headline["cell"])),
              "rate_chosen_cells": int(rate_chosen(headline).sum()),
              "reference_mean": float((headline if len(headline) else short)["reference_test_mean"].mean())}
     for prefix, subset in scopes.items():

@@ -107,6 +107,8 @@ def methods_shown(pooled: pd.DataFrame) -> pd.DataFrame:
         "synthetic": f"{pct(row.synthetic_mean)} {pct_interval(row.synthetic_low, row.synthetic_high)}",
         "converged, one shared learning rate: a new source (sensitivity)": pct_interval(
             row.shared_rate_prediction_low, row.shared_rate_prediction_high),
+        "trained long, converged or not: a new source (sensitivity)": pct_interval(
+            row.long_prediction_low, row.long_prediction_high),
         "short regime: a new source (sensitivity)": f"{pct(row.short_mean)} "
                                                     f"{pct_interval(row.short_prediction_low, row.short_prediction_high)}",
         "short, near-floor cells out (sensitivity)": f"{pct(row.short_off_floor_mean)} " + pct_interval(
