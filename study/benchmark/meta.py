@@ -152,8 +152,8 @@ def margin_reading(low: float, high: float) -> dict:
 def pooled_method(rows: pd.DataFrame, confidence: float) -> dict:
     """One method against Fixed AdaCos: pooled over sources on the relative scale, for the headline (the converged
     cells), for the short regime (every primary cell, and without its near-floor cells), for the long cells converged
-    or not, and at one shared learning rate (sensitivity rows), and for real and synthetic sources apart; the absolute scale beside it; DerSimonian–Laird over configurations, labelled,
-    for comparison."""
+    or not, and at one shared learning rate (sensitivity rows), and for real and synthetic sources apart; the absolute
+    scale beside it; DerSimonian–Laird over configurations, labelled, for comparison."""
     short = rows[poolable(rows) & (rows["regime"] == "short")]
     headline = converged_cells(rows)
     scopes = {"": headline, "short_": short, "short_off_floor_": short[~short["near_floor"].astype(bool)],
