@@ -715,9 +715,9 @@ def test_the_answer_shows_the_pool_with_the_long_cells_still_improving_beside_th
     facts = synthetic["pooled"].set_index("method", drop=False).loc["arcface_tuned"].to_dict()
     long = hand_pool(hand_cells(synthetic, "arcface_tuned", LONG))
     assert (f"With the long cells still improving too (mnist-pairs-open-c50-long): {pct(long['mean'])} [n/a], a new "
-            "source [n/a] (1 sources; sensitivity).") in method_sentence(facts)
+            "source [n/a] (1 source; sensitivity).") in method_sentence(facts)
     assert "still improving" not in method_sentence(facts | {"still_improving_cells": []})
-    assert ("the same, with the long cells still improving (sensitivity)", "[n/a] (1 sources)") in benchmark_card(
+    assert ("the same, with the long cells still improving (sensitivity)", "[n/a] (1 source)") in benchmark_card(
         facts, [], synthetic["rows"]).how_sure
 
 

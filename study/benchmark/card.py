@@ -87,10 +87,10 @@ def benchmark_card(arcface: dict, wins: list[dict], rows: pd.DataFrame) -> Answe
                  f"not estimable yet ({fmt.plural(converged, 'converged cell')})"),
                 *([("the same, every method at one shared learning rate (sensitivity)",
                     f"{pct_interval(arcface['shared_rate_prediction_low'], arcface['shared_rate_prediction_high'])} "
-                    f"({arcface['shared_rate_sources']} sources)")] if arcface.get("rate_chosen_cells") else []),
+                    f"({fmt.plural(int(arcface['shared_rate_sources']), 'source')})")] if arcface.get("rate_chosen_cells") else []),
                 *([("the same, with the long cells still improving (sensitivity)",
                     f"{pct_interval(arcface['long_prediction_low'], arcface['long_prediction_high'])} "
-                    f"({arcface['long_sources']} sources)")] if arcface.get("still_improving_cells") else []),
+                    f"({fmt.plural(int(arcface['long_sources']), 'source')})")] if arcface.get("still_improving_cells") else []),
                 ("the same, trained short (sensitivity)",
                  f"{pct_interval(arcface['short_prediction_low'], arcface['short_prediction_high'])} "
                  f"({arcface['short_sources']} sources)"),

@@ -123,12 +123,12 @@ def method_sentence(facts: dict) -> str:
         text += (f" With every method at one shared learning rate instead: {pct(facts['shared_rate_mean'])} "
                  f"{pct_interval(facts['shared_rate_low'], facts['shared_rate_high'])}, a new source "
                  f"{pct_interval(facts['shared_rate_prediction_low'], facts['shared_rate_prediction_high'])} "
-                 f"({facts['shared_rate_sources']} sources; sensitivity).")
+                 f"({fmt.plural(int(facts['shared_rate_sources']), 'source')}; sensitivity).")
     if facts.get("still_improving_cells"):  # what the plateau rule keeps out, pooled in
         text += (f" With the long cells still improving too ({', '.join(facts['still_improving_cells'])}): "
                  f"{pct(facts['long_mean'])} {pct_interval(facts['long_low'], facts['long_high'])}, a new source "
                  f"{pct_interval(facts['long_prediction_low'], facts['long_prediction_high'])} "
-                 f"({facts['long_sources']} sources; sensitivity).")
+                 f"({fmt.plural(int(facts['long_sources']), 'source')}; sensitivity).")
     return text
 
 
