@@ -22,6 +22,12 @@ def pct_interval(low, high) -> str:
     return "[n/a]" if fmt.missing(low) or fmt.missing(high) else f"[{pct(low)}, {pct(high)}]"
 
 
+def new_source(facts: dict, prefix: str) -> str:
+    """A pool's (`prefix`) 95% prediction for a new source and its sources: '[-4.1%, +6.1%] (6 sources)'."""
+    return (f"{pct_interval(facts[f'{prefix}prediction_low'], facts[f'{prefix}prediction_high'])} "
+            f"({fmt.plural(int(facts[f'{prefix}sources']), 'source')})")
+
+
 def one_configuration(rows: pd.DataFrame) -> dict | None:
     """Where the cells hold one configuration only: tuned ArcFace − Fixed AdaCos in its headline cell (its longest
     converged one, else its first tuner's), in % of Fixed AdaCos's score with its interval; None otherwise."""
@@ -86,14 +92,10 @@ def benchmark_card(arcface: dict, wins: list[dict], rows: pd.DataFrame) -> Answe
                  f"{expected} (95% prediction, {arcface['sources']} sources)" if predicts else
                  f"not estimable yet ({fmt.plural(converged, 'converged cell')})"),
                 *([("the same, every method at one shared learning rate (sensitivity)",
-                    f"{pct_interval(arcface['shared_rate_prediction_low'], arcface['shared_rate_prediction_high'])} "
-                    f"({fmt.plural(int(arcface['shared_rate_sources']), 'source')})")] if arcface.get("rate_chosen_cells") else []),
+                    new_source(arcface, "shared_rate_"))] if arcface.get("rate_chosen_cells") else []),
                 *([("the same, with the long cells still improving (sensitivity)",
-                    f"{pct_interval(arcface['long_prediction_low'], arcface['long_prediction_high'])} "
-                    f"({fmt.plural(int(arcface['long_sources']), 'source')})")] if arcface.get("still_improving_cells") else []),
-                ("the same, trained short (sensitivity)",
-                 f"{pct_interval(arcface['short_prediction_low'], arcface['short_prediction_high'])} "
-                 f"({arcface['short_sources']} sources)"),
+                    new_source(arcface, "long_"))] if arcface.get("still_improving_cells") else []),
+                ("the same, trained short (sensitivity)", new_source(arcface, "short_")),
                 ("the margin that matters", f"{margin} of Fixed AdaCos's score, on every data set"),
                 ("evidence", f"{rows['cell'].nunique()} cells of {rows['source'].nunique()} independent data sources; "
                              "configurations of one source are not independent")]

@@ -120,16 +120,18 @@ def method_sentence(facts: dict) -> str:
               if facts[f"{prefix}sources"]]
     text += f". Apart: {'; '.join(scopes)}." if scopes else "."
     if facts.get("rate_chosen_cells"):  # the protocol's cells lead; the shared-rate pool is what it replaced
-        text += (f" With every method at one shared learning rate instead: {pct(facts['shared_rate_mean'])} "
-                 f"{pct_interval(facts['shared_rate_low'], facts['shared_rate_high'])}, a new source "
-                 f"{pct_interval(facts['shared_rate_prediction_low'], facts['shared_rate_prediction_high'])} "
-                 f"({fmt.plural(int(facts['shared_rate_sources']), 'source')}; sensitivity).")
+        text += sensitivity_clause(facts, "shared_rate_", "With every method at one shared learning rate instead")
     if facts.get("still_improving_cells"):  # what the plateau rule keeps out, pooled in
-        text += (f" With the long cells still improving too ({', '.join(facts['still_improving_cells'])}): "
-                 f"{pct(facts['long_mean'])} {pct_interval(facts['long_low'], facts['long_high'])}, a new source "
-                 f"{pct_interval(facts['long_prediction_low'], facts['long_prediction_high'])} "
-                 f"({fmt.plural(int(facts['long_sources']), 'source')}; sensitivity).")
+        text += sensitivity_clause(facts, "long_", "With the long cells still improving too "
+                                                   f"({', '.join(facts['still_improving_cells'])})")
     return text
+
+
+def sensitivity_clause(facts: dict, prefix: str, lead: str) -> str:
+    """A sensitivity pool (`prefix`) after the headline's sentence: its mean with CI and a new source's prediction."""
+    return (f" {lead}: {pct(facts[f'{prefix}mean'])} {pct_interval(facts[f'{prefix}low'], facts[f'{prefix}high'])}, "
+            f"a new source {pct_interval(facts[f'{prefix}prediction_low'], facts[f'{prefix}prediction_high'])} "
+            f"({fmt.plural(int(facts[f'{prefix}sources']), 'source')}; sensitivity).")
 
 
 def cost_sentences(facts: dict) -> list[str]:
