@@ -11,12 +11,15 @@ from pathlib import Path, PurePosixPath
 from typing import Sequence
 
 import yaml
+from optuna.trial import TrialState
 
 from study.benchmark.fingerprint import FINGERPRINT_FILE, REPORT_INPUTS, dvc_md5, source_changed, write_fingerprint
 from study.benchmark.long_cell import LEARNING_CURVE_CELL, LEARNING_CURVE_INPUTS
 from study.benchmark.plan import FULL_PLAN, NAME, QUICK_PLAN, BenchmarkPlan, load_plan
 from study.many_studies import (Log, Project, StudiesError, open_project, reproduce, to_stderr, write_aggregate,
                                 write_generated, write_study)
+from study.results import JOURNAL
+from study.storage import journal_storage
 
 DEFAULT_OUT, QUICK_OUT = Path("benchmarks/cells"), Path("benchmarks/quick")
 DEFAULT_REPORT_DIR, QUICK_REPORT_DIR = Path("reports/benchmark"), Path("reports/benchmark-quick")
@@ -179,6 +182,18 @@ def cell_finished(directory: str | Path, params: dict | None = None) -> bool:
         if path.is_file() and out.get("md5") and dvc_md5(path) != out["md5"]:
             return False
     return not source_changed(directory)
+
+
+def finished_trainings(directory: str | Path) -> int | None:
+    """The trainings an unfinished cell has kept so far in its trial storage (search trials completed or pruned,
+    final runs completed; trials kept aside for other settings not counted); None where it has no storage here."""
+    journal = Path(directory) / JOURNAL
+    if not journal.is_file():
+        return None
+    storage = journal_storage(journal)
+    done = (TrialState.COMPLETE, TrialState.PRUNED)
+    return sum(len(storage.get_all_trials(study._study_id, deepcopy=False, states=done))
+               for study in storage.get_all_studies() if "@" not in study.study_name)
 
 
 def _locked_stages(lock: Path) -> dict:
