@@ -380,7 +380,8 @@ def _benchmark_command(args: argparse.Namespace) -> int:
         declared = load_plan(plan)
         pending = set(cells_to_run(declared, out, args.rerun))
         problems = declared.data_problems(out)
-        print(f"{'cell':28} {'source':14} {'trainings':>9} {'iterations':>10}  state")
+        width = max(len("cell"), *(len(cell.name) for cell in declared.cells))
+        print(f"{'cell':{width}} {'source':14} {'trainings':>9} {'iterations':>10}  state")
         for cell in declared.cells:
             facts = cell.facts()
             iterations = "?" if facts["iterations"] is None else f"{facts['iterations']:,}"
@@ -388,7 +389,7 @@ def _benchmark_command(args: argparse.Namespace) -> int:
             if cell.name in pending:  # a cell run on several machines in turn: what its storage holds so far
                 kept = finished_trainings(Path(out) / cell.name)
                 state = "to run" if kept is None else f"to run; {kept} of {facts['planned_runs']} trainings kept"
-            print(f"{cell.name:28} {facts['source']:14} {facts['planned_runs']:9} {iterations:>10}  {state}"
+            print(f"{cell.name:{width}} {facts['source']:14} {facts['planned_runs']:9} {iterations:>10}  {state}"
                   f"{f'; {problems[cell.name]}' if cell.name in problems else ''}")
         return 0
     written = run_benchmark(plan, out, report_dir, args.rerun, report_only=args.report_only)

@@ -43,7 +43,11 @@ def test_the_full_benchmark_covers_what_the_issue_asks():
     assert len(longer) >= 3 and not any(cell.primary for cell in longer)
     assert sum(source_of(cell.params.data.dataset) in ("digits", "mnist", "fashion-mnist") for cell in longer) >= 2
     short = {cell.configuration: cell for cell in primary}
+    converged_only = {cell.configuration: cell for cell in plan.cells if cell.converged_only}
     for cell in longer:
+        if cell.longer_of in converged_only:  # a configuration with no short cell, trained longer still
+            assert cell.params.train.epochs > converged_only[cell.longer_of].params.train.epochs
+            continue
         long_params, short_params = cell.params, short[cell.longer_of].params
         if None in (planned_iterations(long_params), planned_iterations(short_params)):
             # An optional source absent here (Debian's Fashion-MNIST, the emoji font) has no size to count from:
@@ -170,6 +174,40 @@ def test_a_configuration_with_no_short_cell_is_declared_converged_only(tmp_path)
                           "not both")):
         with pytest.raises(ValueError, match=message):
             load_plan(declaration(tmp_path, bad))
+
+
+def test_a_converged_only_configuration_trained_longer_is_one_configuration_with_it(tmp_path):
+    """A converged-only configuration that ended still improving gets a longer cell (`longer_of` naming it): the
+    headline reads the longer one where both methods converged there, the first where only it converged, and never
+    both, as two configurations of one source would be counted twice."""
+    from study.benchmark.meta import converged_cells, long_cells
+
+    text = TINY.replace("""    set: {train.batch_size: 16}
+""", """    set: {train.batch_size: 16}
+    converged_only: true
+  - name: glyphs-open-conv2
+    dataset: "glyphs:{total}:8"
+    train_classes: 6
+    longer_of: glyphs-open
+    set: {train.batch_size: 16, train.epochs: 2}
+""")
+    plan = load_plan(declaration(tmp_path, text))
+    longer = plan.cells[3]
+    assert (longer.name, longer.primary, longer.longer_of) == ("glyphs-open-conv2", False, "glyphs-open")
+    assert json.loads(plan.to_json())["cells"][3]["longer_of"] == "glyphs-open"
+
+    def rows(longer_converged: bool) -> pd.DataFrame:
+        return pd.DataFrame([
+            {"cell": "glyphs-open", "configuration": "glyphs-open", "method": "arcface_tuned", "primary": False,
+             "regime": "long", "longer_of": None, "iterations": 100, "relative": 0.05, "relative_se": 0.01,
+             "converged": True},
+            {"cell": "glyphs-open-conv2", "configuration": "glyphs-open-conv2", "method": "arcface_tuned",
+             "primary": False, "regime": "long", "longer_of": "glyphs-open", "iterations": 200, "relative": -0.02,
+             "relative_se": 0.01, "converged": longer_converged}])
+
+    assert converged_cells(rows(True))["cell"].tolist() == ["glyphs-open-conv2"]
+    assert converged_cells(rows(False))["cell"].tolist() == ["glyphs-open"]
+    assert long_cells(rows(False))["cell"].tolist() == ["glyphs-open-conv2"]
 
 
 def test_a_finished_cell_whose_source_is_absent_here_keeps_the_iterations_it_trained(tmp_path):

@@ -45,7 +45,9 @@ class Cell:
     train_classes: int
     params: StudyParams
     origin: str  # the `study preset` command that writes the same params.yaml
-    longer_of: str | None = None  # the configuration this one trains longer: compared with it, never pooled
+    # The configuration this one trains longer (a short one, or a converged-only one that ended still improving):
+    # compared with a short one, never pooled beside the one it trains longer.
+    longer_of: str | None = None
     # Trained only at a length where it converges, with no short cell (a configuration too large to run short and long):
     # in the converged headline where it converges, never in the short regime.
     converged_only: bool = False
@@ -219,7 +221,7 @@ def _configuration_cells(entry: dict, index: int, preset: str, common: list[str]
     if type(converged_only) is not bool:
         raise ValueError(f"{where}.converged_only must be true or false, got {converged_only!r}")
     if converged_only and longer_of is not None:
-        raise ValueError(f"{where}: give longer_of (a longer cell of a short configuration) or converged_only (a "
+        raise ValueError(f"{where}: give longer_of (a longer cell of another configuration) or converged_only (a "
                          "configuration with no short cell), not both")
     chosen = entry.get("tuners", tuner_order[:1])
     if not isinstance(chosen, list) or not chosen or len(set(chosen)) < len(chosen):
