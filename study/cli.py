@@ -364,7 +364,7 @@ def _sweep_command(args: argparse.Namespace) -> int:
 
 def _benchmark_command(args: argparse.Namespace) -> int:
     from study.benchmark import default_locations, load_plan, run_benchmark
-    from study.benchmark.pipelines import cells_to_run, finished_trainings
+    from study.benchmark.pipelines import cells_to_run, kept_trainings
 
     plan, out, report_dir = default_locations(args.quick)
     plan, out, report_dir = args.plan or plan, args.out or out, args.report_dir or report_dir
@@ -387,8 +387,8 @@ def _benchmark_command(args: argparse.Namespace) -> int:
             iterations = "?" if facts["iterations"] is None else f"{facts['iterations']:,}"
             state = "finished"
             if cell.name in pending:  # a cell run on several machines in turn: what its storage holds so far
-                kept = finished_trainings(Path(out) / cell.name)
-                state = "to run" if kept is None else f"to run; {kept} of {facts['planned_runs']} trainings kept"
+                kept = kept_trainings(Path(out) / cell.name)
+                state = "to run" if kept is None else f"to run; {kept.of(facts['planned_runs'])}"
             print(f"{cell.name:{width}} {facts['source']:14} {facts['planned_runs']:9} {iterations:>10}  {state}"
                   f"{f'; {problems[cell.name]}' if cell.name in problems else ''}")
         return 0

@@ -1,12 +1,15 @@
 """`study benchmark --list` tells how far an unfinished cell got in its trial storage (a cell trained over several
-machines in turn): the trainings kept, counted by hand here from a storage written with Optuna itself."""
+machines in turn): the trainings kept and their training time, counted by hand here from a storage written with Optuna
+itself."""
 
 from __future__ import annotations
 
-import optuna
-from optuna.trial import TrialState
+from datetime import datetime, timedelta
 
-from study.benchmark.pipelines import finished_trainings
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from study.benchmark.pipelines import kept_trainings
 from study.cli import main
 from study.results import JOURNAL
 from study.storage import journal_storage
@@ -14,15 +17,23 @@ from study.storage import journal_storage
 from test_benchmark import TINY, declaration
 
 
+TEN_MINUTES = timedelta(minutes=10)
+
+
 def trials(storage, name: str, states: list[TrialState]) -> None:
-    """A study `name` in `storage` holding one trial in each of `states`."""
+    """A study `name` in `storage` holding one trial in each of `states`; a finished one trained ten minutes."""
     study = optuna.create_study(study_name=name, storage=storage)
+    start = datetime(2026, 1, 1, 9, 0)
     for state in states:
-        trial = study.ask()
-        if state == TrialState.COMPLETE:
-            study.tell(trial, 0.5)
-        elif state != TrialState.RUNNING:
-            study.tell(trial, state=state)
+        if state in (TrialState.COMPLETE, TrialState.PRUNED):
+            study.add_trial(FrozenTrial(
+                number=0, trial_id=0, state=state, value=0.5 if state == TrialState.COMPLETE else None,
+                datetime_start=start, datetime_complete=start + TEN_MINUTES, params={}, distributions={},
+                user_attrs={}, system_attrs={}, intermediate_values={}))
+        else:
+            trial = study.ask()
+            if state != TrialState.RUNNING:
+                study.tell(trial, state=state)
 
 
 def storage_with_six_kept(cell) -> None:
@@ -36,9 +47,10 @@ def storage_with_six_kept(cell) -> None:
 
 
 def test_the_trainings_kept_are_the_completed_and_pruned_ones_of_the_cells_own_settings(tmp_path):
-    assert finished_trainings(tmp_path / "cell") is None  # no storage: nothing to say
+    assert kept_trainings(tmp_path / "cell") is None  # no storage: nothing to say
     storage_with_six_kept(tmp_path / "cell")
-    assert finished_trainings(tmp_path / "cell") == 6
+    kept = kept_trainings(tmp_path / "cell")
+    assert (kept.count, kept.seconds) == (6, 6 * 600)
 
 
 def test_the_list_says_how_many_trainings_an_unfinished_cell_kept(tmp_path, monkeypatch, capsys):
@@ -49,5 +61,7 @@ def test_the_list_says_how_many_trainings_an_unfinished_cell_kept(tmp_path, monk
     assert main(["benchmark", "--out", "bench", "--report-dir", "reports/bench", "--plan", str(plan), "--list"]) == 0
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
     planned = rows["glyphs-open"].split()[2]
-    assert rows["glyphs-open"].endswith(f"to run; 6 of {planned} trainings kept")
+    left = int(planned) - 6
+    assert rows["glyphs-open"].endswith(f"to run; 6 of {planned} trainings kept (1.0 h of training); {left} left, "
+                                        f"about {left / 6:.1f} h of training at their mean")
     assert rows["digits-closed"].endswith("to run")  # no storage yet
