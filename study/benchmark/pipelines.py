@@ -187,11 +187,12 @@ def cell_finished(directory: str | Path, params: dict | None = None) -> bool:
 @dataclass(frozen=True)
 class KeptTrainings:
     """What an unfinished cell's trial storage holds so far (a cell trained over several machines in turn)."""
-    count: int  # search trials completed or pruned, final runs completed; trials kept aside for other settings not
+    # Search trials completed or pruned and final runs completed; trials kept aside for other settings are not counted.
+    count: int
     seconds: float  # their training time, each from its start to its end, summed (two at once take half the clock)
 
     def of(self, planned: int) -> str:
-        """'24 of 126 trainings kept (4.4 h of training); 102 left, about 18.7 h of training at their mean'."""
+        """'24 of 126 trainings kept (4.4 h of training); 102 left, about 18.6 h of training at their mean'."""
         said = f"{self.count} of {planned} trainings kept ({self.seconds / 3600:.1f} h of training)"
         left = planned - self.count
         if self.count and left > 0:
