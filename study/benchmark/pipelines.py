@@ -189,7 +189,7 @@ class KeptTrainings:
     """What an unfinished cell's trial storage holds so far (a cell trained over several machines in turn)."""
     # Search trials completed or pruned and final runs completed; trials kept aside for other settings are not counted.
     count: int
-    seconds: float  # their training time, each from its start to its end, summed (two at once take half the clock)
+    seconds: float  # their device-seconds as each trial recorded them, summed (two at once take half the clock)
 
     def of(self, planned: int) -> str:
         """'24 of 126 trainings kept (4.4 h of training); 102 left, about 18.6 h of training at their mean'."""
@@ -207,10 +207,11 @@ def kept_trainings(directory: str | Path) -> KeptTrainings | None:
         return None
     storage = journal_storage(journal)
     done = (TrialState.COMPLETE, TrialState.PRUNED)
+    # A name with "@" is `kept_aside`'s: trials of other settings, not this cell's.
     kept = [trial for study in storage.get_all_studies() if "@" not in study.study_name
             for trial in storage.get_all_trials(study._study_id, deepcopy=False, states=done)]
-    return KeptTrainings(len(kept), sum((trial.datetime_complete - trial.datetime_start).total_seconds()
-                                        for trial in kept if trial.datetime_start and trial.datetime_complete))
+    # The seconds the search and the final runs record per trial, which the cell's reports sum as device-seconds.
+    return KeptTrainings(len(kept), sum(trial.user_attrs.get("seconds", 0.0) for trial in kept))
 
 
 def _locked_stages(lock: Path) -> dict:
