@@ -383,7 +383,7 @@ def _benchmark_command(args: argparse.Namespace) -> int:
         width = max(len("cell"), *(len(cell.name) for cell in declared.cells))
         print(f"{'cell':{width}} {'source':14} {'trainings':>9} {'iterations':>10}  state")
         for cell in declared.cells:
-            facts = cell.facts()
+            facts = cell.facts(Path(out) / cell.name)  # a finished cell's iterations where its source is absent here
             iterations = "?" if facts["iterations"] is None else f"{facts['iterations']:,}"
             state = "finished"
             if cell.name in pending:  # a cell run on several machines in turn: what its storage holds so far

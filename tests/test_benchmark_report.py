@@ -25,11 +25,11 @@ from study.benchmark.cells import (NEAR_FLOOR_SCORE, cell_plateau, cell_rows, co
                                    tuning_curve)
 from study.benchmark.rate_edges import rate_edges
 from study.benchmark.meta import (RELATIVE_MARGIN, benchmark_seconds, best_untuned, beyond_margin_from,
-                                  converged_cells, judgement, length_by_source, long_cells, longer_table,
+                                  converged_cells, cost_table, judgement, length_by_source, long_cells, longer_table,
                                   margin_reading, trend_in_classes, value_at)
 from study.benchmark.card import benchmark_card
-from study.benchmark.report import (JUDGEMENT_WORDS, forest_pool, method_sentence, pct, pct_interval,
-                                    rate_edge_sentences, read_cells, scope_sentence)
+from study.benchmark.report import (JUDGEMENT_WORDS, budget_sentences, forest_pool, method_sentence, pct,
+                                    pct_interval, rate_edge_sentences, read_cells, scope_sentence)
 from study.config import AnalysisConfig
 
 METRIC = "test_map_at_r"
@@ -981,6 +981,56 @@ def test_the_device_seconds_are_split_by_regime_and_name_what_the_converged_head
     assert seconds["longer"] == pytest.approx(4000)
     assert seconds["trained"] == pytest.approx(4130) and seconds["cells"] == pytest.approx(4170)
     assert (seconds["headline"], seconds["headline_cells"]) == (pytest.approx(2500), 1)
+
+
+def test_a_cells_cost_counts_each_search_trial_at_its_iterations_and_each_final_run_at_every_rate(tmp_path):
+    """Hand counts from what write_cell writes: 8 ArcFace trials a class split (3 splits) of the cell's iterations,
+    0.5 s each, and 12 pruned ones of 50 iterations, 0.1 s each, in the pruned search; 9 final runs a method of 2.0 s,
+    Fixed AdaCos and the 4 untuned methods at each learning rate val chose among, tuned ArcFace at its trial's one."""
+    rows, _, _ = chosen_rate_benchmark(tmp_path)
+    costs = cost_table(rows).set_index("cell")
+    chosen = costs.loc["mnist-pairs-open-c50-lr"]  # 3 rates, 2,000 iterations
+    finals = 5 * 9 * 3 + 9
+    assert (chosen["trainings"], chosen["iterations_trained"]) == (24 + finals, (24 + finals) * 2000)
+    assert chosen["seconds"] == pytest.approx(24 * 0.5 + finals * 2.0)
+    assert chosen["seconds_per_iteration"] == pytest.approx(300 / 336_000)
+    pruned = costs.loc["digits-closed-tpe-median"]  # one rate, 200 iterations
+    assert (pruned["trainings"], pruned["iterations_trained"]) == (3 * 20 + 54, 3 * (8 * 200 + 12 * 50) + 54 * 200)
+    assert pruned["seconds"] == pytest.approx(3 * (8 * 0.5 + 12 * 0.1) + 54 * 2.0)
+    assert chosen["headline"] and not costs.loc["mnist-pairs-open-c50-long", "headline"]  # the latter unconverged
+
+
+def test_the_cost_section_says_what_the_converged_answer_took_and_how_much_of_an_iteration_is_evaluation(tmp_path):
+    """Hand-made cells: a's two longer cells train the same data to the same length at 10 and 20 ms an iteration;
+    the learning-curve cell's runs spent a fifth of their seconds evaluating."""
+    def cell(name, regime, seconds, iterations_trained, trainings, longer_of=None, converged=False, rates=1):
+        return {"cell": name, "configuration": name, "source": "s", "train_classes": 50, "regime": regime,
+                "cell_seconds": seconds, "shared_final_seconds": 0.0, "longer_of": longer_of,
+                "primary": regime == "short", "iterations": 4000 if regime == "long" else 100, "relative": 0.01,
+                "relative_se": 0.01, "converged": converged, "rates": rates, "method": "arcface_tuned",
+                "trainings": trainings, "iterations_trained": iterations_trained}
+
+    rows = pd.DataFrame([cell("a", "short", 360.0, 6_000, 60),
+                         cell("a-conv", "long", 1_000.0, 100_000, 25, "a", True),
+                         cell("a-conv-lr", "long", 7_200.0, 360_000, 90, "a", True, 3),
+                         cell("b-conv", "long", 500.0, 100_000, 25, "b")])
+    runs = tmp_path / "curve-cell" / "reports" / "tables"
+    runs.mkdir(parents=True)
+    pd.DataFrame({"seconds": [100.0, 150.0], "eval_seconds": [20.0, 30.0], "iterations": [10_000, 15_000],
+                  "device": ["cpu", "cpu"]}).to_csv(runs / "runs.csv", index=False)
+    sentences = budget_sentences(benchmark_seconds(rows), cost_table(rows), ["c-conv2"], tmp_path / "curve-cell")
+    assert sentences[1] == ("The converged answer's 1 cells trained 90 times: 2.0 h (7,200 s), about 1.0 h of a "
+                            "2-core CPU's clock. Every longer cell, those still improving included (3): 2.4 h; the "
+                            "short regime's 1 cells: 0.1 h. Not yet counted: the 1 declared cells not finished "
+                            "(c-conv2).")
+    assert sentences[2].startswith("An iteration cost 5.0–20.0 ms in the longer cells (median 10.0 ms), evaluation "
+                                   "included; the same data trained to the same length cost up to 2.0× as much per "
+                                   "iteration in one cell as in another")
+    assert sentences[3] == ("How much of it is evaluation, measured on curve-cell (2 runs of 15,000 iterations, cpu): "
+                            "8.0 ms an iteration without evaluation, 10.0 ms with its log-spaced evaluations of val "
+                            "and test (25% more); evaluating more sparsely saves at most that share.")
+    alone = budget_sentences(benchmark_seconds(rows), cost_table(rows[rows["cell"] != "a-conv"]), [], tmp_path / "none")
+    assert len(alone) == 3 and "as much per iteration" not in alone[2] and alone[1].endswith("0.1 h.")
 
 
 def test_a_forest_draws_the_cells_its_summary_pools(tmp_path):

@@ -124,6 +124,17 @@ def cell_device_seconds(search: pd.DataFrame, final: pd.DataFrame, run_scores: p
             "total": float(search["seconds"].sum()) + float(np.nansum(list(finals.values())))}
 
 
+def cell_trainings(landscape: pd.DataFrame, run_scores: pd.DataFrame, iterations: float, rates: int = 1) -> dict:
+    """What a cell trained, counted as cell_device_seconds counts its seconds: every search trial (a pruned one its
+    iterations so far) and every final run, an untuned method's once per learning rate val chose among."""
+    runs = run_scores.groupby("method").size()
+    finals = sum(int(count) * (1 if method.endswith("_tuned") else rates) for method, count in runs.items())
+    searched = pd.to_numeric(landscape["iterations"], errors="coerce") if "iterations" in landscape else None
+    return {"trainings": len(landscape) + finals,
+            "iterations_trained": (float(searched.sum()) if searched is not None else math.nan)
+            + finals * float(iterations)}
+
+
 def _search_facts(directory: Path, loss: str, facts: dict, landscape: pd.DataFrame, run_scores: pd.DataFrame,
                   search: pd.DataFrame, even: pd.DataFrame, metric: str) -> dict:
     """A searched loss's tuning cost and findings in one cell."""
@@ -213,6 +224,7 @@ def cell_rows(facts: dict, directory: str | Path) -> list[dict]:
                   **{f"reference_rate_{edge}": count for edge, count in edges.get(REFERENCE_METHOD, nothing).items()},
                   reference_converged=bool(rises.get(REFERENCE_METHOD, math.nan) < PLATEAU_RISE),
                   cell_seconds=cost["total"], cell_search_seconds=cost["search"],
+                  **cell_trainings(landscape, run_scores, _number(facts.get("iterations")), rates),
                   shared_final_seconds=float(np.nansum([seconds for method, seconds in cost["finals"].items()
                                                         if not method.endswith("_tuned")])))
     rows = []

@@ -68,12 +68,18 @@ def write_long_cell_report(cell: Path, planned_runs: int, searched_cell: Path | 
     print(f"wrote {cell / 'reports'}: {len(summaries)} of {planned_runs} runs", flush=True)
 
 
+def seconds_per_iteration(summaries: pd.DataFrame) -> tuple[float, float]:
+    """A training iteration's device-seconds over the runs in `summaries` (their recorded seconds, eval_seconds and
+    iterations): without evaluation, and with the run's evaluations of val and test."""
+    seconds, evaluating, iterations = (summaries[column].to_numpy(dtype=float)
+                                       for column in ("seconds", "eval_seconds", "iterations"))
+    return float(np.sum(seconds - evaluating) / np.sum(iterations)), float(np.sum(seconds) / np.sum(iterations))
+
+
 def _sections(summaries: pd.DataFrame, plateau: pd.DataFrame, crossovers: pd.DataFrame, planned_runs: int,
               searched: tuple | None = None) -> list[Section]:
     done = len(summaries)
-    seconds = summaries["seconds"].to_numpy(dtype=float)
-    evaluating = summaries["eval_seconds"].to_numpy(dtype=float)
-    iterations = summaries["iterations"].to_numpy(dtype=float)
+    seconds, iterations = summaries["seconds"].to_numpy(dtype=float), summaries["iterations"].to_numpy(dtype=float)
     setup = (f"Double MNIST at face-training scale (`compose:2:400:mnist5k`, open protocol, 50 training classes of "
              f"400 images), every method trained {iterations.max():,.0f} iterations (about 64 passes over the "
              f"training images), {done} of {planned_runs} planned runs finished"
@@ -88,14 +94,14 @@ def _sections(summaries: pd.DataFrame, plateau: pd.DataFrame, crossovers: pd.Dat
     final = summaries.groupby("method")["test_score"].agg(["mean", "std", "count"])
     scores = pd.DataFrame([{"method": method_name(method), "mean": fmt.score(row["mean"]), "sd": fmt.score(row["std"]),
                             "runs": f"{row['count']:.0f}"} for method, row in final.iterrows()])
-    per_iteration = np.sum(seconds - evaluating) / np.sum(iterations)
+    training, evaluated = seconds_per_iteration(summaries)
     device = summaries["device"].iloc[0]
     # The CPU cell ran one process per core; a GPU shares its device between the runs trained at once.
     sharing = ("one process per core and one thread each" if device == "cpu" else
                f"{summaries['parallel'].max():.0f} runs trained at once on the one device")
     cost = (f"On {device}, {sharing}: "
-            f"{1000 * per_iteration:.1f} ms per training iteration without evaluation, "
-            f"{1000 * np.sum(seconds) / np.sum(iterations):.1f} ms with the 21 log-spaced evaluations of val and "
+            f"{1000 * training:.1f} ms per training iteration without evaluation, "
+            f"{1000 * evaluated:.1f} ms with the 21 log-spaced evaluations of val and "
             f"test; a run took {np.median(seconds) / 60:.1f} min (median).")
     return [Section("Setup", [setup]),
             Section("The answer", [*overtaking_bullets(crossovers),

@@ -422,6 +422,21 @@ def _trained_seconds(cells: pd.DataFrame) -> float:
     return float((cells["cell_seconds"] - cells["shared_final_seconds"]).sum() + shared)
 
 
+def cost_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per finished cell, what it trained: its trainings, their iterations and device-seconds (evaluation included),
+    the seconds an iteration cost, and whether the converged headline reads it."""
+    cells = rows.drop_duplicates("cell")
+    headline = set(converged_cells(rows[rows["method"] == "arcface_tuned"])["cell"])
+    iterations = cells["iterations_trained"].astype(float) if "iterations_trained" in cells else math.nan
+    return pd.DataFrame({
+        "cell": cells["cell"], "data": cells["longer_of"].where(cells["longer_of"].notna(), cells["configuration"]),
+        "source": cells["source"], "train_classes": cells["train_classes"],
+        "regime": cells["regime"], "iterations": cells["iterations"],
+        "trainings": cells["trainings"] if "trainings" in cells else math.nan, "iterations_trained": iterations,
+        "seconds": cells["cell_seconds"].astype(float), "seconds_per_iteration": cells["cell_seconds"] / iterations,
+        "headline": cells["cell"].isin(headline)}).reset_index(drop=True)
+
+
 def benchmark_seconds(rows: pd.DataFrame) -> dict:
     """Device-seconds the benchmark trained, in all, per regime and in the cells the converged headline reads (the
     last is what the converged answer cost)."""

@@ -16,16 +16,16 @@ from study.analysis import SOURCES_METHOD
 from study.benchmark.cells import NEAR_FLOOR_SCORE, cell_rows, convergence_iterations, tuning_curve
 from study.analysis import published_beside_prediction
 from study.benchmark.figures import figure_forest, figure_methods, figure_tuners
-from study.benchmark.long_cell import LEARNING_CURVE_CELL, overtaking_sentences
+from study.benchmark.long_cell import LEARNING_CURVE_CELL, overtaking_sentences, seconds_per_iteration
 from study.benchmark.fingerprint import CellReportError, check_cell, report_as_locked, reported
 from study.benchmark.pipelines import REPORT_OUTS, cell_finished
 from study.benchmark.meta import (RELATIVE_MARGIN, UNTUNED, benchmark_seconds, best_untuned, beyond_margin_from,
-                                  converged_cells, longer_table, pooled_coverage, pooled_table, rate_chosen,
+                                  converged_cells, cost_table, longer_table, pooled_coverage, pooled_table, rate_chosen,
                                   trend_in_classes, tuner_table)
 from study.benchmark.card import benchmark_card, pct, pct_interval
 from study.benchmark.learning_rate import learning_rate_sentences
-from study.benchmark.shown import (absolute_shown, cells_shown, convergence_shown, findings_shown, length_shown,
-                                   methods_shown, published_shown, sources_shown, tuners_shown)
+from study.benchmark.shown import (absolute_shown, cells_shown, convergence_shown, cost_shown, findings_shown,
+                                   length_shown, methods_shown, published_shown, sources_shown, tuners_shown)
 from study.benchmark.replay import advice_replay, replay_shown, replay_sentences
 from study.report.answer_card import card_blocks
 from study.report import Bullets, FigureRef, Section, Table, method_name, metric_name, render_html, render_markdown
@@ -151,6 +151,48 @@ def cost_sentences(facts: dict) -> list[str]:
         f"{fmt.interval(facts['seed_luck_low'], facts['seed_luck_high'])} on test above its own (s, m) retrained at "
         "fresh seeds (mean over configurations): that much of what a search reports is the selected trial's seed.",
     ]
+
+
+def budget_sentences(seconds: dict, costs: pd.DataFrame, unfinished: list[str], curve_cell: Path) -> list[str]:
+    """What the benchmark cost to train, summed over trainings: the converged answer's cells, the longer cells, the
+    short regime; what an iteration cost, how much of it evaluation, and how far these times carry."""
+    def hours(value: float) -> str:
+        return f"{value / 3600:.1f} h"
+
+    long, headline = costs[costs["regime"] == "long"], costs[costs["headline"].astype(bool)]
+    sentences = [
+        "Device time is each training's own recorded seconds (evaluation included), summed; `train.parallel: auto` "
+        "trains one run per core with a thread each, so on a 2-core CPU the clock runs about half the sum.",
+        f"The converged answer's {seconds['headline_cells']} cells trained {fmt.count(headline['trainings'].sum())} "
+        f"times: {hours(seconds['headline'])} ({fmt.seconds(seconds['headline'])}), about "
+        f"{hours(seconds['headline'] / 2)} of a 2-core CPU's clock. Every longer cell, those still improving "
+        f"included ({len(long)}): {hours(seconds['longer'])}; the short regime's {len(costs) - len(long)} cells: "
+        f"{hours(seconds['short'])}"
+        + (f". Not yet counted: the {len(unfinished)} declared cells not finished ({', '.join(unfinished)})."
+           if unfinished else "."),
+    ]
+    per_iteration = long["seconds_per_iteration"].dropna()
+    if len(per_iteration):
+        # The same data trained to the same length in two cells: how far one cell's time says what another's costs.
+        same = long.groupby(["data", "iterations"])["seconds_per_iteration"]
+        spread = float((same.max() / same.min()).max())
+        sentences.append(
+            f"An iteration cost {1000 * per_iteration.min():.1f}–{1000 * per_iteration.max():.1f} ms in the longer "
+            f"cells (median {1000 * per_iteration.median():.1f} ms), evaluation included"
+            + (f"; the same data trained to the same length cost up to {spread:.1f}× as much per iteration in one "
+               "cell as in another" if spread > 1.05 else "")
+            + ": these times vary with the machine and its load, so they plan a budget and rank nothing.")
+    runs = curve_cell / REPORT_DIR / "tables" / "runs.csv"
+    if runs.is_file():
+        summaries = pd.read_csv(runs)
+        training, evaluated = seconds_per_iteration(summaries)
+        sentences.append(
+            f"How much of it is evaluation, measured on {curve_cell.name} ({len(summaries)} runs of "
+            f"{summaries['iterations'].max():,.0f} iterations, {summaries['device'].iloc[0]}): "
+            f"{1000 * training:.1f} ms an iteration without evaluation, {1000 * evaluated:.1f} ms with its "
+            f"log-spaced evaluations of val and test ({evaluated / training - 1:.0%} more); evaluating more sparsely "
+            "saves at most that share.")
+    return sentences
 
 
 def real_budget_sentences(results: Path) -> list[str]:
@@ -350,9 +392,8 @@ def method_bullets(plan: dict, rows: pd.DataFrame, seconds: dict, coverage: pd.D
         "it ran); TPE's random start-up trials are a quarter of its budget. Device-seconds are shown as measured and "
         "never used to rank tuners run at different times.",
         f"Device-seconds trained: {fmt.seconds(seconds['trained'])} ({fmt.seconds(seconds['short'])} in the short "
-        f"regime, {fmt.seconds(seconds['longer'])} in longer cells; the {seconds['headline_cells']} cells the "
-        f"converged headline reads took {fmt.seconds(seconds['headline'])}, {seconds['headline'] / 3600:.1f} h); "
-        f"{len(plan['cells'])} cells declared, {rows['cell'].nunique()} finished.",
+        f"regime, {fmt.seconds(seconds['longer'])} in longer cells; untuned runs that a configuration's tuners share "
+        f"count once); {len(plan['cells'])} cells declared, {rows['cell'].nunique()} finished.",
     ]
 
 
@@ -510,6 +551,14 @@ def _write_benchmark_report(plan: dict, rows: pd.DataFrame, cells_dir: Path, rep
         *replay_sentences(replayed),
         Table(replay_shown(replayed), "The advice read after every round of each cell, as if live: where it "
                                       "stopped, what it said, and the cell's full-design verdict")]))
+    costs = cost_table(rows)
+    write_csv(costs, out_dir / "tables" / "costs.csv")
+    written["costs"] = Path("tables") / "costs.csv"
+    unfinished = [cell["name"] for cell in plan["cells"] if cell["name"] not in set(rows["cell"])]
+    sections.append(Section("What the benchmark cost", [
+        *budget_sentences(seconds, costs, unfinished, cells_dir / LEARNING_CURVE_CELL),
+        Table(cost_shown(costs[costs["regime"] == "long"]), "What each longer cell trained (search trials and final "
+                                                            "runs, every learning rate val chose among)")]))
     sections.append(Section("Cells", [Table(cells_shown(rows, links), f"Every finished cell of `{label}`: each "
                                                                       "method against Fixed AdaCos")]))
     sections.append(Section("How these numbers are computed", [Bullets(method_bullets(plan, rows, seconds, coverage,

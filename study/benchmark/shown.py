@@ -159,6 +159,17 @@ def cells_shown(rows: pd.DataFrame, links: dict[str, str]) -> pd.DataFrame:
     } for row in rows.itertuples()])
 
 
+def cost_shown(costs: pd.DataFrame) -> pd.DataFrame:
+    """meta.cost_table as the reader sees it."""
+    return pd.DataFrame([{
+        "cell": row.cell, "C": f"{int(row.train_classes):,}",
+        "iterations per training": fmt.iteration_number(row.iterations),
+        "trainings": fmt.count(row.trainings), "device time (summed)": f"{row.seconds / 3600:.2f} h",
+        "ms per iteration (evaluation included)": "n/a" if fmt.missing(row.seconds_per_iteration)
+        else f"{1000 * row.seconds_per_iteration:.1f}",
+        "in the converged answer": "yes" if row.headline else "no"} for row in costs.itertuples()])
+
+
 def absolute_shown(rows: pd.DataFrame, cells_dir: Path, confidence: float) -> pd.DataFrame:
     """Per configuration, its longest cell's absolute test scores per method (mean [CI over class splits] of
     precision@1, R-precision and MAP@R, PML-style), the objective's difference in % of Fixed AdaCos's beside."""
