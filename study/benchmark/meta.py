@@ -427,12 +427,12 @@ def cost_table(rows: pd.DataFrame) -> pd.DataFrame:
     the seconds an iteration cost, and whether the converged headline reads it."""
     cells = rows.drop_duplicates("cell")
     headline = set(converged_cells(rows[rows["method"] == "arcface_tuned"])["cell"])
-    iterations = cells["iterations_trained"].astype(float) if "iterations_trained" in cells else math.nan
+    iterations = cells["iterations_trained"].astype(float)
     return pd.DataFrame({
         "cell": cells["cell"], "data": cells["longer_of"].where(cells["longer_of"].notna(), cells["configuration"]),
         "source": cells["source"], "train_classes": cells["train_classes"],
         "regime": cells["regime"], "iterations": cells["iterations"],
-        "trainings": cells["trainings"] if "trainings" in cells else math.nan, "iterations_trained": iterations,
+        "trainings": cells["trainings"], "iterations_trained": iterations,
         "seconds": cells["cell_seconds"].astype(float), "seconds_per_iteration": cells["cell_seconds"] / iterations,
         "headline": cells["cell"].isin(headline)}).reset_index(drop=True)
 
