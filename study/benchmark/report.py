@@ -468,11 +468,12 @@ def _write_benchmark_report(plan: dict, rows: pd.DataFrame, cells_dir: Path, rep
     seconds = benchmark_seconds(rows)
     coverage = pooled_coverage(rows)
     replayed = advice_replay(rows, cells_dir)
+    costs = cost_table(rows)
     (out_dir / "tables").mkdir(parents=True, exist_ok=True)
     written = {name: Path("tables") / f"{name}.csv" for name in ("cells", "pooled", "tuners", "longer",
-                                                                  "pooled_coverage", "advise_replay")}
+                                                                  "pooled_coverage", "advise_replay", "costs")}
     for name, table in (("cells", rows), ("pooled", pooled), ("tuners", tuners), ("longer", longer),
-                        ("pooled_coverage", coverage), ("advise_replay", replayed)):
+                        ("pooled_coverage", coverage), ("advise_replay", replayed), ("costs", costs)):
         write_csv(table, out_dir / written[name])
     # The figures draw the pool the answer reads: the converged cells once they predict a new source, else the short
     # regime's (labelled as such in the captions).
@@ -551,9 +552,6 @@ def _write_benchmark_report(plan: dict, rows: pd.DataFrame, cells_dir: Path, rep
         *replay_sentences(replayed),
         Table(replay_shown(replayed), "The advice read after every round of each cell, as if live: where it "
                                       "stopped, what it said, and the cell's full-design verdict")]))
-    costs = cost_table(rows)
-    write_csv(costs, out_dir / "tables" / "costs.csv")
-    written["costs"] = Path("tables") / "costs.csv"
     unfinished = [cell["name"] for cell in plan["cells"] if cell["name"] not in set(rows["cell"])]
     sections.append(Section("What the benchmark cost", [
         *budget_sentences(seconds, costs, unfinished, cells_dir / LEARNING_CURVE_CELL),
