@@ -24,12 +24,14 @@ from study.benchmark.fingerprint import write_fingerprint
 from study.benchmark.cells import (NEAR_FLOOR_SCORE, cell_plateau, cell_rows, comparison_outcome, convergence_iterations,
                                    tuning_curve)
 from study.benchmark.rate_edges import rate_edges
-from study.benchmark.meta import (RELATIVE_MARGIN, benchmark_seconds, best_untuned, beyond_margin_from,
-                                  converged_cells, cost_table, judgement, length_by_source, long_cells, longer_table,
-                                  margin_reading, trend_in_classes, value_at)
+from study.benchmark.cost import (benchmark_seconds, budget_sentences, cost_table, plateau_stop_sentences,
+                                  plateau_stop_summary, plateau_stop_table)
+from study.benchmark.meta import (RELATIVE_MARGIN, best_untuned, beyond_margin_from, converged_cells, judgement,
+                                  length_by_source, long_cells, longer_table, margin_reading, trend_in_classes,
+                                  value_at)
 from study.benchmark.card import benchmark_card
-from study.benchmark.report import (JUDGEMENT_WORDS, budget_sentences, forest_pool, method_sentence, pct,
-                                    pct_interval, rate_edge_sentences, read_cells, scope_sentence)
+from study.benchmark.report import (JUDGEMENT_WORDS, forest_pool, method_sentence, pct, pct_interval,
+                                    rate_edge_sentences, read_cells, scope_sentence)
 from study.config import AnalysisConfig
 
 METRIC = "test_map_at_r"
@@ -1005,9 +1007,9 @@ def test_the_cost_section_says_what_the_converged_answer_took_and_how_much_of_an
     the learning-curve cell's runs spent a fifth of their seconds evaluating."""
     def cell(name, regime, seconds, iterations_trained, trainings, longer_of=None, converged=False, rates=1):
         return {"cell": name, "configuration": name, "source": "s", "train_classes": 50, "regime": regime,
-                "cell_seconds": seconds, "shared_final_seconds": 0.0, "longer_of": longer_of,
-                "primary": regime == "short", "iterations": 4000 if regime == "long" else 100, "relative": 0.01,
-                "relative_se": 0.01, "converged": converged, "rates": rates, "method": "arcface_tuned",
+                "cell_seconds": seconds, "cell_search_seconds": seconds / 4, "shared_final_seconds": 0.0,
+                "longer_of": longer_of, "primary": regime == "short", "iterations": 4000 if regime == "long" else 100,
+                "relative": 0.01, "relative_se": 0.01, "converged": converged, "rates": rates, "method": "arcface_tuned",
                 "trainings": trainings, "iterations_trained": iterations_trained}
 
     rows = pd.DataFrame([cell("a", "short", 360.0, 6_000, 60),
@@ -1031,6 +1033,41 @@ def test_the_cost_section_says_what_the_converged_answer_took_and_how_much_of_an
                             "and test (25% more); evaluating more sparsely saves at most that share.")
     alone = budget_sentences(benchmark_seconds(rows), cost_table(rows[rows["cell"] != "a-conv"]), [], tmp_path / "none")
     assert len(alone) == 3 and "as much per iteration" not in alone[2] and alone[1].endswith("0.1 h.")
+
+
+def test_stopping_at_the_plateau_is_priced_from_the_curves_and_never_before_its_floor():
+    """Hand counts: Fixed AdaCos levels off at iteration 80 of 160 (test 0.4 there, 0.5 at the end, where val peaks);
+    tuned ArcFace's val rises 0.1 an evaluation and never stops. Not before a quarter of the length, Fixed AdaCos
+    stops at 80: 480 of 640 iterations, tuned − Fixed goes from +10% (0.55 vs 0.5) to +37.5% (0.55 vs 0.4), Fixed
+    AdaCos loses 20% of its score, and a quarter of the final runs' 800 s is saved. With no floor it stops at 10,
+    where val has not moved, and keeps the test score at the start (0.05)."""
+    steps = [0, 10, 20, 40, 80, 160]
+    runs = {"fixed_adacos": ([0.1, 0.1, 0.3, 0.5, 0.502, 0.6], [0.05, 0.1, 0.2, 0.3, 0.4, 0.5]),
+            "arcface_tuned": ([0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [0.05, 0.1, 0.2, 0.3, 0.4, 0.55])}
+    curves = pd.DataFrame([(method, split, 0, step, value, test) for method, (val, tests) in runs.items()
+                           for split in (0, 1) for step, value, test in zip(steps, val, tests)],
+                          columns=["method", "split", "seed", "iteration", "val", "test"])
+    stops = plateau_stop_table({"a": curves}, floors=(0.0, 0.25))
+    quarter = stops[stops["earliest_share"] == 0.25].iloc[0]
+    assert (quarter["iterations_trained"], quarter["iterations_stopped"]) == (640, 480)
+    assert quarter["arcface_tuned_relative"] == pytest.approx(0.1)
+    assert quarter["arcface_tuned_relative_stopped"] == pytest.approx(0.375)
+    assert quarter["largest_loss"] == pytest.approx(-0.2) and quarter["largest_loss_method"] == "fixed_adacos"
+    costs = pd.DataFrame({"cell": ["a"], "seconds": [1000.0], "search_seconds": [200.0]})
+    summary = plateau_stop_summary(stops, costs)
+    assert summary["iterations_kept"].tolist() == pytest.approx([340 / 640, 0.75])
+    assert summary["seconds_saved"].tolist() == pytest.approx([800 * 300 / 640, 200.0])
+    sentences = plateau_stop_sentences(summary, 3600.0)
+    assert sentences[0] == (
+        "Stopping at the plateau, a what-if read from the learning curves of the converged answer's 1 cells: had "
+        "every final run stopped at the first evaluation where the plateau rule held on its curve so far, and not "
+        "before a floor of 25% of its length, it would have trained 75% of their iterations, about 0.1 h less device "
+        "time of 1.0 h. Tuned ArcFace − Fixed AdaCos would have moved by at most 27.50 percentage points in any "
+        "cell, and no method's mean score would have lost more than 20.0% of Fixed AdaCos's (Fixed AdaCos on a, stopping no "
+        "earlier than 25% of its length).")
+    assert sentences[1] == ("Without a floor, runs stop at their first evaluations, where val has barely moved: 53% of "
+                            "the iterations, and Fixed AdaCos's mean score on a falls by 90% of Fixed AdaCos's.")
+    assert plateau_stop_sentences(summary[summary["earliest_share"] == 0], 3600.0) == []
 
 
 def test_a_forest_draws_the_cells_its_summary_pools(tmp_path):

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from study.analysis.comparison import equivalence_margin
-from study.analysis.convergence import PLATEAU_RISE, best_so_far_at, plateau_rise, plateau_table
+from study.analysis.convergence import (PLATEAU_RISE, best_so_far_at, plateau_rise, plateau_stop, plateau_table,
+                                        stopped_runs)
 from study.analysis.learning_curves import crossover, difference_curve, learning_curves_table
 from study.benchmark.long_cell import write_long_cell_report
 from study.benchmark.meta import RELATIVE_MARGIN
@@ -84,6 +85,28 @@ def test_plateau_table_averages_best_so_far_over_runs_and_counts_diverged():
     assert table["runs"] == 3 and table["diverged"] == 1 and table["runs_converged"] == 1
     assert table["best_at_end"] == pytest.approx(0.81) and table["rise"] == pytest.approx(0.0125)
     assert not table["converged"]
+
+
+def test_a_run_stops_where_the_plateau_rule_first_holds_on_its_curve_so_far():
+    steps = np.array([0, 10, 20, 40, 80, 160])
+    val = [0.1, 0.1, 0.3, 0.5, 0.502, 0.6]
+    # At iteration 10 val has not moved from its start: with no floor the rule holds at once.
+    assert plateau_stop(steps, val) == 1
+    # From 30 on: at 40 best so far rose from 0.3 (at 20) to 0.5; at 80 from 0.5 to 0.502, 0.4% < 1%.
+    assert plateau_stop(steps, val, earliest=30) == 4
+    # A curve that never levels off runs to its end.
+    assert plateau_stop(steps, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], earliest=30) == 5
+
+
+def test_a_stopped_run_reports_the_test_score_val_selects_up_to_its_stop():
+    rows = [("fixed_adacos", 0, 0, step, value, test) for step, value, test in
+            zip([0, 10, 20, 40, 80, 160], [0.1, 0.1, 0.3, 0.5, 0.502, 0.6], [0.0, 0.1, 0.2, 0.3, 0.4, 0.5])]
+    rows += [("softmax", 0, 0, 0, math.nan, math.nan), ("softmax", 0, 0, 10, math.nan, math.nan)]  # never scored
+    runs = stopped_runs(_curves(rows), earliest_share=0.2)  # not before iteration 32
+    assert runs[["method", "last_iteration", "stop_iteration", "test", "test_stopped"]].values.tolist() == [
+        ["fixed_adacos", 160.0, 80.0, 0.5, 0.4]]
+    with pytest.raises(ValueError, match="earliest_share"):
+        stopped_runs(_curves(rows), earliest_share=1.5)
 
 
 def test_difference_curve_pairs_by_split_and_seed():

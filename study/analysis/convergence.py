@@ -44,6 +44,9 @@ PLATEAU_RISE = 0.01
 # meet the rule each on their own; selected_iteration: the median iteration val selected (early stopping).
 PLATEAU_COLUMNS = ["method", "runs", "runs_converged", "diverged", "half_iteration", "last_iteration", "best_at_half",
                    "best_at_end", "rise", "converged", "selected_iteration"]
+# Per final run, what stopping at the plateau would have given: its last and stopping iterations, and the test score
+# of the checkpoint val selects over the whole curve (what the run reported) and over the curve up to the stop.
+STOPPED_COLUMNS = ["method", "split", "seed", "last_iteration", "stop_iteration", "test", "test_stopped"]
 
 
 def _aligned_curve(iterations, name: str, *curves) -> tuple[np.ndarray, ...]:
@@ -334,3 +337,34 @@ def plateau_table(curves: pd.DataFrame, methods: list[str]) -> pd.DataFrame:
                      "best_at_half": half, "best_at_end": end, "rise": rise, "converged": bool(rise < PLATEAU_RISE),
                      "selected_iteration": float(np.median(selected))})
     return pd.DataFrame(rows, columns=PLATEAU_COLUMNS)
+
+
+def plateau_stop(iterations, scores, earliest: float = 0.0) -> int:
+    """Where a run would stop had it read the plateau rule as it trained: the index of the first evaluation, at or
+    after iteration `earliest`, at which plateau_rise on the curve so far is under PLATEAU_RISE; the last evaluation
+    where none is. The rule reads only what was evaluated by then, so the stop never looks ahead."""
+    steps, values = _aligned_curve(iterations, "plateau_stop", scores)
+    for index in range(1, steps.size):
+        if steps[index] >= earliest and plateau_rise(steps[:index + 1], values[:index + 1]) < PLATEAU_RISE:
+            return index
+    return steps.size - 1
+
+
+def stopped_runs(curves: pd.DataFrame, earliest_share: float) -> pd.DataFrame:
+    """Every final run of a cell's learning curves (`method, split, seed, iteration, val, test`) stopped by
+    plateau_stop, never before `earliest_share` of its last iteration: the iterations it would have trained and the
+    test score of the checkpoint val selects among the evaluations up to the stop, beside the whole curve's."""
+    if not 0 <= earliest_share <= 1:
+        raise ValueError(f"earliest_share must lie in [0, 1], got {earliest_share}")
+    rows = []
+    for (method, split, seed), run in curves.groupby(["method", "split", "seed"], sort=False):
+        run = run.sort_values("iteration", kind="stable")
+        steps, values = run["iteration"].to_numpy(dtype=float), run["val"].to_numpy(dtype=float)
+        tests = run["test"].to_numpy(dtype=float)
+        if not np.isfinite(values).any():
+            continue  # a run that never scored: nothing to select, diverged runs are counted by plateau_table
+        stop = plateau_stop(steps, values, earliest_share * steps[-1])
+        rows.append({"method": method, "split": split, "seed": seed, "last_iteration": steps[-1],
+                     "stop_iteration": steps[stop], "test": tests[np.nanargmax(values)],
+                     "test_stopped": tests[np.nanargmax(values[:stop + 1])]})
+    return pd.DataFrame(rows, columns=STOPPED_COLUMNS)

@@ -16,6 +16,8 @@ their untuned runs through DVC's run cache.
 - `cells`: one finished cell read from its committed files;
 - `fingerprint`: what a finished cell's committed report was computed from, checked before the aggregate reads it;
 - `meta`: the pooled numbers per loss and the tuners at equal device-seconds;
+- `cost`: what the benchmark trained, in trainings, iterations and device-seconds, and what stopping at the plateau
+  would have saved;
 - `report`: sentences, forest plots, tables and the report itself.
 """
 

@@ -179,16 +179,22 @@ def _s_range(directory: Path) -> tuple[float, float]:
     return tuple(load_params(directory / "params.yaml").search.s_range)
 
 
+def learning_curves(directory: str | Path) -> pd.DataFrame | None:
+    """A cell's final runs' learning curves (tables/learning_curves.csv); None in cells written before runs kept
+    theirs."""
+    path = Path(directory) / TABLES / "learning_curves.csv"
+    return read_csv(path, "report") if path.exists() else None
+
+
 def cell_plateau(directory: str | Path) -> tuple[dict[str, float], str]:
     """Per method, the plateau rule's rise over the second half of training (study.analysis.convergence), and what it
     was read from: every run's learning curve (tables/learning_curves.csv), or, in cells written before runs kept
     theirs, the mean val curve over runs (tables/curves.csv)."""
-    tables = Path(directory) / TABLES
-    if (tables / "learning_curves.csv").exists():
-        curves = read_csv(tables / "learning_curves.csv", "report")
+    curves = learning_curves(directory)
+    if curves is not None:
         table = plateau_table(curves, list(dict.fromkeys(curves["method"])))
         return dict(zip(table["method"], table["rise"].astype(float))), "runs"
-    curves = read_csv(tables / "curves.csv", "report").sort_values("iteration", kind="stable")
+    curves = read_csv(Path(directory) / TABLES / "curves.csv", "report").sort_values("iteration", kind="stable")
     return {method: plateau_rise(group["iteration"].to_numpy(dtype=float), group["mean"].to_numpy(dtype=float))
             for method, group in curves.groupby("method", sort=False)}, "mean curve"
 

@@ -413,36 +413,3 @@ def length_by_source(rows: pd.DataFrame, method: str = "arcface_tuned") -> pd.Da
                       "converged_cells": len(done), "converged_iterations": _span(done),
                       "converged_relative": float(done["relative"].mean()) if len(done) else math.nan})
     return pd.DataFrame(table)
-
-
-def _trained_seconds(cells: pd.DataFrame) -> float:
-    """Device-seconds `cells` (one row each) trained: their searches and tuned runs, and the untuned methods' final
-    runs once per configuration (the other tuners' cells restore those from DVC's run cache)."""
-    shared = cells.groupby("configuration")["shared_final_seconds"].max().sum()
-    return float((cells["cell_seconds"] - cells["shared_final_seconds"]).sum() + shared)
-
-
-def cost_table(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per finished cell, what it trained: its trainings, their iterations and device-seconds (evaluation included),
-    the seconds an iteration cost, and whether the converged headline reads it."""
-    cells = rows.drop_duplicates("cell")
-    headline = set(converged_cells(rows[rows["method"] == "arcface_tuned"])["cell"])
-    iterations = cells["iterations_trained"].astype(float)
-    return pd.DataFrame({
-        "cell": cells["cell"], "data": cells["longer_of"].where(cells["longer_of"].notna(), cells["configuration"]),
-        "source": cells["source"], "train_classes": cells["train_classes"],
-        "regime": cells["regime"], "iterations": cells["iterations"],
-        "trainings": cells["trainings"], "iterations_trained": iterations,
-        "seconds": cells["cell_seconds"].astype(float), "seconds_per_iteration": cells["cell_seconds"] / iterations,
-        "headline": cells["cell"].isin(headline)}).reset_index(drop=True)
-
-
-def benchmark_seconds(rows: pd.DataFrame) -> dict:
-    """Device-seconds the benchmark trained, in all, per regime and in the cells the converged headline reads (the
-    last is what the converged answer cost)."""
-    cells = rows.drop_duplicates("cell")
-    headline = converged_cells(rows[rows["method"] == "arcface_tuned"])["cell"]
-    return {"cells": float(cells["cell_seconds"].sum()), "trained": _trained_seconds(cells),
-            "short": _trained_seconds(cells[cells["regime"] == "short"]),
-            "longer": _trained_seconds(cells[cells["regime"] == "long"]),
-            "headline": _trained_seconds(cells[cells["cell"].isin(headline)]), "headline_cells": int(headline.nunique())}

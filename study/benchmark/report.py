@@ -13,19 +13,23 @@ import pandas as pd
 
 import study.report.formats as fmt
 from study.analysis import SOURCES_METHOD
-from study.benchmark.cells import NEAR_FLOOR_SCORE, cell_rows, convergence_iterations, tuning_curve
+from study.benchmark.cells import (NEAR_FLOOR_SCORE, cell_rows, convergence_iterations, learning_curves,
+                                   tuning_curve)
 from study.analysis import published_beside_prediction
 from study.benchmark.figures import figure_forest, figure_methods, figure_tuners
-from study.benchmark.long_cell import LEARNING_CURVE_CELL, overtaking_sentences, seconds_per_iteration
+from study.benchmark.long_cell import LEARNING_CURVE_CELL, overtaking_sentences
 from study.benchmark.fingerprint import CellReportError, check_cell, report_as_locked, reported
 from study.benchmark.pipelines import REPORT_OUTS, cell_finished
-from study.benchmark.meta import (RELATIVE_MARGIN, UNTUNED, benchmark_seconds, best_untuned, beyond_margin_from,
-                                  converged_cells, cost_table, longer_table, pooled_coverage, pooled_table, rate_chosen,
-                                  trend_in_classes, tuner_table)
+from study.benchmark.cost import (benchmark_seconds, budget_sentences, cost_table, plateau_stop_sentences,
+                                  plateau_stop_summary, plateau_stop_table)
+from study.benchmark.meta import (RELATIVE_MARGIN, UNTUNED, best_untuned, beyond_margin_from, converged_cells,
+                                  longer_table, pooled_coverage, pooled_table, rate_chosen, trend_in_classes,
+                                  tuner_table)
 from study.benchmark.card import benchmark_card, pct, pct_interval
 from study.benchmark.learning_rate import learning_rate_sentences
 from study.benchmark.shown import (absolute_shown, cells_shown, convergence_shown, cost_shown, findings_shown,
-                                   length_shown, methods_shown, published_shown, sources_shown, tuners_shown)
+                                   length_shown, methods_shown, plateau_stop_shown, published_shown, sources_shown,
+                                   tuners_shown)
 from study.benchmark.replay import advice_replay, replay_shown, replay_sentences
 from study.report.answer_card import card_blocks
 from study.report import Bullets, FigureRef, Section, Table, method_name, metric_name, render_html, render_markdown
@@ -151,48 +155,6 @@ def cost_sentences(facts: dict) -> list[str]:
         f"{fmt.interval(facts['seed_luck_low'], facts['seed_luck_high'])} on test above its own (s, m) retrained at "
         "fresh seeds (mean over configurations): that much of what a search reports is the selected trial's seed.",
     ]
-
-
-def budget_sentences(seconds: dict, costs: pd.DataFrame, unfinished: list[str], curve_cell: Path) -> list[str]:
-    """What the benchmark cost to train, summed over trainings: the converged answer's cells, the longer cells, the
-    short regime; what an iteration cost, how much of it evaluation, and how far these times carry."""
-    def hours(value: float) -> str:
-        return f"{value / 3600:.1f} h"
-
-    long, headline = costs[costs["regime"] == "long"], costs[costs["headline"].astype(bool)]
-    sentences = [
-        "Device time is each training's own recorded seconds (evaluation included), summed; `train.parallel: auto` "
-        "trains one run per core with a thread each, so on a 2-core CPU the clock runs about half the sum.",
-        f"The converged answer's {seconds['headline_cells']} cells trained {fmt.count(headline['trainings'].sum())} "
-        f"times: {hours(seconds['headline'])} ({fmt.seconds(seconds['headline'])}), about "
-        f"{hours(seconds['headline'] / 2)} of a 2-core CPU's clock. Every longer cell, those still improving "
-        f"included ({len(long)}): {hours(seconds['longer'])}; the short regime's {len(costs) - len(long)} cells: "
-        f"{hours(seconds['short'])}"
-        + (f". Not yet counted: the {len(unfinished)} declared cells not finished ({', '.join(unfinished)})."
-           if unfinished else "."),
-    ]
-    per_iteration = long["seconds_per_iteration"].dropna()
-    if len(per_iteration):
-        # The same data trained to the same length in two cells: how far one cell's time says what another's costs.
-        same = long.groupby(["data", "iterations"])["seconds_per_iteration"]
-        spread = float((same.max() / same.min()).max())
-        sentences.append(
-            f"An iteration cost {1000 * per_iteration.min():.1f}–{1000 * per_iteration.max():.1f} ms in the longer "
-            f"cells (median {1000 * per_iteration.median():.1f} ms), evaluation included"
-            + (f"; the same data trained to the same length cost up to {spread:.1f}× as much per iteration in one "
-               "cell as in another" if spread > 1.05 else "")
-            + ": these times vary with the machine and its load, so they plan a budget and rank nothing.")
-    runs = curve_cell / REPORT_DIR / "tables" / "runs.csv"
-    if runs.is_file():
-        summaries = pd.read_csv(runs)
-        training, evaluated = seconds_per_iteration(summaries)
-        sentences.append(
-            f"How much of it is evaluation, measured on {curve_cell.name} ({len(summaries)} runs of "
-            f"{summaries['iterations'].max():,.0f} iterations, {summaries['device'].iloc[0]}): "
-            f"{1000 * training:.1f} ms an iteration without evaluation, {1000 * evaluated:.1f} ms with its "
-            f"log-spaced evaluations of val and test ({evaluated / training - 1:.0%} more); evaluating more sparsely "
-            "saves at most that share.")
-    return sentences
 
 
 def real_budget_sentences(results: Path) -> list[str]:
@@ -469,11 +431,16 @@ def _write_benchmark_report(plan: dict, rows: pd.DataFrame, cells_dir: Path, rep
     coverage = pooled_coverage(rows)
     replayed = advice_replay(rows, cells_dir)
     costs = cost_table(rows)
+    learning = {cell: learning_curves(cells_dir / cell) for cell in costs.loc[costs["headline"].astype(bool), "cell"]}
+    stops = plateau_stop_table({cell: table for cell, table in learning.items() if table is not None})
+    stopping = plateau_stop_summary(stops, costs)
     (out_dir / "tables").mkdir(parents=True, exist_ok=True)
     written = {name: Path("tables") / f"{name}.csv" for name in ("cells", "pooled", "tuners", "longer",
-                                                                  "pooled_coverage", "advise_replay", "costs")}
+                                                                  "pooled_coverage", "advise_replay", "costs",
+                                                                  "plateau_stop")}
     for name, table in (("cells", rows), ("pooled", pooled), ("tuners", tuners), ("longer", longer),
-                        ("pooled_coverage", coverage), ("advise_replay", replayed), ("costs", costs)):
+                        ("pooled_coverage", coverage), ("advise_replay", replayed), ("costs", costs),
+                        ("plateau_stop", stops)):
         write_csv(table, out_dir / written[name])
     # The figures draw the pool the answer reads: the converged cells once they predict a new source, else the short
     # regime's (labelled as such in the captions).
@@ -556,7 +523,11 @@ def _write_benchmark_report(plan: dict, rows: pd.DataFrame, cells_dir: Path, rep
     sections.append(Section("What the benchmark cost", [
         *budget_sentences(seconds, costs, unfinished, cells_dir / LEARNING_CURVE_CELL),
         Table(cost_shown(costs[costs["regime"] == "long"]), "What each longer cell trained (search trials and final "
-                                                            "runs, every learning rate val chose among)")]))
+                                                            "runs, every learning rate val chose among)"),
+        *plateau_stop_sentences(stopping, seconds["headline"]),
+        *([Table(plateau_stop_shown(stopping), "Had each final run of the converged answer stopped at its plateau: "
+                                               "per floor under the stop, what it would have kept, saved and changed")]
+          if len(stopping) else [])]))
     sections.append(Section("Cells", [Table(cells_shown(rows, links), f"Every finished cell of `{label}`: each "
                                                                       "method against Fixed AdaCos")]))
     sections.append(Section("How these numbers are computed", [Bullets(method_bullets(plan, rows, seconds, coverage,

@@ -160,7 +160,7 @@ def cells_shown(rows: pd.DataFrame, links: dict[str, str]) -> pd.DataFrame:
 
 
 def cost_shown(costs: pd.DataFrame) -> pd.DataFrame:
-    """meta.cost_table as the reader sees it."""
+    """cost.cost_table as the reader sees it."""
     return pd.DataFrame([{
         "cell": row.cell, "C": f"{int(row.train_classes):,}",
         "iterations per training": fmt.iteration_number(row.iterations),
@@ -168,6 +168,19 @@ def cost_shown(costs: pd.DataFrame) -> pd.DataFrame:
         "ms per iteration (evaluation included)": "n/a" if fmt.missing(row.seconds_per_iteration)
         else f"{1000 * row.seconds_per_iteration:.1f}",
         "in the converged answer": "yes" if row.headline else "no"} for row in costs.itertuples()])
+
+
+def plateau_stop_shown(summary: pd.DataFrame) -> pd.DataFrame:
+    """cost.plateau_stop_summary as the reader sees it."""
+    return pd.DataFrame([{
+        "a run stops no earlier than": "its first evaluations" if row.earliest_share == 0
+        else f"{row.earliest_share:.0%} of its length",
+        "final runs' iterations kept": f"{row.iterations_kept:.0%}",
+        "device time saved (summed)": f"{row.seconds_saved / 3600:.1f} h",
+        "tuned ArcFace − Fixed AdaCos, where it moved most": f"{pct(row.shift_from)} → {pct(row.shift_to)} "
+                                                             f"({row.largest_shift_cell})",
+        "largest loss of a method's mean score": f"{pct(row.largest_loss)} ({method_name(row.largest_loss_method)}, "
+                                                 f"{row.largest_loss_cell})"} for row in summary.itertuples()])
 
 
 def absolute_shown(rows: pd.DataFrame, cells_dir: Path, confidence: float) -> pd.DataFrame:
