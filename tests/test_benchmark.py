@@ -116,7 +116,7 @@ TINY = """
 title: A tiny benchmark
 preset: default
 set: {data.seeds: [0, 1], model.name: mlp, model.embedding_size: 16, train.epochs: 1, train.eval_every: 5,
-      train.device: cpu, search.n_trials: 2, runs.seeds: [0, 1], runs.methods: [fixed_adacos],
+      train.device: cpu, train.parallel: 1, search.n_trials: 2, runs.seeds: [0, 1], runs.methods: [fixed_adacos],
       analysis.n_bootstrap: 100}
 tuners:
   random: {search.sampler: random}

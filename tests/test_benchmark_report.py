@@ -1034,6 +1034,27 @@ def test_the_cost_section_says_what_the_converged_answer_took_and_how_much_of_an
     alone = budget_sentences(benchmark_seconds(rows), cost_table(rows[rows["cell"] != "a-conv"]), [], tmp_path / "none")
     assert len(alone) == 3 and "as much per iteration" not in alone[2] and alone[1].endswith("0.1 h.")
 
+    # The same runs on two GPUs, in a cell of their own: a run's seconds over its iterations and the runs sharing the
+    # device, 60 / 10,000 / 12 = 0.5 ms and 40 / 10,000 / 4 = 1.0 ms, against the CPU's 100 / 10,000 / 2 = 5 ms (its
+    # runs recorded no `parallel`: one per core of the 2-core CPU); the converged answer's 1.0 h of clock in 0.1–0.2 h.
+    runs = tmp_path / "gpu-cell" / "reports" / "tables"
+    runs.mkdir(parents=True)
+    pd.DataFrame({"seconds": [60.0, 40.0, 40.0], "eval_seconds": [10.0] * 3, "iterations": [10_000] * 3,
+                  "parallel": [12, 4, 4], "device": ["cuda:GPU X", "cuda:GPU Y", "cuda:GPU Y"]}).to_csv(
+        runs / "runs.csv", index=False)
+    on_gpu = budget_sentences(benchmark_seconds(rows), cost_table(rows), [], tmp_path / "curve-cell",
+                              tmp_path / "gpu-cell")
+    assert on_gpu[:4] == [*sentences[:1], sentences[1].split(" Not yet")[0], *sentences[2:4]]
+    assert on_gpu[4] == ("On a GPU, the same runs trained again (gpu-cell) took 0.50 ms on GPU X (1 run, 12 at once) "
+                         "and 1.00 ms on GPU Y (2 runs, 4 at once) of the device's clock an iteration (a run's seconds "
+                         "over the runs sharing the device), against 5.00 ms on the 2-core CPU (2 at once): 5–10× "
+                         "less. At that rate the converged answer's 1.0 h of 2-core clock would take 0.1–0.2 h of "
+                         "such a GPU's; the small backbones leave a GPU waiting on the host, so more runs at once go "
+                         "faster still.")
+    # No GPU cell yet, or one with no runs: no sentence.
+    assert budget_sentences(benchmark_seconds(rows), cost_table(rows), [], tmp_path / "curve-cell",
+                            tmp_path / "no-gpu-cell") == on_gpu[:4]
+
 
 def test_stopping_at_the_plateau_is_priced_from_the_curves_and_never_before_its_floor():
     """Hand counts: Fixed AdaCos levels off at iteration 80 of 160 (test 0.4 there, 0.5 at the end, where val peaks);

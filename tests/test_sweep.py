@@ -391,7 +391,7 @@ def test_a_real_sweep_through_dvc_reruns_nothing_when_unchanged_and_only_the_rep
     """SLOW (about a minute on 2 cores): `study sweep` runs every real stage through `dvc repro`, tiny budgets."""
     root = study_repository(tmp_path / "repo")
     tiny = ["data.dataset=digits", "data.protocol=closed", "model.name=mlp", "model.embedding_size=16", "train.epochs=1",
-            "train.eval_every=5", "train.device=cpu", "search.n_trials=2", "runs.seeds=[0]",
+            "train.eval_every=5", "train.device=cpu", "train.parallel=1", "search.n_trials=2", "runs.seeds=[0]",
             "runs.methods=[fixed_adacos]", "analysis.n_bootstrap=100"]
     arguments = ["sweep", "--classes", "10", "--preset", "default", "--dataset-template", "digits", "--out", "sweeps",
                  "--report-dir", "agg", *(word for assignment in tiny for word in ("--set", assignment))]

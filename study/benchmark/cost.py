@@ -20,6 +20,7 @@ from study.results import REPORT_DIR
 # The floors under which a run may not stop at its plateau (shares of its length) that the cost section compares: with
 # none, runs stop at their first evaluations, where val has barely moved.
 STOP_FLOORS = (0.0, 0.05, 0.1, 0.25)
+CPU_CORES = 2  # the machine the budget is read on: `train.parallel: auto` trains one run per core there
 STOP_COLUMNS = ["earliest_share", "cell", "runs", "iterations_trained", "iterations_stopped", "arcface_tuned_relative",
                 "arcface_tuned_relative_stopped", "largest_loss", "largest_loss_method"]
 STOP_SUMMARY_COLUMNS = ["earliest_share", "cells", "iterations_kept", "seconds_saved", "largest_shift",
@@ -105,9 +106,58 @@ def plateau_stop_summary(stops: pd.DataFrame, costs: pd.DataFrame) -> pd.DataFra
     return pd.DataFrame(rows, columns=STOP_SUMMARY_COLUMNS)
 
 
-def budget_sentences(seconds: dict, costs: pd.DataFrame, unfinished: list[str], curve_cell: Path) -> list[str]:
+def device_clock(summaries: pd.DataFrame) -> pd.DataFrame:
+    """Per device of a learning-curve cell's runs, the device's clock a training iteration took (median over runs):
+    a run's seconds over its iterations and over the runs that shared the device (its recorded `parallel`; a CPU run
+    that recorded none trained one run per core of the 2-core CPU). Rows in the order the devices first appear."""
+    parallel = summaries["parallel"] if "parallel" in summaries else pd.Series(math.nan, index=summaries.index)
+    on_cpu = summaries["device"].astype(str).eq("cpu")
+    runs = summaries.assign(parallel=parallel.where(parallel.notna() | ~on_cpu, CPU_CORES)).dropna(subset=["parallel"])
+    runs = runs.assign(clock=runs["seconds"] / runs["parallel"] / runs["iterations"])
+    return (runs.groupby("device", sort=False)
+            .agg(runs=("clock", "size"), parallel_low=("parallel", "min"), parallel_high=("parallel", "max"),
+                 clock=("clock", "median"))
+            .reset_index())
+
+
+def gpu_sentence(cpu_runs: Path, gpu_runs: Path, headline_seconds: float) -> list[str]:
+    """How much faster the learning-curve cell's runs went on the GPUs lent (the same runs trained again there, in a
+    cell of their own), and what the converged answer's clock would be at that rate: none until both have runs."""
+    if not (cpu_runs.is_file() and gpu_runs.is_file()):
+        return []
+    cpu, gpus = device_clock(pd.read_csv(cpu_runs)), device_clock(pd.read_csv(gpu_runs))
+    cpu = cpu[cpu["device"] == "cpu"]
+    if cpu.empty or gpus.empty:
+        return []
+    cpu_clock = float(cpu["clock"].iloc[0])
+
+    def at_once(row) -> str:
+        low, high = int(row.parallel_low), int(row.parallel_high)
+        return f"{low}" if low == high else f"{low}–{high}"
+
+    devices = " and ".join(f"{1000 * row.clock:.2f} ms on {str(row.device).removeprefix('cuda:')} "
+                           f"({fmt.plural(row.runs, 'run')}, {at_once(row)} at once)" for row in gpus.itertuples())
+    speedups = cpu_clock / gpus["clock"]
+    clock_hours = headline_seconds / CPU_CORES / 3600
+    return [f"On a GPU, the same runs trained again ({gpu_runs.parents[2].name}) took {devices} of the device's clock "
+            f"an iteration (a run's seconds over the runs sharing the device), against {1000 * cpu_clock:.2f} ms on "
+            f"the 2-core CPU ({CPU_CORES} at once): {span(speedups, '{:.0f}'.format)}× less. At that rate the "
+            f"converged answer's {clock_hours:.1f} h of 2-core clock would take "
+            f"{span(clock_hours / speedups, '{:.1f}'.format)} h of such a GPU's; the "
+            f"small backbones leave a GPU waiting on the host, so more runs at once go faster still."]
+
+
+def span(values, form) -> str:
+    """'72–76', or '72' where the values' smallest and largest read the same through `form`."""
+    low, high = form(min(values)), form(max(values))
+    return low if low == high else f"{low}–{high}"
+
+
+def budget_sentences(seconds: dict, costs: pd.DataFrame, unfinished: list[str], curve_cell: Path,
+                     gpu_cell: Path | None = None) -> list[str]:
     """What the benchmark cost to train, summed over trainings: the converged answer's cells, the longer cells, the
-    short regime; what an iteration cost, how much of it evaluation, and how far these times carry."""
+    short regime; what an iteration cost, how much of it evaluation, how much faster a GPU trained the same runs,
+    and how far these times carry."""
     def hours(value: float) -> str:
         return f"{value / 3600:.1f} h"
 
@@ -117,7 +167,7 @@ def budget_sentences(seconds: dict, costs: pd.DataFrame, unfinished: list[str], 
         "trains one run per core with a thread each, so on a 2-core CPU the clock runs about half the sum.",
         f"The converged answer's {seconds['headline_cells']} cells trained {fmt.count(headline['trainings'].sum())} "
         f"times: {hours(seconds['headline'])} ({fmt.seconds(seconds['headline'])}), about "
-        f"{hours(seconds['headline'] / 2)} of a 2-core CPU's clock. Every longer cell, those still improving "
+        f"{hours(seconds['headline'] / CPU_CORES)} of a 2-core CPU's clock. Every longer cell, those still improving "
         f"included ({len(long)}): {hours(seconds['longer'])}; the short regime's {len(costs) - len(long)} cells: "
         f"{hours(seconds['short'])}"
         + (f". Not yet counted: the {len(unfinished)} declared cells not finished ({', '.join(unfinished)})."
@@ -144,6 +194,8 @@ def budget_sentences(seconds: dict, costs: pd.DataFrame, unfinished: list[str], 
             f"{1000 * training:.1f} ms an iteration without evaluation, {1000 * evaluated:.1f} ms with its "
             f"log-spaced evaluations of val and test ({evaluated / training - 1:.0%} more); evaluating more sparsely "
             "saves at most that share.")
+    if gpu_cell is not None:
+        sentences += gpu_sentence(runs, gpu_cell / REPORT_DIR / "tables" / "runs.csv", seconds["headline"])
     return sentences
 
 
@@ -153,10 +205,6 @@ def plateau_stop_sentences(summary: pd.DataFrame, headline_seconds: float) -> li
     floored, unfloored = summary[summary["earliest_share"] > 0], summary[summary["earliest_share"] == 0]
     if not len(floored):
         return []
-
-    def span(values, form) -> str:  # '72–76' or '72' where the floors agree
-        low, high = form(min(values)), form(max(values))
-        return low if low == high else f"{low}–{high}"
 
     def share(value) -> str:
         return f"{100 * value:.0f}"

@@ -26,6 +26,7 @@ from study.results import write_bytes
 
 # The 20,000-iteration cell (benchmarks/long_training.py), in the benchmark's folder, and what the aggregate reads.
 LEARNING_CURVE_CELL = "mnist-pairs-open-c50-20k"
+LEARNING_CURVE_CELL_ON_GPU = "mnist-pairs-open-c50-20k-cuda"  # the same runs on a GPU: a cell of its own, never pooled
 LEARNING_CURVE_INPUTS = ("reports/tables/crossovers.csv", "reports/tables/plateau.csv", "reports/tables/runs.csv",
                          "reports/figures/learning_curves.png")
 TITLE = "Does AdaCos overtake ArcFace only after about 20,000 iterations?"

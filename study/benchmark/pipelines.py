@@ -14,7 +14,7 @@ import yaml
 from optuna.trial import TrialState
 
 from study.benchmark.fingerprint import FINGERPRINT_FILE, REPORT_INPUTS, dvc_md5, source_changed, write_fingerprint
-from study.benchmark.long_cell import LEARNING_CURVE_CELL, LEARNING_CURVE_INPUTS
+from study.benchmark.long_cell import LEARNING_CURVE_CELL, LEARNING_CURVE_CELL_ON_GPU, LEARNING_CURVE_INPUTS
 from study.benchmark.plan import FULL_PLAN, NAME, QUICK_PLAN, BenchmarkPlan, load_plan
 from study.many_studies import (Log, Project, StudiesError, open_project, reproduce, to_stderr, write_aggregate,
                                 write_generated, write_study)
@@ -86,6 +86,8 @@ def write_benchmark_aggregate(project: Project, plan: BenchmarkPlan) -> Path:
                            for path in CELL_INPUTS)]
     if (project.root / LEARNING_CURVE_CELL / "reports").is_dir():  # the 20,000-iteration cell, once it reported
         inputs += [f"{LEARNING_CURVE_CELL}/{path}" for path in LEARNING_CURVE_INPUTS]
+    if (project.root / LEARNING_CURVE_CELL_ON_GPU / "reports").is_dir():  # its runs on a GPU: what they took there
+        inputs.append(f"{LEARNING_CURVE_CELL_ON_GPU}/reports/tables/runs.csv")
     inputs += [f"../results/budget_matched/{path.name}"  # the control at the searches' real budget, where measured
                for path in sorted((project.root.parent / "results" / "budget_matched").glob("*_gap.csv"))]
     if (project.root.parent / "results" / "learning_rate" / "runs.csv").is_file():  # the learning-rate check

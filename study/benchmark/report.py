@@ -17,7 +17,7 @@ from study.benchmark.cells import (NEAR_FLOOR_SCORE, cell_rows, convergence_iter
                                    tuning_curve)
 from study.analysis import published_beside_prediction
 from study.benchmark.figures import figure_forest, figure_methods, figure_tuners
-from study.benchmark.long_cell import LEARNING_CURVE_CELL, overtaking_sentences
+from study.benchmark.long_cell import LEARNING_CURVE_CELL, LEARNING_CURVE_CELL_ON_GPU, overtaking_sentences
 from study.benchmark.fingerprint import CellReportError, check_cell, report_as_locked, reported
 from study.benchmark.pipelines import REPORT_OUTS, cell_finished
 from study.benchmark.cost import (benchmark_seconds, budget_sentences, cost_table, plateau_stop_sentences,
@@ -521,7 +521,8 @@ def _write_benchmark_report(plan: dict, rows: pd.DataFrame, cells_dir: Path, rep
                                       "stopped, what it said, and the cell's full-design verdict")]))
     unfinished = [cell["name"] for cell in plan["cells"] if cell["name"] not in set(rows["cell"])]
     sections.append(Section("What the benchmark cost", [
-        *budget_sentences(seconds, costs, unfinished, cells_dir / LEARNING_CURVE_CELL),
+        *budget_sentences(seconds, costs, unfinished, cells_dir / LEARNING_CURVE_CELL,
+                         cells_dir / LEARNING_CURVE_CELL_ON_GPU),
         Table(cost_shown(costs[costs["regime"] == "long"]), "What each longer cell trained (search trials and final "
                                                             "runs, every learning rate val chose among)"),
         *plateau_stop_sentences(stopping, seconds["headline"]),
