@@ -120,12 +120,13 @@ def device_clock(summaries: pd.DataFrame) -> pd.DataFrame:
             .reset_index())
 
 
-def gpu_sentence(cpu_runs: Path, gpu_runs: Path, headline_seconds: float) -> list[str]:
-    """How much faster the learning-curve cell's runs went on the GPUs lent (the same runs trained again there, in a
-    cell of their own), and what the converged answer's clock would be at that rate: none until both have runs."""
-    if not (cpu_runs.is_file() and gpu_runs.is_file()):
+def gpu_sentence(cpu_summaries: pd.DataFrame, gpu_runs: Path, headline_seconds: float) -> list[str]:
+    """How much faster the learning-curve cell's runs (`cpu_summaries`) went on the GPUs lent (the same runs trained
+    again there, in a cell of their own), and what the converged answer's clock would be at that rate: none until
+    the GPU cell has runs."""
+    if not gpu_runs.is_file():
         return []
-    cpu, gpus = device_clock(pd.read_csv(cpu_runs)), device_clock(pd.read_csv(gpu_runs))
+    cpu, gpus = device_clock(cpu_summaries), device_clock(pd.read_csv(gpu_runs))
     cpu = cpu[cpu["device"] == "cpu"]
     if cpu.empty or gpus.empty:
         return []
@@ -194,8 +195,8 @@ def budget_sentences(seconds: dict, costs: pd.DataFrame, unfinished: list[str], 
             f"{1000 * training:.1f} ms an iteration without evaluation, {1000 * evaluated:.1f} ms with its "
             f"log-spaced evaluations of val and test ({evaluated / training - 1:.0%} more); evaluating more sparsely "
             "saves at most that share.")
-    if gpu_cell is not None:
-        sentences += gpu_sentence(runs, gpu_cell / REPORT_DIR / "tables" / "runs.csv", seconds["headline"])
+        if gpu_cell is not None:
+            sentences += gpu_sentence(summaries, gpu_cell / REPORT_DIR / "tables" / "runs.csv", seconds["headline"])
     return sentences
 
 
