@@ -48,7 +48,7 @@ def environment(params, devices) -> dict:
 
 
 def main() -> None:
-    params = load_params()
+    params = load_params(build_losses=False)  # validate built the losses; the report needs no torch
     try:
         check_writable(REPORT_DIR)  # before the analysis: a folder that refuses the report stops the stage at once
         report(params)

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Callable, Literal, Optional, Union
 
 import yaml
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt,
-                      StrictStr, ValidationError, field_validator, model_validator)
+                      StrictStr, ValidationError, ValidationInfo, field_validator, model_validator)
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails, PydanticCustomError
 from typing_extensions import Self
@@ -85,12 +85,13 @@ class ParamsModel(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any] | None, where: str | None = None) -> Self:
-        """Built from `values` (None: the defaults); a ConfigError names every bad key, its problem and the fix."""
+    def from_dict(cls, values: dict[str, Any] | None, where: str | None = None, *, build_losses: bool = True) -> Self:
+        """Built from `values` (None: the defaults); a ConfigError names every bad key, its problem and the fix.
+        `build_losses=False` leaves out building each fixed run's loss (see `FixedRun`), which imports torch."""
         if where is None:  # a section validated on its own is still named as in params.yaml
             where = next((name for name, f in StudyParams.model_fields.items() if f.annotation is cls), "")
         try:
-            return cls.model_validate({} if values is None else values)
+            return cls.model_validate({} if values is None else values, context={"build_losses": build_losses})
         except ValidationError as error:
             raise ConfigError("\n".join(_problem(e, cls, where) for e in error.errors())) from None
 
@@ -245,7 +246,9 @@ class FixedRun(ParamsModel):
     m_degrees: Optional[Float] = None  # for published setups quoted in degrees; converted, never guessed
 
     @model_validator(mode="after")
-    def _buildable(self) -> Self:
+    def _buildable(self, info: ValidationInfo) -> Self:
+        if info.context and not info.context["build_losses"]:  # params that validate already passed, read without torch
+            return self
         from study.losses import LOSSES, build_loss  # torch, imported only once a fixed run is checked
 
         if self.loss not in LOSSES:
@@ -464,8 +467,9 @@ def read_plain_yaml(path: str) -> Any:
         raise ConfigError(f"{path} is not valid YAML: {error}") from None
 
 
-def load_params(path: str = "params.yaml") -> StudyParams:
-    """params.yaml read and validated."""
+def load_params(path: str = "params.yaml", *, build_losses: bool = True) -> StudyParams:
+    """params.yaml read and validated; `build_losses=False` for a stage that trains nothing and runs after validate,
+    which built every fixed run's loss (building one imports torch: seconds at each start)."""
     values = read_plain_yaml(path)
     if values is None:  # an empty file would otherwise run the default study, unasked
         raise ConfigError(f"{path} is empty; write the study's params there (`study preset default` writes the "
@@ -473,7 +477,7 @@ def load_params(path: str = "params.yaml") -> StudyParams:
     if not isinstance(values, dict):
         sections = ", ".join(StudyParams.model_fields)
         raise ConfigError(f"{path} must be a mapping of sections ({sections}), got {_Quoted(values)!r}")
-    return StudyParams.from_dict(values)
+    return StudyParams.from_dict(values, build_losses=build_losses)
 
 
 # Pydantic's errors in the words of params.yaml: {key} is the full key, {parent} the key holding it.

@@ -1,5 +1,6 @@
 """What several test modules share: a copy of the study's code in a fresh git checkout, for DVC to run."""
 
+import compileall
 import os
 import shutil
 import subprocess
@@ -10,6 +11,15 @@ REPO = Path(__file__).resolve().parents[1]
 STUDY_FILES = ["dvc.yaml", "params.yaml", "stages", "study", ".dvc/config", ".dvc/plots", ".dvcignore",
                "reports/plots_template.html", "reports/benchmark/benchmark.json"]
 
+# The suite runs one test process per core (-n auto): the training in each, and in every stage it starts, gets one
+# thread, where torch's default of one per core would oversubscribe the cores, its threads spinning as they wait.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# Every stage a test starts is a new Python process that imports the study's code; compiled once here (into the
+# ignored __pycache__ folders, which DVC ignores too) and copied with the code, it is not compiled again in each.
+for package in ("study", "stages"):
+    compileall.compile_dir(REPO / package, quiet=1)
+
 
 def copy_study(root: Path, names=STUDY_FILES) -> Path:
     """The study's code (and the shipped params.yaml) copied into `root`, made a git repository."""
@@ -17,7 +27,7 @@ def copy_study(root: Path, names=STUDY_FILES) -> Path:
         source, target = REPO / name, root / name
         target.parent.mkdir(parents=True, exist_ok=True)
         if source.is_dir():
-            shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(source, target)
         else:
             shutil.copy(source, target)
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
@@ -36,7 +46,7 @@ def dvc_study(root: Path, names, *, init: bool = True) -> Path:
         return root
     for name in names:
         if (REPO / name).is_dir():
-            shutil.copytree(REPO / name, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(REPO / name, root / name)
         else:
             shutil.copy(REPO / name, root / name)
     (root / ".dvc").mkdir()

@@ -89,3 +89,8 @@ def test_the_report_stage_starts_without_torch():
     assert subprocess.run([sys.executable, "-c", check], cwd=REPO).returncode == 0
     # The check itself sees torch where a stage that trains imports it.
     assert subprocess.run([sys.executable, "-c", check.replace("report", "runs")], cwd=REPO).returncode == 1
+    # Nor does it import torch to read params.yaml: the validate stage before it has built each fixed run's loss.
+    read = "import sys; from study.config import load_params; load_params(build_losses={}); sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", read.format(False)], cwd=REPO).returncode == 0
+    assert subprocess.run([sys.executable, "-c", read.format(True)], cwd=REPO).returncode == 1  # arcface_default built
+    assert "load_params(build_losses=False)" in (REPO / "stages" / "report.py").read_text()
