@@ -132,9 +132,8 @@ def gpu_sentence(cpu_summaries: pd.DataFrame, gpu_runs: Path, headline_seconds: 
         return []
     cpu_clock = float(cpu["clock"].iloc[0])
 
-    def at_once(row) -> str:
-        low, high = int(row.parallel_low), int(row.parallel_high)
-        return f"{low}" if low == high else f"{low}–{high}"
+    def at_once(row) -> str:  # '12', or '4–8' where the runs shared the device with different numbers of others
+        return span([row.parallel_low, row.parallel_high], lambda count: f"{int(count)}")
 
     devices = " and ".join(f"{1000 * row.clock:.2f} ms on {str(row.device).removeprefix('cuda:')} "
                            f"({fmt.plural(row.runs, 'run')}, {at_once(row)} at once)" for row in gpus.itertuples())
@@ -142,7 +141,7 @@ def gpu_sentence(cpu_summaries: pd.DataFrame, gpu_runs: Path, headline_seconds: 
     clock_hours = headline_seconds / CPU_CORES / 3600
     return [f"On a GPU, the same runs trained again ({gpu_runs.parents[2].name}) took {devices} of the device's clock "
             f"an iteration (a run's seconds over the runs sharing the device), against {1000 * cpu_clock:.2f} ms on "
-            f"the 2-core CPU ({CPU_CORES} at once): {span(speedups, '{:.0f}'.format)}× less. At that rate the "
+            f"the 2-core CPU ({at_once(cpu.iloc[0])} at once): {span(speedups, '{:.0f}'.format)}× less. At that rate the "
             f"converged answer's {clock_hours:.1f} h of 2-core clock would take "
             f"{span(clock_hours / speedups, '{:.1f}'.format)} h of such a GPU's; the "
             f"small backbones leave a GPU waiting on the host, so more runs at once go faster still."]
