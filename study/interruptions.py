@@ -38,9 +38,10 @@ class Interrupted(KeyboardInterrupt):
 
 @contextlib.contextmanager
 def interruptible(parent: int | None = None, parent_name: str = "the process that started it") -> Iterator[None]:
-    """Within the block, SIGINT (Ctrl-C), SIGTERM and SIGHUP raise `Interrupted` in the main thread, once: later ones
-    are ignored while the process winds down (its trial failed, its packed workers stopped, its tables written), which
-    a second Ctrl-C must not cut short. A SIGINT or SIGHUP ignored when the block starts (a background job's, nohup's)
+    """Within the block, SIGINT (Ctrl-C), SIGTERM and SIGHUP raise `Interrupted` in the main thread, once it has left
+    any storage write or import (see _UNINTERRUPTIBLE_CODE), and only once: later ones are ignored while the process
+    winds down (its trial failed, its packed workers stopped, its tables written), which a second Ctrl-C must not cut
+    short. A SIGINT or SIGHUP ignored when the block starts (a background job's, nohup's)
     stays ignored. With `parent`, the end of that process (DVC killed by kill -9 or SIGTERM, a packed worker's stage
     gone) interrupts this one as SIGTERM would, and ends it outright if it has not wound down WIND_DOWN_SECONDS later.
     The previous handlers are back after the block (a no-op outside the main thread)."""
@@ -52,7 +53,7 @@ def interruptible(parent: int | None = None, parent_name: str = "the process tha
     def interrupt(signum, frame):
         if state["signum"] is not None:
             return  # winding down already
-        if _writing_storage(frame):  # raised there, it would tear a journal line or leave its lock held
+        if _must_finish(frame):  # raised there, it would tear a journal line, or abort the process in an import
             if not state["deferred"]:
                 state["deferred"] = True
                 threading.Thread(target=_interrupt_again, args=(signum, state), daemon=True).start()
@@ -75,24 +76,26 @@ def interruptible(parent: int | None = None, parent_name: str = "the process tha
             signal.signal(signum, signal.SIG_DFL if previous[signum] is None else previous[signum])
 
 
-# Code that an interruption must not cut short: Optuna's storages (a journal line and its lock, a database session) and
-# this project's own storage and result files, each written whole.
-_STORAGE_CODE = (str(Path(optuna.storages.__file__).parent), str(Path(__file__).with_name("storage.py")),
-                 str(Path(__file__).with_name("results.py")))
+# Code that an interruption must not cut short: Optuna's storages (a journal line and its lock, a database session),
+# this project's own storage and result files, each written whole; and imports. Torch imports torch._dynamo when the
+# first optimiser is built, through triton's C++ bindings: an exception raised in that import cannot pass those
+# frames, and the process aborts with a C++ traceback instead of winding down.
+_UNINTERRUPTIBLE_CODE = (str(Path(optuna.storages.__file__).parent), str(Path(__file__).with_name("storage.py")),
+                         str(Path(__file__).with_name("results.py")), "<frozen importlib._bootstrap")
 DEFER_SECONDS = 0.05
 
 
-def _writing_storage(frame) -> bool:
-    """Whether the main thread, at `frame`, is inside the storage's code (see _STORAGE_CODE)."""
+def _must_finish(frame) -> bool:
+    """Whether the main thread, at `frame`, is inside code an interruption must not cut (see _UNINTERRUPTIBLE_CODE)."""
     while frame is not None:
-        if frame.f_code.co_filename.startswith(_STORAGE_CODE):
+        if frame.f_code.co_filename.startswith(_UNINTERRUPTIBLE_CODE):
             return True
         frame = frame.f_back
     return False
 
 
 def _interrupt_again(signum: int, state: dict) -> None:
-    """Deliver a deferred interruption to the main thread again in a moment, once it may have left the storage."""
+    """Deliver a deferred interruption to the main thread again in a moment, once it may have left that code."""
     time.sleep(DEFER_SECONDS)
     state["deferred"] = False
     _thread.interrupt_main(signum)

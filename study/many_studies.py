@@ -112,10 +112,14 @@ def study_pipeline(pipeline: dict, to_root: str, frozen: bool = False) -> dict:
     return {**{key: value for key, value in pipeline.items() if key != "plots"}, "stages": stages}
 
 
-def module_source(repo_root: Path, module: str) -> str:
-    """A module's source as a path from the repository root: its package folder, or its file."""
+def module_sources(repo_root: Path, module: str) -> list[str]:
+    """A module's source files as paths from the repository root: a package's .py files, or the module's file. Named
+    one by one, not as the package's folder: DVC hashes a folder outside its project whole, __pycache__ included, so
+    the first import of the code would make the stage look changed."""
     path = PurePosixPath(*module.split("."))
-    return path.as_posix() if (repo_root / path / "__init__.py").is_file() else f"{path}.py"
+    if not (repo_root / path / "__init__.py").is_file():
+        return [f"{path}.py"]
+    return sorted(source.relative_to(repo_root).as_posix() for source in (repo_root / path).rglob("*.py"))
 
 
 class _PlainDumper(yaml.SafeDumper):
@@ -245,7 +249,8 @@ def write_aggregate(project: Project, command: Sequence[str], inputs: Sequence[s
     relative to the root) and the code of `modules` as deps, and `outputs` (in the report folder) as outs git keeps;
     `persist` for a command that swaps its whole report in itself, so that DVC leaves the previous one in place while
     it runs (and where it fails or is stopped)."""
-    code = [project.relative(project.repository / module_source(project.repository, module)) for module in modules]
+    code = [project.relative(project.repository / source) for module in modules
+            for source in module_sources(project.repository, module)]
     options = {"cache": False, "persist": True} if persist else {"cache": False}
     outs = [{project.relative(project.report_dir / name): options} for name in outputs]
     pipeline = {"stages": {AGGREGATE_STAGE: {"cmd": shlex.join(command), "deps": [*inputs, *code], "outs": outs}}}

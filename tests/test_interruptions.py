@@ -1,5 +1,6 @@
-"""A child that must not outlive the process that started it (`ends_with_this_process`): `study sweep` and `study
-benchmark` start `dvc repro` with it, so that killing the driver, by any signal, stops the training it started."""
+"""Interruptions. A child that must not outlive the process that started it (`ends_with_this_process`): `study sweep`
+and `study benchmark` start `dvc repro` with it, so that killing the driver, by any signal, stops the training it
+started. And a signal that arrives inside an import interrupts once the import is whole."""
 
 import os
 import signal
@@ -59,3 +60,29 @@ def test_without_it_the_child_trains_on():
         assert alive(pid)
     finally:
         os.kill(pid, signal.SIGKILL)
+
+
+SLOW_IMPORT = textwrap.dedent("""
+    import os, signal, sys, time
+    sys.path.insert(0, sys.argv[1])
+    from study.interruptions import Interrupted, interruptible
+    with interruptible():
+        try:
+            import slow_module  # SIGTERM arrives while its body runs
+            for _ in range(200):
+                time.sleep(0.01)
+            print("not interrupted")
+        except Interrupted as interrupted:
+            module = sys.modules.get("slow_module")
+            print(interrupted.cause, "after the import" if module and module.WHOLE else "inside the import")
+""")
+
+
+def test_a_signal_during_an_import_interrupts_once_the_import_is_whole(tmp_path):
+    """Raised inside an import, the interruption would leave the module half-built, or abort the process where the
+    import runs under C++ frames (torch's first optimiser imports torch._dynamo through triton's bindings)."""
+    (tmp_path / "slow_module.py").write_text(
+        "import os, signal, time\nos.kill(os.getpid(), signal.SIGTERM)\ntime.sleep(0.3)\nWHOLE = True\n")
+    done = subprocess.run([sys.executable, "-c", SLOW_IMPORT, str(tmp_path)], capture_output=True, text=True,
+                          cwd=Path(__file__).parents[1], timeout=60)
+    assert done.stdout.strip() == "stopped by SIGTERM after the import", done.stdout + done.stderr
