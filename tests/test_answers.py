@@ -19,8 +19,6 @@ COMMIT = re.compile(r"\b(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b|\bat \d{7}\b")  # "wr
 NOT_QUOTED = {
     ("benchmarks/cells/mnist-pairs-open-c50-20k/reports/report.md", "194"): "the cell's device minutes (its run's log)",
     ("benchmarks/cells/mnist-pairs-open-c50-20k/reports/report.md", "3"): "seeds per class split (the cell's params)",
-    ("reports/report.md", "19"): "the study's wall time, 19 min 18 s",
-    ("reports/report.md", "18"): "the study's wall time, 19 min 18 s",
 }
 
 
