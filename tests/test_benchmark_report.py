@@ -1031,6 +1031,13 @@ def test_the_cost_section_says_what_the_converged_answer_took_and_how_much_of_an
     assert sentences[3] == ("How much of it is evaluation, measured on curve-cell (2 runs of 15,000 iterations, cpu): "
                             "8.0 ms an iteration without evaluation, 10.0 ms with its log-spaced evaluations of val "
                             "and test (25% more); evaluating more sparsely saves at most that share.")
+    # Two converged cells: the costlier one priced apart from the rest (7,200 s; 1,800 s, half of it on the clock).
+    two = rows.assign(converged=rows["converged"] | (rows["cell"] == "b-conv"),
+                      cell_seconds=rows["cell_seconds"].where(rows["cell"] != "b-conv", 1_800.0))
+    assert budget_sentences(benchmark_seconds(two), cost_table(two), [], tmp_path / "none")[1].startswith(
+        "The converged answer's 2 cells trained 115 times: 2.5 h (9,000 s), about 1.2 h of a 2-core CPU's clock; its "
+        "costliest cell, a-conv-lr (50 classes, 4,000 iterations a training), took 2.0 h of that, and the other 1 cell "
+        "0.5 h, about 0.2 h of the clock. Every longer cell")
     alone = budget_sentences(benchmark_seconds(rows), cost_table(rows[rows["cell"] != "a-conv"]), [], tmp_path / "none")
     assert len(alone) == 3 and "as much per iteration" not in alone[2] and alone[1].endswith("0.1 h.")
 

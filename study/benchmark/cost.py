@@ -162,13 +162,21 @@ def budget_sentences(seconds: dict, costs: pd.DataFrame, unfinished: list[str], 
         return f"{value / 3600:.1f} h"
 
     long, headline = costs[costs["regime"] == "long"], costs[costs["headline"].astype(bool)]
+    costliest = ""
+    if len(headline) > 1:  # one cell can outweigh all the others: what the answer costs without it
+        cell = headline.loc[headline["seconds"].idxmax()]
+        rest = seconds["headline"] - cell["seconds"]
+        costliest = (f"; its costliest cell, {cell['cell']} ({fmt.iteration_number(cell['train_classes'])} classes, "
+                     f"{fmt.iteration_number(cell['iterations'])} iterations a training), took {hours(cell['seconds'])} "
+                     f"of that, and the other {fmt.plural(len(headline) - 1, 'cell')} {hours(rest)}, about "
+                     f"{hours(rest / CPU_CORES)} of the clock")
     sentences = [
         "Device time is each training's own recorded seconds (evaluation included), summed; `train.parallel: auto` "
         "trains one run per core with a thread each, so on a 2-core CPU the clock runs about half the sum.",
         f"The converged answer's {seconds['headline_cells']} cells trained {fmt.count(headline['trainings'].sum())} "
         f"times: {hours(seconds['headline'])} ({fmt.seconds(seconds['headline'])}), about "
-        f"{hours(seconds['headline'] / CPU_CORES)} of a 2-core CPU's clock. Every longer cell, those still improving "
-        f"included ({len(long)}): {hours(seconds['longer'])}; the short regime's {len(costs) - len(long)} cells: "
+        f"{hours(seconds['headline'] / CPU_CORES)} of a 2-core CPU's clock{costliest}. Every longer cell, those still "
+        f"improving included ({len(long)}): {hours(seconds['longer'])}; the short regime's {len(costs) - len(long)} cells: "
         f"{hours(seconds['short'])}"
         + (f". Not yet counted: the {len(unfinished)} declared cells not finished ({', '.join(unfinished)})."
            if unfinished else "."),
