@@ -1021,10 +1021,9 @@ def test_the_cost_section_says_what_the_converged_answer_took_and_how_much_of_an
     pd.DataFrame({"seconds": [100.0, 150.0], "eval_seconds": [20.0, 30.0], "iterations": [10_000, 15_000],
                   "device": ["cpu", "cpu"]}).to_csv(runs / "runs.csv", index=False)
     sentences = budget_sentences(benchmark_seconds(rows), cost_table(rows), ["c-conv2"], tmp_path / "curve-cell")
-    assert sentences[1] == ("The converged answer's 1 cells trained 90 times: 2.0 h (7,200 s), about 1.0 h of a "
+    assert sentences[1] == ("The converged answer's 1 cell trained 90 times: 2.0 h (7,200 s), about 1.0 h of a "
                             "2-core CPU's clock. Every longer cell, those still improving included (3): 2.4 h; the "
-                            "short regime's 1 cells: 0.1 h. Not yet counted: the 1 declared cells not finished "
-                            "(c-conv2).")
+                            "short regime's 1 cell: 0.1 h. Not yet counted: 1 declared cell not finished (c-conv2).")
     assert sentences[2].startswith("An iteration cost 5.0–20.0 ms in the longer cells (median 10.0 ms), evaluation "
                                    "included; the same data trained to the same length cost up to 2.0× as much per "
                                    "iteration in one cell as in another")

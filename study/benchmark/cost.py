@@ -162,7 +162,7 @@ def budget_sentences(seconds: dict, costs: pd.DataFrame, unfinished: list[str], 
         return f"{value / 3600:.1f} h"
 
     long, headline = costs[costs["regime"] == "long"], costs[costs["headline"].astype(bool)]
-    costliest = ""
+    trainings, costliest = int(headline["trainings"].sum()), ""
     if len(headline) > 1:  # one cell can outweigh all the others: what the answer costs without it
         cell = headline.loc[headline["seconds"].idxmax()]
         rest = seconds["headline"] - cell["seconds"]
@@ -173,12 +173,12 @@ def budget_sentences(seconds: dict, costs: pd.DataFrame, unfinished: list[str], 
     sentences = [
         "Device time is each training's own recorded seconds (evaluation included), summed; `train.parallel: auto` "
         "trains one run per core with a thread each, so on a 2-core CPU the clock runs about half the sum.",
-        f"The converged answer's {seconds['headline_cells']} cells trained {fmt.count(headline['trainings'].sum())} "
-        f"times: {hours(seconds['headline'])} ({fmt.seconds(seconds['headline'])}), about "
+        f"The converged answer's {fmt.plural(seconds['headline_cells'], 'cell')} trained {trainings:,} times: "
+        f"{hours(seconds['headline'])} ({fmt.seconds(seconds['headline'])}), about "
         f"{hours(seconds['headline'] / CPU_CORES)} of a 2-core CPU's clock{costliest}. Every longer cell, those still "
-        f"improving included ({len(long)}): {hours(seconds['longer'])}; the short regime's {len(costs) - len(long)} cells: "
-        f"{hours(seconds['short'])}"
-        + (f". Not yet counted: the {len(unfinished)} declared cells not finished ({', '.join(unfinished)})."
+        f"improving included ({len(long)}): {hours(seconds['longer'])}; the short regime's "
+        f"{fmt.plural(len(costs) - len(long), 'cell')}: {hours(seconds['short'])}"
+        + (f". Not yet counted: {fmt.plural(len(unfinished), 'declared cell')} not finished ({', '.join(unfinished)})."
            if unfinished else "."),
     ]
     per_iteration = long["seconds_per_iteration"].dropna()
