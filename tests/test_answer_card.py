@@ -33,9 +33,9 @@ def test_every_verdict_gets_a_card_of_three_short_sentences_with_its_numbers(rea
     if reason == "nothing_learned":
         assert first.startswith("Use nothing yet") and "train" in card.sentences[1]
     else:
-        # The conditions: the class counts and the length, and who was still improving (+3%), by the plateau table.
+        # The conditions: the class counts and the length, and who was still improving (+3.10%), by the plateau table.
         assert card.sentences[1] == ("It holds for 500–512 training classes of `folder:/data/faces` at 12,000 "
-                                     "iterations, still improving (ArcFace tuned +3%): train longer to converge.")
+                                     "iterations, still improving (ArcFace tuned +3.10%): train longer to converge.")
         assert "1,200 trainings" in card.sentences[2]
 
 

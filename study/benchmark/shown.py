@@ -67,8 +67,8 @@ def convergence_shown(rows: pd.DataFrame) -> pd.DataFrame:
     tuned = rows[(rows["method"] == "arcface_tuned") & (rows["primary"].astype(bool) | (rows["regime"] == "long"))]
     return pd.DataFrame([{
         "cell": row.cell, "iterations": fmt.iteration_number(row.iterations), "regime": row.regime,
-        "Fixed AdaCos: rise over the second half": pct(row.reference_rise),
-        "tuned ArcFace": pct(row.method_rise), "both converged (< 1%)": "yes" if row.converged else "no",
+        "Fixed AdaCos: rise over the second half": fmt.rise(row.reference_rise),
+        "tuned ArcFace": fmt.rise(row.method_rise), "both converged (< 1%)": "yes" if row.converged else "no",
         "read from": "every run's curve" if row.plateau_basis == "runs" else "the mean val curve over runs",
     } for row in tuned.itertuples()])
 

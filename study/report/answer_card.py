@@ -85,7 +85,7 @@ def _conditions(plateau: pd.DataFrame, compared: list[str], manifest: dict) -> s
     if found.empty:
         return f"It holds for {data}, at the training length used here."
     iterations = fmt.iterations(found["last_iteration"].max())
-    still = [f"{fmt.method_name(method)} +{100 * found.loc[method, 'rise']:.0f}%" for method in compared
+    still = [f"{fmt.method_name(method)} {fmt.rise(found.loc[method, 'rise'])}" for method in compared
              if method in found.index and not found.loc[method, "converged"]]
     if still:
         return (f"It holds for {data} at {iterations} iterations, still improving ({', '.join(still)}): train longer "

@@ -104,6 +104,11 @@ def percent(value) -> str:
     return "n/a" if missing(value) else f"{value:.2f}"
 
 
+def rise(value) -> str:
+    """A plateau-rule rise, to the hundredth of a percent: a rise of 1.04% must not read as the rule's 1%."""
+    return "n/a" if missing(value) else f"{100 * value:+.2f}%"
+
+
 def plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 

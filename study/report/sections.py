@@ -498,7 +498,7 @@ def convergence_sentence(analysis: StudyAnalysis) -> str:
         return ""
     last = fmt.iterations(plateau["last_iteration"].max())
     converged = [method_name(m) for m in analysis.methods if m in plateau.index and plateau.loc[m, "converged"]]
-    not_converged = [f"{method_name(m)} (+{100 * plateau.loc[m, 'rise']:.1f}%)" for m in analysis.methods
+    not_converged = [f"{method_name(m)} ({fmt.rise(plateau.loc[m, 'rise'])})" for m in analysis.methods
                      if m in plateau.index and not plateau.loc[m, "converged"]]
     compared = [REFERENCE_METHOD] + [m for m in analysis.methods if m.endswith("_tuned")][:1]
     short = any(m in plateau.index and not plateau.loc[m, "converged"] for m in compared)
@@ -517,7 +517,7 @@ def plateau_shown(plateau: pd.DataFrame) -> Table:
     rows = [{"method": method_name(row.method), "converged": "yes" if row.converged else "no",
              "runs meeting the rule": f"{row.runs_converged} of {row.runs}",
              "best val at half-way": fmt.score(row.best_at_half), "at the end": fmt.score(row.best_at_end),
-             "rise": f"{100 * row.rise:+.2f}%", "iteration val selected (median)": fmt.iterations(row.selected_iteration)}
+             "rise": fmt.rise(row.rise), "iteration val selected (median)": fmt.iterations(row.selected_iteration)}
             for row in plateau.itertuples()]
     return Table(pd.DataFrame(rows), "The plateau rule per method: the mean over runs of the best val score so far at "
                                      "half-way and at the end")
