@@ -834,6 +834,15 @@ def test_the_replay_says_what_the_futile_stops_gave_up():
             "them: b (tuning pays at round 9, at least +2.4%).") in sentences[1]
     assert sentences[2] == "Its decision matched the full design's verdict in every cell."
     assert replay_sentences(replayed.iloc[2:])[1] == "The advice never stopped as futile here."
+    # Where the advice and the full design disagree: one bullet per cell, not one growing sentence.
+    disagree = replayed.assign(agrees=[False, True, False], full_design=["equivalent", "undecided", "paid"])
+    blocks = replay_sentences(disagree)
+    assert blocks[2] == "It differed from the full design's verdict in 2 of 3:"
+    assert blocks[3].items == ["a: the advice stopped as futile at round 2 of 10 (+1.0% [-5.0%, +6.0%]); the full "
+                               "design found them equivalent.",
+                               "c: the advice said tuning pays at round 5 of 10 (+1.0% [-5.0%, +6.0%]); the full "
+                               "design found tuning pays."]
+    assert blocks[4].endswith("in 2 of the 2 the two estimates have the same sign.")
 
 
 def test_a_converged_only_cell_is_read_in_the_long_regime_and_pooled_only_there(tmp_path):

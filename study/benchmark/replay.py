@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from study.benchmark.meta import RELATIVE_MARGIN
+from study.report import Bullets
 from study.results import REPORT_DIR
 
 # The advice's decisions in the full design's words (study.benchmark.cells.OUTCOMES).
@@ -50,8 +51,9 @@ def advice_replay(rows: pd.DataFrame, cells_dir: Path) -> pd.DataFrame:
     return pd.DataFrame(table, columns=REPLAY_COLUMNS)
 
 
-def replay_sentences(replayed: pd.DataFrame) -> list[str]:
-    """What the replay shows, computed: how often the advice stopped early, what it saved, where it disagreed."""
+def replay_sentences(replayed: pd.DataFrame) -> list:
+    """What the replay shows, computed: how often the advice stopped early, what it saved, and (a bullet per cell)
+    where it disagreed."""
     if replayed.empty:
         return ["No random-search cell is finished: the advice has nothing to replay."]
     early = replayed[replayed["stopped_round"] < replayed["budget"]]
@@ -72,12 +74,12 @@ def replay_sentences(replayed: pd.DataFrame) -> list[str]:
             "run_more": "was still undecided"}
     found = {"paid": "found tuning pays", "equivalent": "found them equivalent", "undecided": "was undecided",
              "adacos_better": "found Fixed AdaCos better"}
-    described = "; ".join(f"on {row.cell} the advice {said[row.decision]} at round {row.stopped_round} of "
-                          f"{row.budget} ({100 * row.difference:+.1f}% [{100 * row.low:+.1f}%, {100 * row.high:+.1f}%]) "
-                          f"and the full design {found[row.full_design]}" for row in differ.itertuples())
+    described = [f"{row.cell}: the advice {said[row.decision]} at round {row.stopped_round} of {row.budget} "
+                 f"({100 * row.difference:+.1f}% [{100 * row.low:+.1f}%, {100 * row.high:+.1f}%]); the full design "
+                 f"{found[row.full_design]}." for row in differ.itertuples()]
     same_sign = int((np.sign(differ["difference"]) == np.sign(differ["full_design_difference"])).sum())
-    sentences.append(f"It differed from the full design's verdict in {len(differ)} of {len(replayed)}: {described}. "
-                     "The full design judges the best configuration retrained at fresh seeds with a t interval over "
+    sentences += [f"It differed from the full design's verdict in {len(differ)} of {len(replayed)}:", Bullets(described)]
+    sentences.append("The full design judges the best configuration retrained at fresh seeds with a t interval over "
                      "class splits, the advice the trial val selects within a search, pooled over splits, at "
                      f"α/budget a look; in {same_sign} of the {len(differ)} the two estimates have the same sign.")
     return sentences
