@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from study.benchmark.card import pct, pct_interval
 from study.benchmark.meta import RELATIVE_MARGIN
 from study.report import Bullets
 from study.results import REPORT_DIR
@@ -75,7 +76,7 @@ def replay_sentences(replayed: pd.DataFrame) -> list:
     found = {"paid": "found tuning pays", "equivalent": "found them equivalent", "undecided": "was undecided",
              "adacos_better": "found Fixed AdaCos better"}
     described = [f"{row.cell}: the advice {said[row.decision]} at round {row.stopped_round} of {row.budget} "
-                 f"({100 * row.difference:+.1f}% [{100 * row.low:+.1f}%, {100 * row.high:+.1f}%]); the full design "
+                 f"({pct(row.difference)} {pct_interval(row.low, row.high)}); the full design "
                  f"{found[row.full_design]}." for row in differ.itertuples()]
     same_sign = int((np.sign(differ["difference"]) == np.sign(differ["full_design_difference"])).sum())
     sentences += [f"It differed from the full design's verdict in {len(differ)} of {len(replayed)}:", Bullets(described)]
@@ -96,7 +97,7 @@ def _without_futility(replayed: pd.DataFrame) -> str:
         return (f"It stopped as futile in {len(futile)}; without that stop it would have trained {spent} more trials "
                 "there and decided none of them.")
     named = "; ".join(f"{row.cell} ({row.without_futility_decision.replace('_', ' ')} at round "
-                      f"{row.without_futility_round}, at least {100 * row.without_futility_low:+.1f}%)"
+                      f"{row.without_futility_round}, at least {pct(row.without_futility_low)})"
                       for row in decided.itertuples())
     return (f"It stopped as futile in {len(futile)}; without that stop it would have trained {spent} more trials there "
             f"and decided {len(decided)} of them: {named}. That is the power the futile stop gives up.")
@@ -109,7 +110,7 @@ def replay_shown(replayed: pd.DataFrame) -> pd.DataFrame:
         "stopped": [f"round {row.stopped_round} of {row.budget}" for row in replayed.itertuples()],
         "trainings": [f"{row.trainings} of {row.design_trainings}" for row in replayed.itertuples()],
         "advice": replayed["decision"].str.replace("_", " "),
-        "tuned ArcFace − Fixed AdaCos": [f"{100 * row.difference:+.1f}% [{100 * row.low:+.1f}%, {100 * row.high:+.1f}%]"
+        "tuned ArcFace − Fixed AdaCos": [f"{pct(row.difference)} {pct_interval(row.low, row.high)}"
                                         for row in replayed.itertuples()],
         "prior's weight": [f"{row.prior_weight:.0%}" for row in replayed.itertuples()],
         "full design": replayed["full_design"].str.replace("_", " "),
