@@ -162,7 +162,7 @@ def budget_sentences(seconds: dict, costs: pd.DataFrame, unfinished: list[str], 
         return f"{value / 3600:.1f} h"
 
     long, headline = costs[costs["regime"] == "long"], costs[costs["headline"].astype(bool)]
-    trainings, costliest = int(headline["trainings"].sum()), ""
+    costliest = ""
     if len(headline) > 1:  # one cell can outweigh all the others: what the answer costs without it
         cell = headline.loc[headline["seconds"].idxmax()]
         rest = seconds["headline"] - cell["seconds"]
@@ -173,7 +173,8 @@ def budget_sentences(seconds: dict, costs: pd.DataFrame, unfinished: list[str], 
     sentences = [
         "Device time is each training's own recorded seconds (evaluation included), summed; `train.parallel: auto` "
         "trains one run per core with a thread each, so on a 2-core CPU the clock runs about half the sum.",
-        f"The converged answer's {fmt.plural(seconds['headline_cells'], 'cell')} trained {trainings:,} times: "
+        f"The converged answer's {fmt.plural(seconds['headline_cells'], 'cell')} trained "
+        f"{fmt.count(headline['trainings'].sum())} times: "
         f"{hours(seconds['headline'])} ({fmt.seconds(seconds['headline'])}), about "
         f"{hours(seconds['headline'] / CPU_CORES)} of a 2-core CPU's clock{costliest}. Every longer cell, those still "
         f"improving included ({len(long)}): {hours(seconds['longer'])}; the short regime's "

@@ -71,7 +71,7 @@ def seconds(value) -> str:
 
 
 def count(value) -> str:
-    return "n/a" if missing(value) else f"{int(value)}"
+    return "n/a" if missing(value) else f"{int(value):,}"
 
 
 def iteration_number(value) -> str:
