@@ -173,17 +173,29 @@ def truncated_lock(directory: Path) -> Path:
     return lock
 
 
+def emptied_lock(directory: Path) -> Path:
+    """A cell's dvc.lock at 0 bytes, as a kill while DVC rewrites it leaves it (DVC then says only that a key is
+    missing)."""
+    lock = directory / "dvc.lock"
+    lock.write_text("")
+    return lock
+
+
 @pytest.mark.parametrize("command", ["list", "worker"])
-def test_a_truncated_dvc_lock_is_named_with_the_fix(plan, capsys, command):
+@pytest.mark.parametrize("damage, reason", [(truncated_lock, "could not find expected ':'"),
+                                            (emptied_lock, "it is empty")])
+def test_a_damaged_dvc_lock_is_named_with_the_fix(plan, capsys, command, damage, reason):
     bench, cells = written_benchmark(plan)
     finished_cell(bench / cells[0].name, cells[0].params)
-    lock = truncated_lock(bench / cells[0].name)
+    lock = damage(bench / cells[0].name)
+    damaged = lock.read_text()
     assert (benchmark(plan, "--list") if command == "list" else worker()) == 2
     said = capsys.readouterr().err
-    assert said.startswith(f"study: error: bench/{cells[0].name}/dvc.lock is not a whole dvc.lock") and said.count(
-        "\n") == 1, said
+    assert said.startswith(f"study: error: bench/{cells[0].name}/dvc.lock is not a whole dvc.lock ({reason}"), said
+    assert said.count("\n") == 1, said
     assert f"`git checkout -- bench/{cells[0].name}/dvc.lock` restores the committed one" in said
-    assert lock.read_text().endswith("ou")  # nothing rewritten
+    assert "delete it and its stages rerun" in said
+    assert lock.read_text() == damaged  # nothing rewritten
 
 
 # --- a finished cell whose folder lost a class ---------------------------------------------------------------------

@@ -219,7 +219,10 @@ def kept_trainings(directory: str | Path) -> KeptTrainings | None:
 def _locked_stages(lock: Path) -> dict:
     """The stages a cell's dvc.lock records; a ValueError naming it and the fix where it is not whole."""
     try:
-        stages = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages") or {}
+        text = lock.read_text(encoding="utf-8")
+        if not text.strip():  # what a kill while DVC rewrites the file leaves; DVC itself only says a key is missing
+            raise ValueError("it is empty")
+        stages = (yaml.safe_load(text) or {}).get("stages") or {}
         for stage in stages.values():  # what cell_finished reads: each file's params, the report's outs
             params, outs = stage.get("params") or {}, stage.get("outs") or []
             if not (all(isinstance(values, dict) for values in params.values())
@@ -229,8 +232,8 @@ def _locked_stages(lock: Path) -> dict:
         reason = getattr(error, "problem", None) or error
         mark = getattr(error, "problem_mark", None)
         raise ValueError(f"{lock} is not a whole dvc.lock ({reason}{f', line {mark.line + 1}' if mark else ''}): "
-                         f"`git checkout -- {lock}` restores the committed one, or delete it and the cell runs "
-                         "again") from None
+                         f"`git checkout -- {lock}` restores the committed one, or delete it and its stages rerun, "
+                         "taking the trials its storage keeps") from None
     return stages
 
 
