@@ -219,10 +219,10 @@ def kept_trainings(directory: str | Path) -> KeptTrainings | None:
 def _locked_stages(lock: Path) -> dict:
     """The stages a cell's dvc.lock records; a ValueError naming it and the fix where it is not whole."""
     try:
-        text = lock.read_text(encoding="utf-8")
-        if not text.strip():  # what a kill while DVC rewrites the file leaves; DVC itself only says a key is missing
+        locked = yaml.safe_load(lock.read_text(encoding="utf-8"))
+        if locked is None:  # what a kill while DVC rewrites the file leaves; DVC itself only says a key is missing
             raise ValueError("it is empty")
-        stages = (yaml.safe_load(text) or {}).get("stages") or {}
+        stages = locked.get("stages") or {}
         for stage in stages.values():  # what cell_finished reads: each file's params, the report's outs
             params, outs = stage.get("params") or {}, stage.get("outs") or []
             if not (all(isinstance(values, dict) for values in params.values())
