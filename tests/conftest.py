@@ -35,6 +35,23 @@ def copy_study(root: Path, names=STUDY_FILES) -> Path:
 
 
 
+def trained_trials(paths) -> "pd.DataFrame":
+    """The rows of the trials.csv files at `paths` whose trials trained, their slots and seeds integers (nullable: a
+    trial interrupted before it drew its seed has none).
+
+    A packed worker that finds the budget met records a 'not run' trial with neither (whether one does is a race
+    between the stage and its workers), and read_csv reads a column with such a gap as floats: without the cast, two
+    searches that trained the same trials would differ in their columns' types.
+    """
+    import pandas as pd
+
+    from study.workers import NOT_RUN
+
+    trials = pd.concat([pd.read_csv(path) for path in paths], ignore_index=True)
+    trained = trials[trials["status"] != NOT_RUN].reset_index(drop=True)
+    return trained.astype({"trial": "Int64", "seed": "Int64"})
+
+
 def dvc_study(root: Path, names, *, init: bool = True) -> Path:
     """`names` of the study copied into `root`, made a git + DVC repository, or (`init=False`, no git needed) a folder
     with only the .dvc folder that `study sweep` and `study benchmark` look for."""

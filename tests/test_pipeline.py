@@ -15,9 +15,8 @@ import yaml
 from PIL import Image
 
 from study.analysis import expected_best_after_n_trials
-from study.workers import NOT_RUN
 
-from conftest import REPO, copy_study
+from conftest import REPO, copy_study, trained_trials
 
 # Each test runs the study through `dvc repro`: minutes on 2 cores.
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("dvc") is None, reason="dvc is not installed")]
@@ -43,11 +42,8 @@ def make_study_copy(root: Path, **overrides) -> Path:
 
 
 def _trials(root: Path) -> pd.DataFrame:
-    """Every class split's ArcFace trials that trained: not the 'not run' trial of a packed worker that found the
-    budget already met (whether one does is a race between the stage and its worker)."""
-    trials = pd.concat([pd.read_csv(path) for path in sorted((root / "results" / "search" / "arcface").glob(
-        "split*/trials.csv"))], ignore_index=True)
-    return trials[trials["status"] != NOT_RUN].reset_index(drop=True)
+    """Every class split's ArcFace trials that trained."""
+    return trained_trials(sorted((root / "results" / "search" / "arcface").glob("split*/trials.csv")))
 
 
 def dvc(root: Path, *args: str) -> str:
