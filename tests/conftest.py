@@ -45,7 +45,7 @@ def trained_trials(paths) -> "pd.DataFrame":
     """
     import pandas as pd
 
-    from study.workers import NOT_RUN
+    from study.workers import NOT_RUN  # here, not at the top: it imports torch, which must see OMP_NUM_THREADS first
 
     trials = pd.concat([pd.read_csv(path) for path in paths], ignore_index=True)
     trained = trials[trials["status"] != NOT_RUN].reset_index(drop=True)
