@@ -34,7 +34,6 @@ def copy_study(root: Path, names=STUDY_FILES) -> Path:
     return root
 
 
-
 def trained_trials(paths) -> "pd.DataFrame":
     """The rows of the trials.csv files at `paths` whose trials trained, their slots and seeds integers (nullable: a
     trial interrupted before it drew its seed has none).
