@@ -193,8 +193,10 @@ def test_a_damaged_dvc_lock_is_named_with_the_fix(plan, capsys, command, damage,
     said = capsys.readouterr().err
     assert said.startswith(f"study: error: bench/{cells[0].name}/dvc.lock is not a whole dvc.lock ({reason}"), said
     assert said.count("\n") == 1, said
-    assert f"`git checkout -- bench/{cells[0].name}/dvc.lock` restores the committed one" in said
-    assert "delete it and its stages rerun" in said
+    # The fix that works for a running cell's lock, never committed yet, comes first.
+    assert "delete it and its stages rerun, taking the trials its storage keeps" in said
+    assert f"`git checkout -- bench/{cells[0].name}/dvc.lock` restores a committed one" in said
+    assert said.index("delete it") < said.index("git checkout")
     assert lock.read_text() == damaged  # nothing rewritten
 
 

@@ -232,8 +232,8 @@ def _locked_stages(lock: Path) -> dict:
         reason = getattr(error, "problem", None) or error
         mark = getattr(error, "problem_mark", None)
         raise ValueError(f"{lock} is not a whole dvc.lock ({reason}{f', line {mark.line + 1}' if mark else ''}): "
-                         f"`git checkout -- {lock}` restores the committed one, or delete it and its stages rerun, "
-                         "taking the trials its storage keeps") from None
+                         "delete it and its stages rerun, taking the trials its storage keeps (a running cell's lock "
+                         f"is not committed yet), or `git checkout -- {lock}` restores a committed one") from None
     return stages
 
 
