@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import platform
 from importlib import metadata
 from pathlib import Path
 
@@ -47,3 +49,50 @@ def lock_status(lock: Path = LOCK, shown: int = 10) -> str:
         return f"no {lock.name} to compare with"
     differences = lock_differences(lock)
     return f"differs from {lock.name} in: {listing(differences, shown)}" if differences else f"matches {lock.name}"
+
+
+# torch's CPU kernels by capability, best first, with the CPU flags each needs (aten's DispatchStub rule on x86-64).
+KERNEL_FLAGS = {"AVX512": {"avx512vl", "avx512bw", "avx512dq", "fma"}, "AVX2": {"avx2", "fma"}, "DEFAULT": set()}
+
+
+def cpu_info(field: str) -> str | None:
+    """The first value of `field` ('model name', 'vendor_id', 'flags') in /proc/cpuinfo, or None where there is none."""
+    info = Path("/proc/cpuinfo")
+    lines = info.read_text().splitlines() if info.is_file() else []
+    return next((line.split(":", 1)[1].strip() for line in lines if line.split(":", 1)[0].strip() == field), None)
+
+
+def cpu_model() -> str:
+    """This machine's CPU model, as the scores' records name it."""
+    return cpu_info("model name") or platform.processor() or platform.machine() or "an unnamed CPU"
+
+
+def cpu_vendor() -> str:
+    """The CPU's vendor (GenuineIntel, AuthenticAMD), or the architecture where the system names no vendor."""
+    return cpu_info("vendor_id") or platform.machine() or "unknown"
+
+
+def c_library() -> str:
+    """The C library and its version, e.g. 'glibc 2.36': torch's DEFAULT kernels take expf and logf from it."""
+    name, version = platform.libc_ver()
+    return f"{name} {version}" if name else "an unnamed C library"
+
+
+def kernel_capability() -> str:
+    """The CPU kernels torch runs in this process's environment (DEFAULT, AVX2, AVX512), found without importing torch.
+
+    torch takes ATEN_CPU_CAPABILITY (lower case) where this CPU supports it, else the best kernels the CPU's flags
+    allow; tests/test_reproducibility.py checks this against torch.backends.cpu.get_cpu_capability(). Off x86-64
+    the rule is torch's own for that architecture, which the CPU's flags do not tell here.
+    """
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return f"torch's own for {platform.machine() or 'this architecture'}"
+    flags = set((cpu_info("flags") or "").split())
+    supported = [name for name, needed in KERNEL_FLAGS.items() if needed <= flags]
+    asked = os.environ.get("ATEN_CPU_CAPABILITY", "")
+    return asked.upper() if asked.islower() and asked.upper() in supported else supported[0]
+
+
+def machine_summary() -> str:
+    """The CPU, torch's kernels and the C library: what moves a CPU study's last digits between machines."""
+    return f"{cpu_model()} ({cpu_vendor()}), torch kernels {kernel_capability()}, {c_library()}"
