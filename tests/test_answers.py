@@ -16,10 +16,7 @@ COMMIT = re.compile(r"\b(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b|\bat \d{7}\b")  # "wr
 # Numbers a paragraph that names a report states without quoting it: how the report was made, or a figure of another
 # report. Each is checked to be still so (absent from the report named, present in the answers), so this list
 # cannot outlive the sentence it excuses.
-NOT_QUOTED = {
-    ("benchmarks/cells/mnist-pairs-open-c50-20k/reports/report.md", "194"): "the cell's device minutes (its run's log)",
-    ("benchmarks/cells/mnist-pairs-open-c50-20k/reports/report.md", "3"): "seeds per class split (the cell's params)",
-}
+NOT_QUOTED: dict[tuple[str, str], str] = {}
 
 
 def numbers(text: str) -> list[str]:
