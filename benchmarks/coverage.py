@@ -34,9 +34,9 @@ Higgins–Thompson–Spiegelhalter interval) beside pool_across_sources' predict
 whose configuration sd is a quarter of it; `--worlds` per setting (`--true-effect-out`,
 benchmarks/results/true_effect_coverage.csv).
 
-`--only absolute` measures the absolute scores' t interval over class splits (study.analysis.absolute_scores) in
-worlds at the default study's own split and seed sds, with normal and skewed split effects
-(benchmarks/results/absolute_coverage.csv).
+`--only absolute` runs benchmarks/absolute_coverage.py: the absolute scores' interval over class splits
+(study.analysis.absolute_scores, on the logit scale) beside the raw t interval it replaced, in worlds from the
+committed cells (benchmarks/results/absolute_coverage.csv).
 """
 
 import argparse
@@ -51,7 +51,7 @@ from scipy import optimize, stats
 
 from study.analysis import (SOURCE_SPREAD_PRIOR_SCALE, bayesian_true_effect, hartung_knapp_true_effect,
                             pool_across_sources, source_membership)
-from study.benchmark.meta import converged_cells
+from study.analysis.headline import headline_cells
 from study.benchmark.report import read_cells
 from study.analysis.coverage import (CALIBRATED_SPREAD, SOURCE_RATIOS, coverage_table, decision_rates,
                                      source_pooling_coverage, true_effect_coverage, verdict_interval_coverage)
@@ -116,36 +116,13 @@ def measure_coverage(args) -> None:
 
 
 def measure_absolute_coverage(args) -> None:
-    """Coverage of the absolute scores' intervals (study.analysis.absolute_scores: each split's seeds averaged, a t
-    interval over splits), in worlds with a class-split effect and seed noise at the default study's own spreads
-    (reports/tables/run_scores.csv), normal and skewed; written beside args.out as absolute_coverage.csv."""
-    from study.analysis import absolute_scores
+    """The absolute scores' intervals now have their own benchmark, benchmarks/absolute_coverage.py (the raw and the
+    logit-scale t interval in worlds from every committed cell): run it, at this run's number of studies."""
+    import runpy
+    import sys
 
-    runs = pd.read_csv("reports/tables/run_scores.csv")
-    scores = runs[runs["method"] == "fixed_adacos"]
-    split_sd = float(scores.groupby("split")["test_map_at_r"].mean().std(ddof=1))
-    seed_sd = float(np.sqrt(scores.groupby("split")["test_map_at_r"].var(ddof=1).mean()))
-    rng = np.random.default_rng(0)
-    rows = []
-    for splits, seeds in ((3, 2), (4, 2), (3, 3)):
-        for shape in ("normal", "skewed"):
-            covered = 0
-            for _ in range(args.studies * 8):
-                effect = (rng.normal(0, split_sd, splits) if shape == "normal"  # skewed: a centred gamma, same sd
-                          else (rng.gamma(1.0, split_sd, splits) - split_sd))
-                test = 0.5 + np.repeat(effect, seeds) + rng.normal(0, seed_sd, splits * seeds)
-                frame = pd.DataFrame({"method": "m", "split": np.repeat(np.arange(splits), seeds),
-                                      "test_map_at_r": test})
-                found = absolute_scores(frame, ["m"], 0.95, metrics=("map_at_r",)).iloc[0]
-                covered += found["low"] <= 0.5 <= found["high"]
-            worlds = args.studies * 8
-            rows.append({"splits": splits, "seeds": seeds, "split_effect": shape, "split_sd": split_sd,
-                         "seed_sd": seed_sd, "worlds": worlds, "coverage": covered / worlds,
-                         "monte_carlo_se": float(np.sqrt(0.95 * 0.05 / worlds))})
-    table = pd.DataFrame(rows)
-    path = Path(args.out).with_name("absolute_coverage.csv")
-    table.to_csv(path, index=False)
-    print(table.round(4).to_string(index=False) + f"\nwritten to {path}")
+    sys.argv = [str(Path(__file__).with_name("absolute_coverage.py")), "--studies", str(args.studies * 8)]
+    runpy.run_path(sys.argv[0], run_name="__main__")
 
 
 def measure_verdict_coverage(args) -> None:
@@ -182,7 +159,7 @@ def benchmark_design(plan_path: str | Path, design: str = "short") -> pd.DataFra
     plan_path = Path(plan_path)
     rows = read_cells(json.loads(plan_path.read_text(encoding="utf-8")), plan_path.parent)
     if design == "converged":
-        rows = converged_cells(rows)
+        rows = headline_cells(rows)
     else:
         rows = rows[rows["primary"].astype(bool) & rows["longer_of"].isna()]
     rows = rows[np.isfinite(rows["difference"]) & (rows["standard_error"] > 0)]

@@ -6,6 +6,7 @@ import sys
 
 from study.benchmark import aggregate_benchmark
 from study.benchmark.fingerprint import CellReportError
+from study.benchmark.pipelines import read_plan_file
 from study.interruptions import Interrupted, ends_as_interrupted
 
 
@@ -19,6 +20,10 @@ def main() -> None:
     parser.add_argument("--dpi", type=int, default=120)
     args = parser.parse_args()
     with ends_as_interrupted():
+        try:
+            read_plan_file(args.plan)  # a cell listed twice, none, or longer_of in a cycle: before a cell is read
+        except ValueError as error:
+            sys.exit(f"benchmark report not written: {error}")
         try:
             written = aggregate_benchmark(args.plan, args.report_dir, label=args.label, dpi=args.dpi)
         except CellReportError as error:

@@ -19,8 +19,14 @@ states of evidence, each judged at α/budget a side (Bonferroni over looks), how
 "pays" as soon as the lower bound clears the margin; that it does not (equivalent, or Fixed AdaCos better) is
 judged only once the trials carry D(budget) (`carries`: about 3·budget trials pooled), because before that the
 estimate rests on the few best trials seen and cannot know the unseen ones. A study the budget is unlikely to settle
-stops as futile (`settle_chance` below FUTILITY): no claim about the difference, only that more trials of this design
-would not buy an answer (more class splits would). The prior is the benchmark's predictive
+may stop as futile (`settle_chance` below `futility`; off by default). Beside these tests, a price: one training is
+worth `price` of the score (analysis.price_per_training). Tuning pays only where its lower bound also clears the price
+of its search, price·(budget − 1) (a search of `budget` trainings against Fixed AdaCos's one; seed luck credited to
+neither), and the study keeps tuning only while k more trials per split are expected to be worth more than their
+price·k·splits (`more_trials_worth`: the expected net value of the answer they may change); once no k up to the budget
+is, it stops and says to use Fixed AdaCos. Every state of the evidence ends in one of three things to do
+(`Advice.choice`): use Fixed AdaCos, keep tuning, or use tuned ArcFace, with the expected gain and its price. The prior
+is the benchmark's predictive
 distribution of a new source's difference (its between-source spread integrated out:
 study.analysis.true_effect.new_source_mixture); `prior_weight` says how much it moves the answer. Error rates in
 worlds calibrated from the benchmark's cells: benchmarks/advise_simulation.py, docs/analysis.md.
@@ -29,16 +35,24 @@ worlds calibrated from the benchmark's cells: benchmarks/advise_simulation.py, d
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import integrate, special, stats
+from scipy import optimize, special
 
-from study.analysis.true_effect import _mixture_quantiles, new_source_mixture
+from study.advice_difference import (Centred, Projection, best_of_n_weights, centre, centre_arrays, difference_at,
+                                     expected_maximum, jackknife_variance, projected_difference, ranked_by_val,
+                                     seed_luck, selected_difference, within_split)
+from study.advice_inputs import (AdviceError, NotYetJudged, check_margin, check_price, check_probability,
+                                 check_reference_pairs, check_scores, read_prior_table)
+from study.analysis.true_effect import new_source_mixture
+from study.config import METRIC_KIND, AnalysisConfig, price_share
+
+# Defined in study.advice_inputs and study.advice_difference, imported from here by the stages, benchmarks and tests.
+__all__ = ["AdviceError", "NotYetJudged", "Centred", "centre_arrays", "difference_at", "expected_maximum"]
 
 EVIDENCE_COLUMNS = ("split", "val", "test", "seconds")
 GAIN_TRIALS = (5, 10, 20)
@@ -51,15 +65,17 @@ DECISIONS = {
     "adacos_better": "stop: Fixed AdaCos is better",
     "budget_spent": "stop: the budget is spent and the answer is not known",
     "futile": "stop: the rest of the budget is unlikely to settle it",
+    "not_worth_it": "stop: more trials are not expected to be worth their price",
     "run_more": "run more: the answer is not known yet",
 }
+# What to do, whatever the evidence: never "undecided".
+CHOICES = {"fixed_adacos": "Use Fixed AdaCos", "keep_tuning": "Keep tuning", "arcface_tuned": "Use tuned ArcFace"}
 # Declared with the futility stop, before its error rates were simulated: stop when the chance that the budget's last
-# look settles the question (tuning pays, equivalent or Fixed AdaCos better) is below this.
+# look settles the question (tuning pays, equivalent or Fixed AdaCos better) is below this. Off by default since the
+# price stop (more_trials_worth) took its place; `futility=FUTILITY` brings it back.
 FUTILITY = 0.10
-
-
-class AdviceError(ValueError):
-    """The evidence cannot be judged yet, or the prior does not fit it: the message names what is missing."""
+# analysis.price_per_training's default, as a share of the score.
+DEFAULT_PRICE = price_share(AnalysisConfig.model_fields["price_per_training"].default)
 
 
 @dataclass(frozen=True)
@@ -88,6 +104,7 @@ class Evidence:
     splits: tuple[int, ...]
     budget: int
     metric: str
+    price: float = DEFAULT_PRICE  # what one training is worth, a share of the score (analysis.price_per_training)
 
     def __post_init__(self):
         for name in ("trials", "reference"):
@@ -95,9 +112,13 @@ class Evidence:
             missing = [column for column in EVIDENCE_COLUMNS if column not in frame.columns]
             if missing:
                 raise AdviceError(f"the {name} lack the columns {missing}: give {list(EVIDENCE_COLUMNS)}")
-        if self.budget < MIN_ROUND:
+        if not isinstance(self.budget, (int, np.integer)) or self.budget < MIN_ROUND:
             raise AdviceError(f"a budget of {self.budget} trials per split leaves nothing to decide early: give at "
                               f"least {MIN_ROUND} (search.n_trials)")
+        if not self.splits:
+            raise AdviceError("the study plans no class split: give at least one (data.seeds)")
+        check_price(self.price, "the price of a training (analysis.price_per_training)")
+        check_scores(self.trials, self.reference, self.metric, bounded=self.metric in METRIC_KIND)
 
     def round(self) -> int:
         """Trials every planned split has (capped at the budget): the round whose evidence is judged."""
@@ -120,7 +141,7 @@ def benchmark_prior(cells: str | Path | pd.DataFrame, objective: str, leave_out_
     cells its headline pools (reports/benchmark/tables/cells.csv, or that table) at the study's training length
     (`regime`: the converged cells, or the short regime's primary cells), on the study's objective; without
     `leave_out_source`'s cells (a replay on one of its own cells must not see itself)."""
-    from study.benchmark.meta import converged_cells
+    from study.analysis.headline import headline_cells
 
     if regime not in PRIOR_REGIMES:
         raise AdviceError(f"unknown prior regime {regime!r}: give one of {', '.join(PRIOR_REGIMES)}")
@@ -128,8 +149,8 @@ def benchmark_prior(cells: str | Path | pd.DataFrame, objective: str, leave_out_
         path = Path(cells)
         if not path.is_file():
             raise AdviceError(f"no benchmark at {path}: run `study benchmark --report-only` (or give --prior none)")
-        cells = pd.read_csv(path)
-    pooled = (converged_cells(cells) if regime == "converged" else
+        cells = read_prior_table(path, objective)
+    pooled = (headline_cells(cells) if regime == "converged" else
               cells[cells["primary"].astype(bool) & (cells["regime"] == "short")
                     & (cells["relative_se"].astype(float) > 0)])
     pooled = pooled[(pooled["method"] == "arcface_tuned") & (pooled["source"] != leave_out_source)]
@@ -141,146 +162,6 @@ def benchmark_prior(cells: str | Path | pd.DataFrame, objective: str, leave_out_
     probabilities, centres, spreads = new_source_mixture(pooled["relative"], pooled["relative_se"], pooled["source"])
     return Prior(probabilities, centres, spreads, objective,
                  f"the benchmark's {pooled['source'].nunique()} sources, {len(pooled)} {regime} cells")
-
-
-def _weights(size: int, n: int) -> np.ndarray:
-    """P(the best of n draws with replacement from `size` ranked items is the i-th lowest), i = 1…size."""
-    rank = np.arange(1, size + 1, dtype=float)
-    return (rank / size) ** n - ((rank - 1) / size) ** n
-
-
-def _ranked(val, test) -> np.ndarray:
-    """Test scores in ascending order of val."""
-    return np.asarray(test, dtype=float)[np.argsort(np.asarray(val, dtype=float), kind="stable")]
-
-
-def _jackknife(ranked: np.ndarray, inner: np.ndarray) -> float:
-    """Delete-one jackknife variance of Σ w(i)·e₍ᵢ₎ in closed form, `inner` the weights of size − 1 items: leaving out
-    the trial of val rank k shifts the ranks above it down by one, so its estimate is Σ_{i<k} w'(i)·e₍ᵢ₎ +
-    Σ_{i>k} w'(i−1)·e₍ᵢ₎. NaN for fewer than two trials."""
-    size = ranked.size
-    if size < 2:
-        return math.nan
-    below = np.concatenate([[0.0], np.cumsum(inner * ranked[:-1])])  # Σ_{i<k}, k = 1…size
-    above = np.concatenate([np.cumsum((inner * ranked[1:])[::-1])[::-1], [0.0]])  # Σ_{i>k}
-    leave_one_out = below + above
-    return float((size - 1) / size * np.sum((leave_one_out - leave_one_out.mean()) ** 2))
-
-
-def selected_difference(val, test, n: int) -> tuple[float, float]:
-    """D(n) from centred trials and its delete-one jackknife variance (NaN for fewer than two trials)."""
-    ranked = _ranked(val, test)
-    return float(_weights(ranked.size, n) @ ranked), _jackknife(ranked, _weights(max(ranked.size - 1, 1), n))
-
-
-@dataclass(frozen=True)
-class Centred:
-    """Trials and Fixed AdaCos runs centred on their split's Fixed AdaCos means, and the scale of the relative
-    difference (Fixed AdaCos's mean test score)."""
-
-    val: np.ndarray
-    test: np.ndarray
-    split_of_trial: np.ndarray
-    reference_val: np.ndarray  # the runs' deviations from their split's means, inflated as within_split's
-    reference_test: np.ndarray
-    reference_variance: float
-    runs_per_split: pd.Series
-    scale: float
-
-
-def centre(trials: pd.DataFrame, reference: pd.DataFrame) -> Centred:
-    """Every split's trials and runs less its Fixed AdaCos means (val and test)."""
-    return centre_arrays(*(frame[column].to_numpy() for frame in (trials, reference) for column in ("split", "val",
-                                                                                                       "test")))
-
-
-def centre_arrays(trial_split, trial_val, trial_test, run_split, run_val, run_test) -> Centred:
-    """`centre` on plain arrays (what the simulated studies of benchmarks/advise_simulation.py give it)."""
-    run_split = np.asarray(run_split)
-    splits, index, runs = np.unique(run_split, return_inverse=True, return_counts=True)
-    runs_val, runs_test = np.asarray(run_val, dtype=float), np.asarray(run_test, dtype=float)
-    mean_val, mean_test = np.bincount(index, runs_val) / runs, np.bincount(index, runs_test) / runs
-    of_trial = np.searchsorted(splits, trial_split)
-    centred_val, centred_test = runs_val - mean_val[index], runs_test - mean_test[index]
-    residual_df = runs_test.size - splits.size
-    variance = float(np.sum(centred_test ** 2) / residual_df) if residual_df > 0 else math.nan
-    # As within_split does for trials: a deviation from the mean of r runs has lost (r − 1)/r of the spread.
-    inflate = np.sqrt(np.where(runs > 1, runs / np.maximum(runs - 1, 1), 1.0))[index]
-    return Centred(np.asarray(trial_val, dtype=float) - mean_val[of_trial],
-                   np.asarray(trial_test, dtype=float) - mean_test[of_trial], np.asarray(trial_split),
-                   centred_val * inflate, centred_test * inflate, variance, pd.Series(runs, index=splits),
-                   float(runs_test.mean()))
-
-
-def within_split(centred: Centred) -> tuple[np.ndarray, np.ndarray]:
-    """Each trial's val and test less its split's trial means, times √(r/(r − 1)) for the r trials of its split (the
-    spread a deviation from the mean of r draws loses): draws of one distribution whatever each split's level."""
-    val, test = centred.val.copy(), centred.test.copy()
-    for split in np.unique(centred.split_of_trial):
-        mine = centred.split_of_trial == split
-        inflate = math.sqrt(mine.sum() / (mine.sum() - 1)) if mine.sum() > 1 else 1.0
-        val[mine] = (val[mine] - val[mine].mean()) * inflate
-        test[mine] = (test[mine] - test[mine].mean()) * inflate
-    return val, test
-
-
-def difference_at(centred: Centred, n: int, trials_per_split: int | None = None) -> tuple[float, float]:
-    """D(n) in the metric's units and its variance, in two parts. What selection buys over a split's average trial:
-    the selected-test curve of the trials' deviations from their split's means, pooled over splits (a split's level
-    cancels, so val cannot select a split), with its jackknife variance. The average trial less Fixed AdaCos, averaged
-    over splits: its variance from the splits' spread (which holds any method-by-split interaction), never below what
-    the trials' and runs' noise within splits implies.
-
-    With `trials_per_split`, the variance projected to every split having that many trials (projected_difference)."""
-    estimate, now, then = projected_difference(centred, n, trials_per_split)
-    return estimate, now if trials_per_split is None else then
-
-
-def projected_difference(centred: Centred, n: int, trials_per_split: int | None) -> tuple[float, float, float]:
-    """difference_at's D(n), its variance now, and its variance once every split has `trials_per_split` trials (the
-    Fixed AdaCos runs as they are; None: the variance now again): the jackknife part shrinks as one over the trials,
-    the noise within splits as one over a split's trials, and the splits' spread keeps what it holds beyond that
-    noise (an interaction more trials cannot remove)."""
-    val, test = within_split(centred)
-    gain, gain_variance = selected_difference(val, test, n)
-    luck, luck_variance = seed_luck(centred, n)
-    splits, counts = np.unique(centred.split_of_trial, return_counts=True)
-    levels = np.array([centred.test[centred.split_of_trial == split].mean() for split in splits])
-    runs = centred.runs_per_split.reindex(splits).to_numpy(float)
-    noise = np.array([centred.test[centred.split_of_trial == split].var(ddof=1) if count > 1 else math.nan
-                      for split, count in zip(splits, counts)])
-    within = float(np.nansum(noise / counts + centred.reference_variance / runs)) / splits.size ** 2
-    between = float(levels.var(ddof=1)) / splits.size if splits.size > 1 else 0.0
-    estimate = gain - luck + float(levels.mean())
-    now = gain_variance + luck_variance + max(within, between)
-    if trials_per_split is None:
-        return estimate, now, now
-    later = float(np.nansum(noise / trials_per_split + centred.reference_variance / runs)) / splits.size ** 2
-    shrink = counts.sum() / (trials_per_split * splits.size)
-    return estimate, now, gain_variance * shrink + luck_variance + max(later, between - within + later)
-
-
-@functools.cache
-def expected_maximum(n: int) -> float:
-    """E[max of n independent standard normals]."""
-    return integrate.quad(lambda x: x * n * stats.norm.pdf(x) * stats.norm.cdf(x) ** (n - 1), -np.inf, np.inf)[0]
-
-
-def seed_luck(centred: Centred, n: int) -> tuple[float, float]:
-    """What picking the best of n Fixed AdaCos seeds by val adds on test (the budget-matched control: as many
-    trainings of the untuned loss), with normal seed noise: E[max of n]·cov(val, test)/sd(val), from the runs'
-    deviations from their split's means; its delete-one jackknife variance over runs. It extrapolates past the runs
-    seen, which the order statistics of two runs a split cannot."""
-    def luck(val: np.ndarray, test: np.ndarray) -> float:
-        spread = math.sqrt(float(np.mean(val ** 2)))
-        return expected_maximum(n) * float(np.mean(val * test)) / spread if spread > 0 else 0.0
-
-    val, test = centred.reference_val, centred.reference_test
-    estimate = luck(val, test)
-    if val.size < 3:
-        return estimate, math.nan
-    leave_one_out = np.array([luck(np.delete(val, i), np.delete(test, i)) for i in range(val.size)])
-    return estimate, float((val.size - 1) / val.size * np.sum((leave_one_out - leave_one_out.mean()) ** 2))
 
 
 def posterior(prior: Prior, estimate: float, variance: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
@@ -312,6 +193,26 @@ class Gain:
 
 
 @dataclass(frozen=True)
+class Worth:
+    """What k more trials per split are expected to be worth (more_trials_worth): the expected net value of the
+    answer they may change, in shares of the score, against their price (price × trainings)."""
+
+    trials: int
+    trainings: int
+    value: float
+    price: float
+    net: float
+
+
+def _share(value: float) -> str:
+    return f"{100 * value:.2f}%"
+
+
+def _percent(value: float) -> str:
+    return f"{100 * value:+.1f}%"
+
+
+@dataclass(frozen=True)
 class Advice:
     decision: str
     says: str
@@ -330,33 +231,76 @@ class Advice:
     seconds_per_trial: float
     gains: list[Gain] = field(default_factory=list)
     settle_chance: float = math.nan  # that the budget's last look settles it, where the decision read it
+    choice: str = "fixed_adacos"  # what to do: one of CHOICES, never undecided
+    price: float = DEFAULT_PRICE  # one training, as a share of Fixed AdaCos's score
+    search_cost: float = math.nan  # price × (budget − 1): a search's trainings beyond Fixed AdaCos's one
+    worth: list[Worth] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
+    def first_line(self) -> str:
+        """The decision, as a user acts on it: what to use (or to keep tuning), the expected gain and its price."""
+        cost = (f"{self.budget - 1} more trainings than Fixed AdaCos's one, worth {_share(self.search_cost)} of the "
+                f"score at {_share(self.price)} a training")
+        expected = f"{_percent(self.difference)} [{_percent(self.low)}, {_percent(self.high)}]"
+        if self.choice == "arcface_tuned":
+            return (f"Use tuned ArcFace: {self.use.removeprefix('ArcFace at ')} adds {_percent(self.low)} of Fixed "
+                    f"AdaCos's score at least ({_percent(self.difference)} expected) for {cost}.")
+        best = max(self.worth, key=lambda worth: worth.net) if self.worth else None
+        if self.choice == "keep_tuning":
+            return (f"Keep tuning: {best.trials} more trial(s) per split ({best.trainings} trainings, worth "
+                    f"{_share(best.price)}) are expected to be worth {_share(best.value)} of the score in a better "
+                    f"answer; until then use Fixed AdaCos (tuned ArcFace is expected to add {expected} for {cost}).")
+        reasons = {
+            "equivalent": f"the two are equivalent within the margin (±{100 * self.margin:.1f}%)",
+            "adacos_better": "Fixed AdaCos is better beyond the margin",
+            "budget_spent": "the budget is spent and tuning is not shown to pay",
+            "futile": f"the rest of the budget is unlikely to settle it ({100 * self.settle_chance:.0f}% chance)",
+            "tuning_pays": "tuning pays beyond the margin but not beyond its price",
+            "not_worth_it": ("no more trials are expected to be worth their price" + (
+                f" (at best {best.trials} more per split, worth {_share(best.value)} for {_share(best.price)})"
+                if best else "")),
+        }
+        return f"Use Fixed AdaCos: tuned ArcFace is expected to add {expected} of its score for {cost}; " \
+               f"{reasons.get(self.decision, 'tuning is not shown to pay')}."
+
     def lines(self) -> list[str]:
-        """The advice in plain order: what to use now, the difference, more trials' worth, the decision."""
-        percent = lambda value: f"{100 * value:+.1f}%"  # noqa: E731
-        lines = [f"Use now: {self.use}.",
+        """The advice in plain order: the decision, the difference, more trials' worth and price, the evidence."""
+        lines = [self.first_line(),
                  f"Tuned ArcFace − Fixed AdaCos at {self.budget} trainings each (the trial val selects against the "
-                 f"seed val selects): {percent(self.difference)} of Fixed AdaCos's score, "
-                 f"[{percent(self.low)}, {percent(self.high)}] at {100 * self.level:.2f}% "
+                 f"seed val selects): {_percent(self.difference)} of Fixed AdaCos's score, "
+                 f"[{_percent(self.low)}, {_percent(self.high)}] at {100 * self.level:.2f}% "
                  f"(valid however often it is read: round {self.round} of {self.budget}, {self.splits} split(s), "
                  f"{self.trainings} trainings; margin ±{100 * self.margin:.1f}%; the prior ({self.prior}) weighs "
                  f"{100 * self.prior_weight:.0f}%)."]
         for gain in self.gains:
-            interval = (f"[{percent(gain.low)}, {percent(gain.high)}]" if math.isfinite(gain.low) else
+            interval = (f"[{_percent(gain.low)}, {_percent(gain.high)}]" if math.isfinite(gain.low) else
                         "(no valid interval: it rests on the few best trials)")
-            lines.append(f"{gain.trials} more trials per split: {percent(gain.gain)} {interval} expected on test "
-                         f"with seed luck removed ({percent(gain.seed_luck)} is what picking among as many seeds "
+            lines.append(f"{gain.trials} more trials per split: {_percent(gain.gain)} {interval} expected on test "
+                         f"with seed luck removed ({_percent(gain.seed_luck)} is what picking among as many seeds "
                          f"gives), {gain.trainings} trainings, about {gain.seconds:,.0f} device-seconds.")
-        lines.append(f"Decision: {self.says}.")
+        if self.worth:
+            shown = [worth for worth in self.worth if worth.trials in (1, 2, 5, 10) or worth is self.worth[-1]]
+            lines.append(f"Net value of more trials per split at {_share(self.price)} of the score a training "
+                         "(what they are expected to change in the answer, less their price): "
+                         + "; ".join(f"{worth.trials}: {_share(worth.value)} − {_share(worth.price)} = "
+                                     f"{100 * worth.net:+.2f}%" for worth in shown) + ".")
+        lines.append(f"Evidence: {self.says}.")
         return lines
 
 
 def _quantiles(probabilities, centres, spreads, levels) -> list[float]:
-    return [float(value[0]) for value in _mixture_quantiles(probabilities[None, :], centres[None, :],
-                                                            spreads[None, :], levels)]
+    """Quantiles of the mixture Σ p_g·N(centre_g, spread_g²), each by Brent's method on its CDF within ±12 spreads of
+    every component (what study.analysis.true_effect._mixture_quantiles finds by 60 halvings, in a fifth of the CDF
+    evaluations: the simulation reads thousands)."""
+    low, high = float(np.min(centres - 12.0 * spreads)), float(np.max(centres + 12.0 * spreads))
+
+    def cdf(value: float) -> float:
+        return float(probabilities @ special.ndtr((value - centres) / spreads))
+
+    return [optimize.brentq(lambda value: cdf(value) - level, low, high, xtol=1e-13, rtol=1e-12)
+            for level in levels]
 
 
 def _gains(centred: Centred, round_: int, z: float, splits: int, seconds: float) -> list[Gain]:
@@ -374,7 +318,7 @@ def _gains(centred: Centred, round_: int, z: float, splits: int, seconds: float)
         later, _ = selected_difference(val, test, round_ + more)
         seed_later, _ = seed_luck(centred, round_ + more)
         gain = (later - now) - (seed_later - seed_now)
-        effective = 1.0 / float(np.sum(_weights(val.size, round_ + more) ** 2))
+        effective = 1.0 / float(np.sum(best_of_n_weights(val.size, round_ + more) ** 2))
         variance = _gain_variance(val, test, round_, round_ + more) if effective >= MIN_EFFECTIVE_TRIALS else math.nan
         half = z * math.sqrt(variance) if math.isfinite(variance) else math.nan
         gains.append(Gain(more, gain / scale, (gain - half) / scale, (gain + half) / scale,
@@ -384,9 +328,9 @@ def _gains(centred: Centred, round_: int, z: float, splits: int, seconds: float)
 
 def _gain_variance(val, test, n_now: int, n_later: int) -> float:
     """Delete-one jackknife variance of D(n_later) − D(n_now)."""
-    ranked = _ranked(val, test)
+    ranked = ranked_by_val(val, test)
     size = max(ranked.size - 1, 1)
-    return _jackknife(ranked, _weights(size, n_later) - _weights(size, n_now))
+    return jackknife_variance(ranked, best_of_n_weights(size, n_later) - best_of_n_weights(size, n_now))
 
 
 @dataclass(frozen=True)
@@ -397,6 +341,9 @@ class Judged:
     high: float
     prior_weight: float
     settle_chance: float = math.nan
+    choice: str = "fixed_adacos"
+    search_cost: float = math.nan
+    worth: tuple[Worth, ...] = ()
 
 
 def carries(trials: int, budget: int) -> bool:
@@ -405,7 +352,7 @@ def carries(trials: int, budget: int) -> bool:
     ones may bring: fine for showing that tuning pays, not for showing that it will not."""
     from study.analysis.tuning import MIN_EFFECTIVE_TRIALS
 
-    return 1.0 / float(np.sum(_weights(trials, budget) ** 2)) >= MIN_EFFECTIVE_TRIALS
+    return 1.0 / float(np.sum(best_of_n_weights(trials, budget) ** 2)) >= MIN_EFFECTIVE_TRIALS
 
 
 def settle_chance(centred: Centred, budget: int, margin: float, prior: Prior, level: float) -> float:
@@ -447,19 +394,72 @@ def settle_chance(centred: Centred, budget: int, margin: float, prior: Prior, le
     return min(chance, 1.0)
 
 
+def _normal_prior(prior: Prior) -> tuple[float, float]:
+    """The prior mixture's mean and variance (the normal the predictions of the last look read)."""
+    centre = float(np.sum(prior.probabilities * prior.centres))
+    return centre, float(np.sum(prior.probabilities * (prior.spreads ** 2 + prior.centres ** 2))) - centre ** 2
+
+
+def more_trials_worth(projection: Projection, scale: float, round_: int, budget: int, splits: int, bar: float,
+                      cost: float, prior: Prior, level: float, price: float) -> list[Worth]:
+    """The expected net value of k = 1 … budget − round more trials per split, in shares of the score: what the look
+    after them is expected to change in the answer, less their price (price × k × splits trainings).
+
+    Stopping now uses Fixed AdaCos (worth 0, the unit); the look after k more uses tuned ArcFace where its lower bound
+    clears `bar` (the margin, or the search's price where higher), which is then worth D − `cost` (a search's
+    trainings beyond Fixed AdaCos's one, priced). With the normal of the prior's mean and variance, as settle_chance
+    predicts the last look: D now ~ N(μ, v), and that look's estimate X = (I₀x₀ + a·Y)/I_k with Y ~ N(D, 1/a), the
+    information a = I_k − I₀ its trials add (projected_difference's variance), so X ~ N(e, s²) with cov(D, X) = (a/I_k)·v.
+    Its value is the expectation of (D − cost) where X clears the threshold T:
+        (μ − cost)·(1 − Φ(u)) + cov(D, X)/s · φ(u),   u = (T − e)/s,
+    a one-step look-ahead (the knowledge gradient's form; Frazier et al. 2008) for each horizon k."""
+    estimate, now = projection.estimate / scale, projection.variance() / scale ** 2
+    centre, spread = _normal_prior(prior)
+    believed_variance = 1.0 / (1.0 / spread + 1.0 / now)
+    believed = believed_variance * (centre / spread + estimate / now)
+    z = float(special.ndtri(1.0 - level))
+    worth = []
+    for more in range(1, budget - round_ + 1):
+        then = projection.variance(round_ + more) / scale ** 2
+        value = 0.0
+        if then < now:  # else the trials to come add nothing this look can see
+            information_now, information_then = 1.0 / now, 1.0 / then
+            added = information_then - information_now
+            weight = added / information_then
+            expected = (information_now * estimate + added * believed) / information_then
+            sd = weight * math.sqrt(1.0 / added + believed_variance)
+            share = spread / (spread + then)
+            threshold = centre + (bar + z * math.sqrt(spread * then / (spread + then)) - centre) / share
+            u = (threshold - expected) / sd
+            density = math.exp(-0.5 * u * u) / math.sqrt(2.0 * math.pi)
+            value = (believed - cost) * float(special.ndtr(-u)) + weight * believed_variance / sd * density
+        trainings = more * splits
+        worth.append(Worth(more, trainings, value, price * trainings, value - price * trainings))
+    return worth
+
+
 def judge(centred: Centred, budget: int, last: bool, margin: float, prior: Prior, level: float,
-          futility: float = FUTILITY) -> Judged:
-    """The decision on D(budget), relative, from the posterior's `level` and 1 − `level` quantiles: tuning pays above
-    the margin; once the trials carry D(budget) (`carries`), Fixed AdaCos better below minus the margin and
-    equivalent within it; else, at the `last` look, the budget is spent; before it, futile if the chance that the last
-    look settles it is below `futility` (`settle_chance`; 0: never futile), else run more."""
-    difference, variance = difference_at(centred, budget)
+          futility: float = 0.0, price: float = DEFAULT_PRICE, value_stop: bool = True) -> Judged:
+    """The decision on D(budget), relative, from the posterior's `level` and 1 − `level` quantiles: tuning pays where
+    the lower bound clears the margin and the price of a search (price × (budget − 1)); once the trials carry D(budget)
+    (`carries`), Fixed AdaCos better below minus the margin and equivalent within it; else, at the `last` look, the
+    budget is spent; before it, futile if the chance that the last look settles it is below `futility`
+    (`settle_chance`; 0, the default: never futile), not worth it where no number of more trials is expected to be
+    worth its price (more_trials_worth; `value_stop` False: never), else run more. Its `choice`: tuned ArcFace where
+    tuning pays, keep tuning where it runs more, else Fixed AdaCos."""
+    projection = Projection.of(centred, budget)
+    difference, variance = projection.estimate, projection.variance()
     probabilities, centres, spreads, weight = posterior(prior, difference / centred.scale,
                                                         variance / centred.scale ** 2)
     low, middle, high = _quantiles(probabilities, centres, spreads, (level, 0.5, 1.0 - level))
     carried = carries(centred.val.size, budget)
-    chance = math.nan
-    if low > margin:
+    cost = price * (budget - 1)
+    chance, worth = math.nan, []
+    splits, counts = np.unique(centred.split_of_trial, return_counts=True)
+    if not last and value_stop:
+        worth = more_trials_worth(projection, centred.scale, int(counts.min()), budget, splits.size,
+                                  max(margin, cost), cost, prior, level, price)
+    if low > max(margin, cost):
         decision = "tuning_pays"
     elif carried and high < -margin:
         decision = "adacos_better"
@@ -469,15 +469,26 @@ def judge(centred: Centred, budget: int, last: bool, margin: float, prior: Prior
         decision = "budget_spent"
     else:
         chance = settle_chance(centred, budget, margin, prior, level) if futility > 0 else math.nan
-        decision = "futile" if chance < futility else "run_more"
-    return Judged(decision, low, middle, high, weight, chance)
+        if chance < futility:
+            decision = "futile"
+        elif value_stop and max(item.net for item in worth) <= 0:
+            decision = "not_worth_it"
+        else:
+            decision = "run_more"
+    choice = {"tuning_pays": "arcface_tuned", "run_more": "keep_tuning"}.get(decision, "fixed_adacos")
+    return Judged(decision, low, middle, high, weight, chance, choice, cost, tuple(worth))
 
 
 def advise(evidence: Evidence, margin: float, prior: Prior, alpha: float = 0.05, best: str = "",
-           futility: float = FUTILITY) -> Advice:
-    """The advice at the evidence's last whole round (see the module's docstring); AdviceError names what is missing.
+           futility: float = 0.0, price: float | None = None, value_stop: bool = True) -> Advice:
+    """The advice at the evidence's last whole round (see the module's docstring). AdviceError names a damaged
+    argument; NotYetJudged, what a running study still lacks.
 
-    `margin` is relative (a share of Fixed AdaCos's score); `best` names the best trial's (s, m) for "use now"."""
+    `margin` is relative (a share of Fixed AdaCos's score); `best` names the best trial's (s, m) for "use now";
+    `price` (a share of the score per training) defaults to the evidence's (analysis.price_per_training)."""
+    check_probability(alpha, "alpha (study advise --alpha)")
+    check_margin(margin, "the margin (analysis.equivalence_margin, or AdviceCallback's margin)")
+    price = evidence.price if price is None else check_price(price, "price")
     if prior.metric != evidence.metric:
         raise AdviceError(f"the prior is about {prior.metric} and the study's objective is {evidence.metric}: give a "
                           f"benchmark on the same metric, or --prior none")
@@ -485,21 +496,22 @@ def advise(evidence: Evidence, margin: float, prior: Prior, alpha: float = 0.05,
     trials, reference = evidence.at_round(round_)
     without_runs = [split for split in evidence.splits if (reference["split"] == split).sum() < 1]
     if without_runs:
-        raise AdviceError(f"no Fixed AdaCos run on split(s) {without_runs} yet: run the study further (`dvc repro` "
-                          f"or `study worker`) and ask again")
+        raise NotYetJudged(f"no Fixed AdaCos run on split(s) {without_runs} yet: run the study further (`dvc repro` "
+                           f"or `study worker`) and ask again")
     if round_ < MIN_ROUND or len(reference) < MIN_REFERENCE_RUNS + len(evidence.splits) - 1:
         counts = evidence.trials.groupby("split").size().to_dict()
-        raise AdviceError(
+        raise NotYetJudged(
             f"too little evidence to judge: every split needs {MIN_ROUND} finished ArcFace trials (have "
             f"{ {split: counts.get(split, 0) for split in evidence.splits} }) and Fixed AdaCos runs, {MIN_REFERENCE_RUNS} "
             f"on one split at least (have {len(reference)}); run the study further (`dvc repro` or `study worker`) "
             f"and ask again")
     centred, level = centre(trials, reference), alpha / evidence.budget  # each side, at each of the budget's looks
-    judged = judge(centred, evidence.budget, round_ >= evidence.budget, margin, prior, level, futility)
+    judged = judge(centred, evidence.budget, round_ >= evidence.budget, margin, prior, level, futility, price,
+                   value_stop)
     decision, low, middle, high = judged.decision, judged.low, judged.middle, judged.high
-    seconds = float(np.nanmean(trials["seconds"].to_numpy(float))) if len(trials) else math.nan
+    seconds = float(np.nanmean(trials["seconds"].to_numpy(float))) if trials["seconds"].notna().any() else math.nan
     if decision == "tuning_pays":
-        says = (f"{DECISIONS[decision]} (+{100 * low:.1f}% at least, for "
+        says = (f"{DECISIONS[decision]} (+{100 * low:.1f}% at least, beyond the margin and the search's price, for "
                 f"{evidence.budget * seconds:,.0f} device-seconds of search a split)")
         use = f"ArcFace at the best trial's {best}" if best else "ArcFace at the best trial's (s, m)"
     else:
@@ -510,56 +522,67 @@ def advise(evidence: Evidence, margin: float, prior: Prior, alpha: float = 0.05,
     gains = _gains(centred, round_, float(special.ndtri(1.0 - level)), len(evidence.splits), seconds)
     return Advice(decision, says, use, round_, evidence.budget, len(evidence.splits), len(trials) + len(reference),
                   middle, low, high, 1.0 - 2.0 * level, margin, judged.prior_weight, prior.source, seconds, gains,
-                  judged.settle_chance)
+                  judged.settle_chance, judged.choice, price, judged.search_cost, list(judged.worth))
 
 
 class AdviceCallback:
     """The advice as a callback of one's own `study.optimize` (one search: one class split), with one's own Fixed
     AdaCos runs given as (val, test) pairs. Each trial must record its test score as the user attribute `test_attr`.
     After every trial the advice goes into the study's user attributes ("advice": what optuna-dashboard shows); with
-    `stop`, the study stops once the advice says stop. Too little evidence yet: the attribute says what is missing."""
+    `stop`, the study stops once the advice says stop. Too little evidence yet: the attribute says what is missing.
+    Every argument is checked here, and every trial's scores as they come: a bad one raises AdviceError, naming it."""
 
     def __init__(self, reference: list[tuple[float, float]], budget: int, objective: str, margin: float = 0.02,
-                 prior: Prior | None = None, test_attr: str = "test", stop: bool = True, alpha: float = 0.05):
+                 prior: Prior | None = None, test_attr: str = "test", stop: bool = True, alpha: float = 0.05,
+                 price_per_training: float = DEFAULT_PRICE):
+        pairs = check_reference_pairs(reference, MIN_REFERENCE_RUNS)
         self.reference = pd.DataFrame([{"split": 0, "val": val, "test": test, "seconds": math.nan}
-                                       for val, test in reference], columns=EVIDENCE_COLUMNS)
-        self.budget, self.objective, self.margin = budget, objective, margin
+                                       for val, test in pairs], columns=EVIDENCE_COLUMNS)
+        self.budget, self.objective = budget, objective
+        self.margin = check_margin(margin, "margin")
+        self.alpha = check_probability(alpha, "alpha")
+        self.price = check_price(price_per_training, "price_per_training")
         self.prior = prior or Prior.flat(objective)
-        self.test_attr, self.stop, self.alpha = test_attr, stop, alpha
+        self.test_attr, self.stop = test_attr, stop
+        # The study's scores are checked as they come; the reference's own now (its range, its mean above 0).
+        Evidence(pd.DataFrame(columns=EVIDENCE_COLUMNS), self.reference, (0,), budget, objective, self.price)
 
     def __call__(self, study, trial) -> None:
         import optuna
 
-        rows = [{"split": 0, "val": t.value, "test": t.user_attrs.get(self.test_attr, math.nan),
-                 "seconds": t.duration.total_seconds() if t.duration else math.nan}
-                for t in study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.COMPLETE])]
-        missing = [row for row in rows if not math.isfinite(row["test"])]
-        if missing:
-            raise AdviceError(f"{len(missing)} trial(s) lack the user attribute {self.test_attr!r}: record each "
-                              f"trial's test score with trial.set_user_attr({self.test_attr!r}, score)")
         if study.direction != optuna.study.StudyDirection.MAXIMIZE:
             raise AdviceError("the advice reads scores that are better when higher: create the study with "
                               "direction='maximize'")
+        finished = study.get_trials(deepcopy=False, states=[optuna.trial.TrialState.COMPLETE])
+        rows = [{"split": 0, "val": t.value, "test": t.user_attrs.get(self.test_attr, math.nan),
+                 "seconds": t.duration.total_seconds() if t.duration else math.nan} for t in finished]
+        missing = [t.number for t, row in zip(finished, rows)
+                   if not isinstance(row["test"], (int, float)) or not math.isfinite(row["test"])]
+        if missing:
+            raise AdviceError(f"{len(missing)} trial(s) (number {missing[0]} first) have no finite user attribute "
+                              f"{self.test_attr!r}: record each trial's test score with "
+                              f"trial.set_user_attr({self.test_attr!r}, score)")
         evidence = Evidence(pd.DataFrame(rows, columns=EVIDENCE_COLUMNS), self.reference, (0,), self.budget,
-                            self.objective)
+                            self.objective, self.price)
         try:
             advice = advise(evidence, self.margin, self.prior, self.alpha,
                             best=f"(s, m) = {study.best_trial.params}" if rows else "")
-        except AdviceError as error:
-            study.set_user_attr("advice", {"decision": "run_more", "says": str(error)})
+        except NotYetJudged as error:
+            study.set_user_attr("advice", {"decision": "run_more", "choice": "keep_tuning", "says": str(error)})
             return
-        study.set_user_attr("advice", {key: value for key, value in advice.as_dict().items() if key != "gains"}
-                            | {"lines": advice.lines()})
+        study.set_user_attr("advice", {key: value for key, value in advice.as_dict().items()
+                                       if key not in ("gains", "worth")} | {"lines": advice.lines()})
         if self.stop and advice.decision != "run_more":
             study.stop()
 
 
-def replay(evidence: Evidence, margin: float, prior: Prior, alpha: float = 0.05, futility: float = FUTILITY) -> Advice:
+def replay(evidence: Evidence, margin: float, prior: Prior, alpha: float = 0.05, futility: float = 0.0,
+           price: float | None = None, value_stop: bool = True) -> Advice:
     """The advice read after every round of a finished study, as if it had run live: the first that said stop (or
     the last round's)."""
     for round_ in range(MIN_ROUND, evidence.round() + 1):
         shown = dataclasses.replace(evidence, trials=evidence.trials.groupby("split", sort=False).head(round_))
-        advice = advise(shown, margin, prior, alpha, futility=futility)
+        advice = advise(shown, margin, prior, alpha, futility=futility, price=price, value_stop=value_stop)
         if advice.decision != "run_more":
             break
     return advice

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import os
 import platform
 import re
 import statistics
@@ -310,6 +311,20 @@ def format_table(results: dict) -> str:
     fastest = max(speeds.values())
     lines += [f"  {name:<16}{speed:10.0f} images/s   x{speed / fastest:.2f} of the fastest" for name, speed in speeds.items()]
     return "\n".join(lines)
+
+
+def checked_out_dir(out_dir: str | Path) -> Path:
+    """--out, checked before anything is measured (a run takes minutes): a folder that exists or can be made, and
+    written in; a ValueError of one line naming it and the fix otherwise."""
+    out = Path(out_dir)
+    existing = next(parent for parent in (out, *out.parents, Path(".")) if parent.exists())
+    if not existing.is_dir():
+        raise ValueError(f"--out {out}: {existing} is a file, so no folder can be made there; give a folder, e.g. "
+                         "--out benchmarks/results")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {out}: no permission to write in {existing}; give a folder you can write, e.g. "
+                         f"--out /tmp/bench, or make it writable (chmod u+w {existing})")
+    return out
 
 
 def write_results(results: dict, out_dir: str | Path) -> Path:

@@ -1,5 +1,6 @@
 """The `study` command: one training run from the shell, a worker that joins a study's searches and runs, the speed bench,
-the class-count sweep, the tuning-cost benchmark, presets and the advice on a running study."""
+the class-count sweep, the tuning-cost benchmark, presets, a study's price before it trains and the advice on a
+running study."""
 
 from __future__ import annotations
 
@@ -244,6 +245,17 @@ def build_parser() -> argparse.ArgumentParser:
                                 "there as declared but not finished)")
     benchmark.set_defaults(handler=_benchmark_command)
 
+    plan = commands.add_parser(
+        "plan", help="what the study of params.yaml will cost before it trains: its trainings, and from a short "
+                     "calibration on its device its device-time and wall-clock (what `dvc repro`'s validate prints)",
+        description="Checks params.yaml as the validate stage does, then times a calibration at the study's real "
+                    "sizes on its device (a few dozen training steps and one evaluation of each kind) and prices the "
+                    "whole design: device-time, wall-clock with train.parallel runs at once, and beyond an hour on a "
+                    "CPU or a day on a GPU a cheaper design that asks the same question (study/price.py). Writes "
+                    "nothing.")
+    plan.add_argument("--params", default="params.yaml", help="the study's params file (default: params.yaml)")
+    plan.set_defaults(handler=_plan_command)
+
     advise = commands.add_parser(
         "advise", help="on a running or finished study: does tuning ArcFace pay over Fixed AdaCos here, and may the "
                        "search stop? (reads its storage, or its committed report tables)",
@@ -285,6 +297,17 @@ def _preset_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan_command(args: argparse.Namespace) -> int:
+    from study.price import process_age, say_before_training
+    from study.validation import validate_study
+
+    started = process_age()  # this process's start, its imports included: what each stage and packed worker pays
+    params, cost = validate_study(args.params)  # a ConfigError (a ValueError) is said in one line by main()
+    print(f"{args.params} passed; the study makes {cost.said()}", flush=True)
+    say_before_training(params, cost, started, out=sys.stdout)
+    return 0
+
+
 def _worker_command(args: argparse.Namespace) -> int:
     """`study worker`: serve a study's searches, then its queued final runs, from another process or machine.
 
@@ -296,6 +319,12 @@ def _worker_command(args: argparse.Namespace) -> int:
 
     from study.benchmark.pipelines import cells_to_serve
 
+    for flag, value, meaning in (("--threads", args.threads, "torch threads of this process, e.g. --threads 2, or "
+                                  "leave it out for train.threads"),
+                                 ("--trials", args.trials, "trials to serve before it stops, e.g. --trials 10, or "
+                                  "leave it out to serve until the budget is met")):
+        if value is not None and value < 1:  # checked before any study is opened or a cell listed
+            raise ValueError(f"{flag} {value}: give a whole number of at least 1, the {meaning}")
     if args.cells is not None:
         roots = cells_to_serve(Path(args.cells))
         if not roots:
@@ -345,12 +374,13 @@ def _worker_command(args: argparse.Namespace) -> int:
 
 
 def _bench_command(args: argparse.Namespace) -> int:
-    from study.bench import format_table, run_bench, write_results
+    from study.bench import checked_out_dir, format_table, run_bench, write_results
 
+    out = checked_out_dir(args.out)  # before the minutes of measuring, not after them
     results = run_bench(quick=args.quick, device_name=args.device,
                         log=lambda line: print(f"measuring {line}", file=sys.stderr, flush=True))
     print(format_table(results))
-    print(f"\nwritten to {write_results(results, args.out)}", file=sys.stderr)
+    print(f"\nwritten to {write_results(results, out)}", file=sys.stderr)
     return 0
 
 
@@ -364,7 +394,7 @@ def _sweep_command(args: argparse.Namespace) -> int:
 
 def _benchmark_command(args: argparse.Namespace) -> int:
     from study.benchmark import default_locations, load_plan, run_benchmark
-    from study.benchmark.pipelines import cells_to_run, kept_trainings
+    from study.benchmark.pipelines import cells_to_run, kept_trainings, lock_short_of_its_report, plain_params
 
     plan, out, report_dir = default_locations(args.quick)
     plan, out, report_dir = args.plan or plan, args.out or out, args.report_dir or report_dir
@@ -389,6 +419,8 @@ def _benchmark_command(args: argparse.Namespace) -> int:
             if cell.name in pending:  # a cell run on several machines in turn: what its storage holds so far
                 kept = kept_trainings(Path(out) / cell.name)
                 state = "to run" if kept is None else f"to run; {kept.of(facts['planned_runs'])}"
+                cut = lock_short_of_its_report(Path(out) / cell.name, plain_params(cell.params))
+                state += f"; {cut}" if cut else ""
             print(f"{cell.name:{width}} {facts['source']:14} {facts['planned_runs']:9} {iterations:>10}  {state}"
                   f"{f'; {problems[cell.name]}' if cell.name in problems else ''}")
         return 0

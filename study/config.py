@@ -139,6 +139,27 @@ class ModelConfig(ParamsModel):
     pretrained: StrictBool = False
 
 
+def _learning_rates(rates: tuple[float, ...]) -> tuple[float, ...]:
+    """train.learning_rates: two or more, none beyond 1 (where every run diverges to chance), and distinct as printed
+    (`{rate:g}`), since a rate's runs are stored and reported under its printed name (lr0.001)."""
+    example = "e.g. [0.001, 0.003, 0.009]"
+    if len(set(rates)) < 2:
+        raise ValueError(f"give at least two different learning rates, {example}, or null for train.lr alone")
+    twice = next((rate for rate in rates if rates.count(rate) > 1), None)
+    if twice is not None:
+        raise ValueError(f"{twice!r} is listed {rates.count(twice)} times; list each rate once, {example}")
+    if max(rates) > 1:
+        raise ValueError(f"{max(rates):g} is beyond 1, far above the rates Adam and SGD train at, where runs diverge "
+                         f"and end at chance; give rates in (0, 1], {example}")
+    printed = [f"{rate:g}" for rate in rates]
+    alike = next((rate for rate, name in zip(rates, printed) if printed.count(name) > 1), None)
+    if alike is not None:
+        same = [repr(rate) for rate, name in zip(rates, printed) if name == f"{alike:g}"]
+        raise ValueError(f"{', '.join(same)} {'both' if len(same) == 2 else 'all'} print as {alike:g}, the name their runs are stored and reported "
+                         f"under (lr{alike:g}); give rates distinct in their first 6 significant digits, {example}")
+    return rates
+
+
 class TrainConfig(ParamsModel):
     """Optimiser, schedule, budget and device: identical for every loss of a study."""
 
@@ -149,9 +170,8 @@ class TrainConfig(ParamsModel):
     # The learning rate chosen by val for every method alike (docs/analysis.md): each hyperparameter-free method
     # trains its seeds at every rate listed and keeps, per class split, the one whose mean val is best; a searched
     # loss draws its rate log-uniformly between the smallest and the largest. null: every method at `lr`.
-    learning_rates: Optional[Annotated[tuple[Annotated[Float, Field(gt=0)], ...], _check(
-        lambda rates: len(rates) >= 2 and len(set(rates)) == len(rates),
-        "give at least two different learning rates, e.g. [0.001, 0.003, 0.009], or null for train.lr alone")]] = None
+    learning_rates: Optional[Annotated[tuple[Annotated[Float, Field(gt=0)], ...],
+                                       AfterValidator(_learning_rates)]] = None
     weight_decay: Float = Field(0.0, ge=0)
     momentum: Float = Field(0.9, ge=0, lt=1)  # SGD's: at 1 or more a step's velocity never decays
     schedule: Literal["constant", "cosine"] = "cosine"
@@ -334,6 +354,21 @@ def _valid_margin(margin: float | str) -> bool:
     return 0 < margin < 1
 
 
+def price_share(text: str) -> float:
+    """analysis.price_per_training as a share of the score: "0.1% of score" → 0.001."""
+    value, unit = relative_margin(text)
+    if unit != "% of score" or value >= 100:
+        raise ValueError(f"{text!r} is not a price such as '0.1% of score'")
+    return value / 100.0
+
+
+def _valid_price(text: str) -> bool:
+    try:
+        return price_share(text) >= 0
+    except ValueError:
+        return False
+
+
 class AnalysisConfig(ParamsModel):
     """Confidence levels, bootstrap size, the tuning-cost estimator, equivalence margins and convergence targets."""
 
@@ -359,6 +394,12 @@ class AnalysisConfig(ParamsModel):
     ] = Field(default_factory=lambda: {kind: "2% of score" for kind in METRIC_KINDS})
     # For the smallest detectable difference and the seeds that would resolve an open question.
     power: Float = Field(0.8, ge=0.5, lt=1)
+    # What one training is worth, as a share of Fixed AdaCos's score: `study advise` keeps tuning only while more
+    # trials are expected to be worth more than their trainings, and tuning pays only beyond what its search costs.
+    # "0.1% of score": a gain of the 2% margin pays for 20 trainings, the middle of the 6-30 a benchmark search took.
+    price_per_training: Annotated[StrictStr, _check(_valid_price, "{value} must be a share of the score that one "
+                                                    "training is worth, such as '0.1% of score' (0 or more, below "
+                                                    "100%)")] = "0.1% of score"
 
     def score_share(self, kind: str) -> float:
         """A metric kind's margin as a share of Fixed AdaCos's score (0.02 for "2% of score"); NaN where it is

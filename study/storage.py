@@ -33,7 +33,7 @@ from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
 from optuna.storages.journal._file import get_lock_file
 
 from study.config import SearchConfig
-from study.database_url import masked, missing_driver, shown
+from study.database_url import masked, missing_driver, readable_url, shown
 from study.results import JOURNAL, write_bytes
 
 # Optuna forcibly releases a journal lock older than this: the lock is held only while a few lines are
@@ -310,6 +310,10 @@ def database_storage(url: str, heartbeat_seconds: int) -> RDBStorage:
     """Optuna's database storage with worker heartbeats: a dead worker's trial is failed and retried."""
     import sqlalchemy
 
+    try:  # a URL from the environment, which params' check never saw: SQLAlchemy's own error would quote it
+        readable_url(url)
+    except ValueError as error:
+        raise ValueError(f"search.storage {error}") from None
     try:
         with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna, and in use since v2.9
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

@@ -10,7 +10,9 @@ import copy
 import io
 import json
 import math
+import os
 import pickle
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,14 +57,23 @@ class RunResult:
         return rows[-1] if rows else (self.history[-1] if self.history else {})
 
 
+DEVICE = re.compile(r"(cpu|cuda|mps)(:\d+)?")  # the devices `resolve_device` takes, besides auto
+
+
 def resolve_device(name: str) -> torch.device:
     """`auto` picks CUDA when present, else CPU; anything else as given, once this machine is seen to have it."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if not DEVICE.fullmatch(name):  # torch's own error lists its 18 device types, most of which nothing here runs on
+        raise ValueError(f"device {name!r} is not one this suite trains on; use auto (CUDA when present), cpu, cuda, "
+                         "cuda:N or mps")
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"device {name!r} was asked for but CUDA is not available on this machine; "
-                           "use device auto (CUDA when present) or cpu")
+        hidden = os.environ.get("CUDA_VISIBLE_DEVICES")  # a value that names no GPU hides every one
+        raise RuntimeError(f"device {name!r} was asked for but CUDA is not available on this machine"
+                           + (f" (CUDA_VISIBLE_DEVICES={hidden!r} shows only the GPUs it lists: unset it, or list "
+                              "them, e.g. CUDA_VISIBLE_DEVICES=0)" if hidden is not None else "")
+                           + "; use device auto (CUDA when present) or cpu")
     if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
         raise RuntimeError(f"device {name!r} was asked for but this machine has {torch.cuda.device_count()} CUDA "
                            f"device(s), cuda:0 to cuda:{torch.cuda.device_count() - 1}; use one of them, or auto")

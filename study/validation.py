@@ -38,9 +38,10 @@ from study.sources.spec import GeneratedSpec
 from study.sources.strokes import parse_stroke_spec, stroke_labels
 from study.sources.torchvision import check_torchvision_name
 from study.splits import class_split, rgb_image
+from study.stop_early import stop_early_problems
 from study.storage import check_storage
 from study.training import planned_iterations, resolve_device
-from study.workers import available_cores
+from study.workers import available_cores, thread_variable_problems
 
 # The validate stage's output, which every other stage depends on. Always the same bytes: a params change that
 # passes changes nothing downstream stages depend on, so only the stages that read the changed keys rerun.
@@ -71,6 +72,7 @@ def validate_study(path: str | Path = "params.yaml",
         raise ConfigError("\n".join(f"{line}; {purge_advice()}" if SECRET_REFUSED in line else line
                                      for line in str(error).splitlines())) from None
     problems, cost = study_problems(params, Path(path).parent / JOURNAL)
+    problems += stop_early_problems(params, Path(path).parent)
     if problems:
         raise ConfigError("\n".join(problems))
     return params, cost
@@ -91,7 +93,7 @@ def study_problems(params: StudyParams, journal: Path = JOURNAL) -> tuple[list[s
     problems += [problem.replace("search.storage: search.storage", "search.storage")  # said once is enough
                  for problem in _problem("search.storage", check_storage, params.search, journal)]
     problems += _problem("report.palette", check_palette, params.report.palette)
-    problems += cores_problems(params.train, available_cores())
+    problems += cores_problems(params.train, available_cores()) + thread_variable_problems()
     found, cost = declared_problems(params)
     return problems + found, cost
 

@@ -39,6 +39,7 @@ import math
 import multiprocessing
 import multiprocessing.resource_tracker
 import os
+import re
 import signal
 import socket
 import sys
@@ -465,6 +466,19 @@ WORKERS_WIND_DOWN_SECONDS = 10
 def available_cores() -> int:
     """The CPU cores this process may run on."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+# OpenMP's and MKL's thread counts: a positive whole number (OpenMP: a list of them, one per nesting level).
+_THREAD_COUNT = re.compile(r"\s*[1-9]\d*(\s*,\s*[1-9]\d*)*\s*")
+
+
+def thread_variable_problems() -> list[str]:
+    """OMP_NUM_THREADS or MKL_NUM_THREADS set to what is no thread count: libgomp only warns, at every process's
+    start, and ignores it, so a study would run at threads other than asked for; one line each, with the fix."""
+    return [f"{name}={value!r} in the environment is not a thread count, so OpenMP ignores it (and says \"Invalid "
+            f"value\" at every stage's start); unset it (unset {name}) or give a whole number, e.g. {name}=1, and set "
+            "train.threads for the runs' own" for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+            if (value := os.environ.get(name)) is not None and not _THREAD_COUNT.fullmatch(value)]
 
 
 def runs_at_once(train) -> int:

@@ -11,9 +11,10 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from study.advice import (FUTILITY, GAIN_TRIALS, Advice, AdviceError, Centred, Evidence, Prior, _gain_variance,
-                          advise, benchmark_prior, difference_at, expected_maximum, judge, posterior, seed_luck,
-                          selected_difference, settle_chance, within_split)
+from study.advice import (CHOICES, DEFAULT_PRICE, FUTILITY, GAIN_TRIALS, Advice, AdviceError, Centred, Evidence,
+                          Prior, Projection, _gain_variance, advise, benchmark_prior, difference_at, expected_maximum,
+                          judge, more_trials_worth, posterior, seed_luck, selected_difference, settle_chance,
+                          within_split)
 from study.analysis.true_effect import _mixture_quantiles, bayesian_true_effect
 
 CELLS_CSV = "reports/benchmark/tables/cells.csv"
@@ -206,10 +207,15 @@ def test_a_study_the_budget_cannot_settle_stops_as_futile_and_says_so():
     rng = np.random.default_rng(2)
     test = [level + 0.01 * rng.normal(size=3) for level in (-0.08, 0.1, -0.05, 0.07)]
     evidence = centred([t + 0.001 * rng.normal(size=3) for t in test], test)
-    judged = judge(evidence, 12, False, MARGIN, Prior.flat("map_at_r"), 0.05 / 12)
-    assert judged.decision == "futile" and judged.settle_chance < FUTILITY
-    assert judge(evidence, 12, False, MARGIN, Prior.flat("map_at_r"), 0.05 / 12, futility=0.0).decision == "run_more"
+    judged = judge(evidence, 12, False, MARGIN, Prior.flat("map_at_r"), 0.05 / 12, futility=FUTILITY)
+    assert judged.decision == "futile" and judged.settle_chance < FUTILITY and judged.choice == "fixed_adacos"
+    assert judge(evidence, 12, False, MARGIN, Prior.flat("map_at_r"), 0.05 / 12, futility=0.0,
+                 value_stop=False).decision == "run_more"
     assert judge(evidence, 12, True, MARGIN, Prior.flat("map_at_r"), 0.05 / 12).decision == "budget_spent"
+    # The default, the price stop: no number of more trials is worth its price here, so it stops and answers.
+    judged = judge(evidence, 12, False, MARGIN, Prior.flat("map_at_r"), 0.05 / 12)
+    assert judged.decision == "not_worth_it" and judged.choice == "fixed_adacos"
+    assert all(worth.net < 0 for worth in judged.worth) and len(judged.worth) == 12 - 3
 
 
 def frame(rows):
@@ -249,7 +255,8 @@ def test_advise_on_good_evidence():
     advice = advise(evidence(), MARGIN, Prior.flat("map_at_r"))
     assert isinstance(advice, Advice)
     lines = advice.lines()
-    assert lines[0].startswith("Use now:") and lines[-1].startswith("Decision:")
+    assert lines[0].startswith(CHOICES[advice.choice] + ":") and lines[-1].startswith("Evidence:")
+    assert advice.price == DEFAULT_PRICE and advice.search_cost == pytest.approx(DEFAULT_PRICE * 9)
     assert advice.round == 4 and advice.trainings == 3 * 4 + 3 * 2
     assert [gain.trials for gain in advice.gains] == list(GAIN_TRIALS)
     assert [gain.trainings for gain in advice.gains] == [k * 3 for k in GAIN_TRIALS]
@@ -287,10 +294,13 @@ def test_benchmark_prior_is_bayesian_true_effects_prediction(tmp_path):
         "configuration": ["a1", "a2", "b1", "c1", "c2", "d1"], "source": ["a", "a", "b", "c", "c", "d"],
         "relative": [0.03, 0.01, -0.02, 0.06, 0.04, 0.0], "relative_se": [0.01, 0.02, 0.015, 0.01, 0.03, 0.02]})
     common = dict(primary=True, regime="short", converged=True, longer_of=np.nan, iterations=100,
-                  method="arcface_tuned", metric="test_map_at_r")
+                  method="arcface_tuned", metric="test_map_at_r", reference_test_mean=0.5)
     left_out = [dict(configuration="e1", source="e", relative=0.9, relative_se=0.01, converged=False),
                 dict(configuration="f1", source="f", relative=-0.9, relative_se=0.01, method="p2sgrad")]
     cells = pd.concat([pooled.assign(**common), pd.DataFrame([common | row for row in left_out])])
+    # As the aggregate writes them: a cell per configuration, each difference and SE also in the metric's units.
+    cells = cells.assign(cell=cells["configuration"], difference=cells["relative"] * 0.5,
+                         standard_error=cells["relative_se"] * 0.5)
     path = tmp_path / "cells.csv"
     cells.to_csv(path, index=False)
     prior = benchmark_prior(path, "map_at_r")
@@ -343,3 +353,66 @@ def test_the_benchmark_replay_counts_its_trainings_and_sets_the_full_design_besi
         assert row.design_trainings == cell.splits * (cell.n_trials + 2 * cell.seeds)
         assert row.full_design == cell.outcome and row.low <= row.difference <= row.high
     assert replay_sentences(replayed)[0].startswith(f"Replayed round by round on {len(replayed)} finished")
+
+
+def test_what_more_trials_are_worth_is_the_monte_carlo_value_of_the_answer_they_may_change():
+    """The closed form of more_trials_worth against a Monte Carlo of its own model: the true difference drawn from
+    the posterior now (normal prior, normal evidence), the later look's estimate from it with the information the
+    trials to come add, the later look's posterior and its rule (tuned ArcFace where its lower bound clears the bar),
+    and the value (D − cost) where it says tune."""
+    projection = Projection(estimate=0.03, gain_variance=4e-5, luck_variance=1e-6, noise=np.full(4, 4e-4),
+                            counts=np.full(4, 3), runs=np.full(4, 2.0), reference_variance=1e-4, between=0.0)
+    centre, spread, level, budget, round_, cost, bar = 0.01, 0.015, 0.05 / 12, 12, 3, 0.011, 0.02
+    prior = Prior(np.ones(1), np.array([centre]), np.array([spread]), "map_at_r", "normal")
+    worth = more_trials_worth(projection, 1.0, round_, budget, 4, bar, cost, prior, level, 0.001)
+    assert [item.trials for item in worth] == list(range(1, budget - round_ + 1))
+    rng = np.random.default_rng(0)
+    now = projection.variance()
+    believed_variance = 1 / (1 / spread ** 2 + 1 / now)
+    believed = believed_variance * (centre / spread ** 2 + projection.estimate / now)
+    z = stats.norm.ppf(1 - level)
+    for item in worth[::3]:
+        then = projection.variance(round_ + item.trials)
+        added = 1 / then - 1 / now
+        truth = rng.normal(believed, math.sqrt(believed_variance), 400_000)
+        later = (projection.estimate / now + added * rng.normal(truth, math.sqrt(1 / added))) * then
+        variance = 1 / (1 / spread ** 2 + 1 / then)
+        tune = variance * (centre / spread ** 2 + later / then) - z * math.sqrt(variance) > bar
+        values = (truth - cost) * tune
+        assert item.value == pytest.approx(values.mean(), abs=4 * values.std() / math.sqrt(values.size) + 1e-7)
+        assert item.trainings == 4 * item.trials and item.net == pytest.approx(item.value - 0.001 * item.trainings)
+    assert worth[-1].value > 1e-3  # the setting is one where more trials may well change the answer
+
+
+def test_keep_tuning_while_more_trials_are_worth_their_price_and_stop_with_fixed_adacos_when_not():
+    evidence = drawn(0.01, 0.01, 4, 3, seed=7)  # +2% of the score, round 3 of 12: either answer may come
+    cheap = judge(evidence, 12, False, MARGIN, Prior.flat("map_at_r"), 0.05 / 12, price=1e-6)
+    dear = judge(evidence, 12, False, MARGIN, Prior.flat("map_at_r"), 0.05 / 12, price=0.01)
+    assert (cheap.decision, cheap.choice) == ("run_more", "keep_tuning") and max(w.net for w in cheap.worth) > 0
+    assert (dear.decision, dear.choice) == ("not_worth_it", "fixed_adacos") and max(w.net for w in dear.worth) <= 0
+
+
+def test_tuning_pays_only_beyond_the_margin_and_the_price_of_its_search():
+    evidence = drawn(0.05, 0.005, 4, 20)
+    judged = judge(evidence, 10, False, MARGIN, Prior.flat("map_at_r"), 0.05 / 10)
+    assert (judged.decision, judged.choice) == ("tuning_pays", "arcface_tuned") and judged.low > MARGIN
+    # At 2% of the score a training, a search of 10 costs 18%: more than tuning is shown to add (about 11%).
+    priced = judge(evidence, 10, True, MARGIN, Prior.flat("map_at_r"), 0.05 / 10, price=0.02)
+    assert priced.search_cost == pytest.approx(0.18) and MARGIN < priced.low < 0.18
+    assert priced.choice == "fixed_adacos"
+
+
+@pytest.mark.parametrize("mean, noise, trials, last", [(0.05, 0.005, 20, False), (0.0, 0.0005, 20, False),
+                                                       (-0.05, 0.005, 20, False), (0.0, 0.05, 3, False),
+                                                       (0.0, 0.05, 3, True), (0.02, 0.02, 5, True)])
+def test_every_advice_is_a_decision_whose_first_line_a_user_can_act_on(mean, noise, trials, last):
+    rng = np.random.default_rng(3)
+    rows = [(split, 0.5 + mean + noise * rng.normal(), 0.5 + mean + noise * rng.normal(), 10.0)
+            for split in range(4) for _ in range(trials)]
+    runs = [(split, 0.5 + 0.001 * rng.normal(), 0.5 + 0.001 * rng.normal(), 10.0) for split in range(4) for _ in range(2)]
+    advice = advise(Evidence(frame(rows), frame(runs), tuple(range(4)), trials if last else 20, "map_at_r"), MARGIN,
+                    Prior.flat("map_at_r"))
+    first = advice.lines()[0]
+    assert advice.choice in CHOICES and first.startswith(CHOICES[advice.choice] + ":")
+    assert "undecided" not in first and "%" in first and "training" in first
+    assert advice.choice != "keep_tuning" or not last

@@ -99,7 +99,7 @@ def test_the_storage_names_each_study_as_a_person_reads_it(tiny_study):
 def test_the_command_prints_the_advice_and_writes_it(tiny_study):
     done = run(tiny_study, "study.cli", "advise", "--prior", "none", "--json", "advice.json")
     lines = done.stdout.strip().splitlines()
-    assert lines[0].startswith("Use now:") and lines[-1].startswith("Decision:")
+    assert lines[0].startswith("Use ") and lines[-1].startswith("Evidence:")
     advice = json.loads((tiny_study / "advice.json").read_text())
     assert advice["round"] == 4 and advice["splits"] == 2 and advice["trainings"] == 12
     assert advice["low"] <= advice["difference"] <= advice["high"]
@@ -128,7 +128,7 @@ def test_the_callback_stops_a_search_once_tuning_pays():
     study.optimize(objective, n_trials=30, callbacks=[callback])
     advice = study.user_attrs["advice"]
     assert advice["decision"] == "tuning_pays" and len(study.trials) < 30
-    assert advice["low"] > 0.02 and advice["lines"][-1].startswith("Decision: stop: tuning pays")
+    assert advice["low"] > 0.02 and advice["lines"][-1].startswith("Evidence: stop: tuning pays")
 
 
 def test_the_callback_says_what_is_missing_before_it_can_judge_and_refuses_unrecorded_test_scores():

@@ -27,7 +27,8 @@ from study.benchmark.plan import add_configuration
 from study.benchmark.report import read_cells
 from study.interruptions import Interrupted
 from study.report.writer import STAGING
-from test_benchmark import COPIED, TINY, declaration, dvc_study, frozen_flags, image_folder
+from study.benchmark.pipelines import plain_params
+from test_benchmark import COPIED, TINY, declaration, dvc_study, frozen_flags, image_folder, locked_stage_names
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = REPO / "benchmarks" / "cells"
@@ -163,10 +164,10 @@ def test_a_folders_hash_is_the_one_dvc_records(tmp_path):
         assert dvc_md5(path) == built.hash_info.value
 
 
-def make_folder_cell(cell: Path, folder: Path) -> None:
+def make_folder_cell(cell: Path, folder: Path, params) -> None:
     """A cell of `folder`'s images as its own stages leave it finished: its report (synthetic numbers), data/source
-    linked to the folder by its validate stage, and a dvc.lock recording the images it was prepared from and the
-    report its report stage wrote."""
+    linked to the folder by its validate stage, and a dvc.lock holding every stage of its pipeline, recording the
+    images it was prepared from and the report its report stage wrote."""
     scores = synthetic.method_scores(0.6, {"arcface_tuned": 0.01}, 5)
     rng = np.random.default_rng(5)
     landscape = pd.DataFrame([row for split in range(synthetic.SPLITS)
@@ -175,14 +176,16 @@ def make_folder_cell(cell: Path, folder: Path) -> None:
     (cell / FINGERPRINT_FILE).unlink()  # `study benchmark` writes it once it finds the cell finished
     (cell / "data").mkdir()
     (cell / "data" / "source").symlink_to(folder, target_is_directory=True)
-    lock = {"schema": "2.0", "stages": {
-        "prepare": {"cmd": "python -m stages.prepare",
-                    "deps": [{"path": "data/source", "hash": "md5", "md5": dvc_md5(folder)}],
-                    "outs": [{"path": "data/prepared", "hash": "md5", "md5": "0" * 32 + ".dir"}]},
-        "report": {"cmd": "python -m stages.report",
-                   "outs": [{"path": path, "hash": "md5", "md5": dvc_md5(cell / path)}
-                            for path in ("reports/metrics.json", "reports/tables")]}}}
-    (cell / "dvc.lock").write_text(yaml.safe_dump(lock))
+    file = [{"path": "elsewhere", "hash": "md5", "md5": "0" * 32}]
+    stages = {name: {"cmd": "x", "deps": file, "params": {"params.yaml": {"model": plain_params(params)["model"]}},
+                     "outs": file} for name in locked_stage_names(plain_params(params))}
+    stages["prepare"].update(cmd="python -m stages.prepare",
+                             deps=[{"path": "data/source", "hash": "md5", "md5": dvc_md5(folder)}],
+                             outs=[{"path": "data/prepared", "hash": "md5", "md5": "0" * 32 + ".dir"}])
+    stages["report"].update(cmd="python -m stages.report",
+                            outs=[{"path": path, "hash": "md5", "md5": dvc_md5(cell / path)}
+                                  for path in ("reports/metrics.json", "reports/tables")])
+    (cell / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": stages}))
 
 
 def test_a_folder_cell_whose_images_changed_is_named_stale_and_runs_again_instead_of_being_pooled(tmp_path,
@@ -195,7 +198,7 @@ def test_a_folder_cell_whose_images_changed_is_named_stale_and_runs_again_instea
                                              "train.batch_size=16"])
     plan = load_plan(declared)
     cell = root / "bench" / "my-parts"
-    make_folder_cell(cell, folder)
+    make_folder_cell(cell, folder, plan.cells[-1].params)
     said = []
     write_benchmark(plan, "bench", "reports/bench", log=said.append)
     assert cell_finished(cell) and json.loads((cell / FINGERPRINT_FILE).read_text())["data"]["source"] == \
@@ -288,7 +291,7 @@ def test_dvc_leaves_the_committed_report_in_place_while_the_aggregate_runs(tmp_p
     for pipeline in (benchmark.aggregate, COMMITTED / "dvc.yaml"):
         stage = yaml.safe_load(pipeline.read_text())["stages"]["aggregate"]
         assert [options for out in stage["outs"] for options in out.values()] == \
-            [{"cache": False, "persist": True}] * 5
+            [{"cache": False, "persist": True}] * 7
     committed = yaml.safe_load((COMMITTED / "dvc.yaml").read_text())["stages"]["aggregate"]
     finished = [cell["name"] for cell in read_plan(COMMITTED / "plan.json")["cells"]
                 if cell_finished(COMMITTED / cell["name"])]
@@ -305,22 +308,22 @@ def test_one_configuration_gives_a_report_saying_it_cannot_be_pooled_across_sour
     written = aggregate_benchmark(plan, tmp_path / "report", label="cells")
     markdown = written["report.md"].read_text()
     card = synthetic.section(markdown, "The answer in a minute")
-    assert "One data source only (digits), so nothing is pooled across sources and nothing predicted for new data." \
-        in card
+    assert "these cells come from one data source (digits), so nothing predicts new data." in card
     hand = synthetic.hand_difference(made["digits-closed"]["scores"], "arcface_tuned")
     assert (f"Here tuned ArcFace − Fixed AdaCos is {pct(hand['relative'])} "
             f"{pct_interval(hand['low'] / hand['reference'], hand['high'] / hand['reference'])} of its score "
             "(digits-closed, converged).") in card
     assert "These cells come from one data source only, so nothing is pooled across sources" in \
-        synthetic.section(markdown, "Answer")
+        synthetic.section(written["details.md"].read_text(), "The evidence behind the answer")
 
 
 def test_one_configuration_whose_only_finished_cell_is_its_longer_one_is_reported(tmp_path):
     plan, _ = synthetic_cells(tmp_path / "cells", ("mnist-pairs-open-c50-long",))
     written = aggregate_benchmark(plan, tmp_path / "report", label="cells")
     markdown = written["report.md"].read_text()
-    assert "One data source only (mnist)" in synthetic.section(markdown, "The answer in a minute")
-    assert "The short regime: 0 configurations from 0 independent sources" in synthetic.section(markdown, "Answer")
+    assert "one data source (mnist)" in synthetic.section(markdown, "The answer in a minute")
+    assert "The short regime: 0 configurations from 0 independent sources" in \
+        synthetic.section(written["details.md"].read_text(), "The evidence behind the answer")
 
 
 def test_a_plan_with_no_finished_cell_is_refused_in_one_line(tmp_path):

@@ -643,7 +643,7 @@ def test_study_differences_pair_by_seed_with_welch_beside_holm_across_metrics_an
     assert row["detectable"] > abs(row["difference"])  # three seeds resolve little
     facts = analysis.verdict_facts
     assert facts["tuned"]["difference"] == pytest.approx(row["difference"])
-    assert facts["recommendation"] == "undecided" and facts["reason"] == "not_resolved"
+    assert facts["recommendation"] == "fixed_adacos" and facts["reason"] == "not_resolved"
 
 
 def verdict_for(tuned_tests, reference_tests=(0.90, 0.91, 0.92, 0.93, 0.94)):
@@ -671,10 +671,10 @@ def test_the_recommendation_follows_significance_and_equivalence(shift, recommen
     assert (facts["recommendation"], facts["reason"]) == (recommendation, reason)
 
 
-def test_an_unresolved_difference_is_undecided_with_what_would_resolve_it():
+def test_an_unresolved_difference_leaves_fixed_adacos_with_what_would_resolve_it():
     reference = np.array([0.90, 0.91, 0.92, 0.93, 0.94])
     facts = verdict_for(reference + np.array([0.02, -0.015, 0.01, -0.012, 0.004]), reference)
-    assert facts["recommendation"] == "undecided"
+    assert (facts["recommendation"], facts["reason"]) == ("fixed_adacos", "not_resolved")
     row = facts["tuned"]
     assert row["detectable"] > abs(row["difference"]) and row["seeds_to_resolve"] > 5
 
@@ -778,7 +778,8 @@ def test_study_without_a_search_or_tuned_runs():
     assert analysis.landscape.empty
     assert analysis.searched_losses == []
     assert analysis.verdict_facts["tuned_present"] is False
-    assert analysis.verdict_facts["recommendation"] == "undecided"
+    assert analysis.verdict_facts["recommendation"] == "fixed_adacos"  # nothing tuned: the option needing no tuning
+    assert analysis.verdict_facts["reason"] == "no_tuned_comparison"
     assert analysis.best_final_method == "fixed_adacos"
 
 

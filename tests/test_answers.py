@@ -1,6 +1,6 @@
 """docs/answers.md quotes the reports: every number of a paragraph or bullet that names a report (a link to a
-report.md, or a page under benchmarks/results/) appears in that report, as do the numbers of a blockquote, or of a
-paragraph speaking of "the report", after it. Minus signs (− or -), thin spaces and thousands separators are read
+report.md or details.md, or a page under benchmarks/results/) appears in that report, as do the numbers of a
+blockquote, or of a paragraph speaking of "the report", after it. Minus signs (− or -), thin spaces and thousands separators are read
 alike; a sign the answers print must be the report's."""
 
 import re
@@ -9,7 +9,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 ANSWERS = REPO / "docs" / "answers.md"
 
-NAMED_REPORT = re.compile(r"\]\(([^)\s]*report\.md)\)|(?<![\w/.])(benchmarks/results/[\w/.-]+\.md)")
+NAMED_REPORT = re.compile(r"\]\(([^)\s]*(?:report|details)\.md)\)|(?<![\w/.])(benchmarks/results/[\w/.-]+\.md)")
 NUMBER = re.compile(r"(?<![\w.·])([−+-]?)(\d{1,3}(?:[,\u2009\u202f]\d{3})+|\d+)(\.\d+)?(?!\w)")
 COMMIT = re.compile(r"\b(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b|\bat \d{7}\b")  # "written at d128959", "at 4298787"
 

@@ -96,6 +96,33 @@ def test_the_bench_command_refuses_a_missing_device(capsys):
     assert "CUDA is not available" in capsys.readouterr().err
 
 
+def never_measured(*args, **kwargs):
+    raise AssertionError("measured before its arguments were checked")
+
+
+def test_the_bench_command_refuses_a_device_of_no_known_kind_in_one_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(bench, "bench_setup", never_measured)  # issue 55's BE2: torch's list of 18 device types
+    monkeypatch.setattr(bench, "time_loss_heads", never_measured)
+    assert main(["bench", "--quick", "--device", "tpu:7", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == ("study: error: device 'tpu:7' is not one this suite trains on; use auto (CUDA "
+                                       "when present), cpu, cuda, cuda:N or mps\n")
+
+
+@pytest.mark.parametrize("out, said", [
+    ("afile/sub", "--out afile/sub: afile is a file, so no folder can be made there; give a folder, e.g. --out "
+                  "benchmarks/results"),
+    ("afile", "--out afile: afile is a file, so no folder can be made there"),
+])
+def test_the_bench_command_checks_its_out_folder_before_measuring(monkeypatch, tmp_path, capsys, out, said):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("a file\n")
+    monkeypatch.setattr(bench, "run_bench", never_measured)  # issue 55's BE4: 20 minutes, then no folder
+    assert main(["bench", "--quick", "--device", "cpu", "--out", out]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"study: error: {said}") and error.count("\n") == 1, error
+    assert (tmp_path / "afile").read_text() == "a file\n"
+
+
 def shipped_params_made_small():
     """The shipped params.yaml with its study made small (16 glyph classes of 10 images, one epoch) and nothing
     else changed: data.seeds, the protocol, the objective, the model, the search and the runs as shipped."""

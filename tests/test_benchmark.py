@@ -18,7 +18,7 @@ from study.benchmark.plan import planned_iterations
 from study.search import tpe_startup_trials
 from study.benchmark.pipelines import plain_params
 from study.many_studies import StudiesError
-from conftest import changed_studies, dvc_study
+from conftest import REPO, changed_studies, dvc_study
 from study.cli import main
 from study.config import load_params
 from study.sources import source_of
@@ -149,7 +149,7 @@ def test_a_declaration_makes_one_cell_per_configuration_and_tuner(tmp_path):
 def test_a_configuration_with_no_short_cell_is_declared_converged_only(tmp_path):
     """A configuration too large to train both short and long (e.g. Triple MNIST at 500 training classes) runs only
     at a converged length: never primary (the short regime's pool), a long-regime cell of the converged headline."""
-    from study.benchmark.meta import converged_cells
+    from study.analysis.headline import headline_cells
 
     text = TINY.replace("""    set: {train.batch_size: 16}
 """, """    set: {train.batch_size: 16}
@@ -168,7 +168,7 @@ def test_a_configuration_with_no_short_cell_is_declared_converged_only(tmp_path)
         {"cell": "digits-closed", "configuration": "digits-closed", "method": "arcface_tuned", "primary": True,
          "regime": "short", "longer_of": None, "iterations": 100, "relative": 0.0, "relative_se": 0.01,
          "converged": False}])
-    assert converged_cells(rows)["cell"].tolist() == ["glyphs-open"]
+    assert headline_cells(rows)["cell"].tolist() == ["glyphs-open"]
     for bad, message in ((text.replace("converged_only: true", "converged_only: yes please"), "must be true or false"),
                          (text.replace("converged_only: true", "converged_only: true\n    longer_of: digits-closed"),
                           "not both")):
@@ -180,7 +180,7 @@ def test_a_converged_only_configuration_trained_longer_is_one_configuration_with
     """A converged-only configuration that ended still improving gets a longer cell (`longer_of` naming it): the
     headline reads the longer one where both methods converged there, the first where only it converged, and never
     both, as two configurations of one source would be counted twice."""
-    from study.benchmark.meta import converged_cells, long_cells
+    from study.analysis.headline import headline_cells, long_cells
 
     text = TINY.replace("""    set: {train.batch_size: 16}
 """, """    set: {train.batch_size: 16}
@@ -205,8 +205,8 @@ def test_a_converged_only_configuration_trained_longer_is_one_configuration_with
              "primary": False, "regime": "long", "longer_of": "glyphs-open", "iterations": 200, "relative": -0.02,
              "relative_se": 0.01, "converged": longer_converged}])
 
-    assert converged_cells(rows(True))["cell"].tolist() == ["glyphs-open-conv2"]
-    assert converged_cells(rows(False))["cell"].tolist() == ["glyphs-open"]
+    assert headline_cells(rows(True))["cell"].tolist() == ["glyphs-open-conv2"]
+    assert headline_cells(rows(False))["cell"].tolist() == ["glyphs-open"]
     assert long_cells(rows(False))["cell"].tolist() == ["glyphs-open-conv2"]
 
 
@@ -291,21 +291,37 @@ def test_the_benchmark_writes_each_cells_pipeline_and_an_aggregate_reading_commi
 # --- which cells are finished ------------------------------------------------------------------------------
 
 
+def locked_stage_names(plain: dict) -> list[str]:
+    """The stages a finished cell's dvc.lock holds: the repository pipeline's, a foreach stage once per item of its
+    params (search@arcface), as DVC names them."""
+    names = []
+    for name, stage in yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"].items():
+        if "foreach" in stage:
+            section, key = stage["foreach"].removeprefix("${").removesuffix("}").split(".")
+            names += [f"{name}@{item}" for item in plain[section][key]]
+        else:
+            names.append(name)
+    return names
+
+
 def finished_cell(directory: Path, params) -> None:
-    """A cell as a fresh clone holds it: params.yaml, dvc.lock and the report, no data/ or results/."""
+    """A cell as a fresh clone holds it: params.yaml, dvc.lock and the report, no data/ or results/. Its lock holds
+    every stage of the pipeline, each with the deps, params and outs DVC records."""
     directory.mkdir(parents=True, exist_ok=True)
     plain = plain_params(params)
     (directory / "params.yaml").write_text(yaml.safe_dump(plain))
     (directory / "reports").mkdir(exist_ok=True)
     (directory / "reports" / "metrics.json").write_text('{"verdict": {}}\n')
     digest = hashlib.md5((directory / "reports" / "metrics.json").read_bytes()).hexdigest()
-    lock = {"schema": "2.0", "stages": {
-        "validate": {"cmd": "python -m stages.validate", "params": {"params.yaml": plain}},
-        "search@arcface": {"cmd": "x", "params": {"params.yaml": {"search": plain["search"],
-                                                                  "runs.seeds": plain["runs"]["seeds"]}}},
-        "report": {"cmd": "python -m stages.report", "params": {"params.yaml": {"analysis": plain["analysis"]}},
-                   "outs": [{"path": "reports/metrics.json", "hash": "md5", "md5": digest, "size": 1}]}}}
-    (directory / "dvc.lock").write_text(yaml.safe_dump(lock))
+    file = [{"path": "elsewhere", "hash": "md5", "md5": "0" * 32, "size": 1}]
+    stages = {name: {"cmd": "x", "deps": file, "params": {"params.yaml": {"runs.seeds": plain["runs"]["seeds"]}},
+                     "outs": file} for name in locked_stage_names(plain)}
+    for name in [name for name in stages if name.startswith("search@")]:
+        stages[name]["params"] = {"params.yaml": {"search": plain["search"], "runs.seeds": plain["runs"]["seeds"]}}
+    stages["validate"].update(cmd="python -m stages.validate", params={"params.yaml": plain})
+    stages["report"].update(cmd="python -m stages.report", params={"params.yaml": {"analysis": plain["analysis"]}},
+                            outs=[{"path": "reports/metrics.json", "hash": "md5", "md5": digest, "size": 1}])
+    (directory / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": stages}, sort_keys=False))
 
 
 def test_a_cell_is_finished_only_with_its_current_params_and_its_recorded_report(tmp_path):
@@ -388,7 +404,7 @@ def test_a_tiny_benchmark_runs_through_dvc_resumes_and_never_retrains_a_finished
     reused = {stage.split(":")[1] for stage in restored_stages(output)}
     assert {"prepare", "runs@fixed_adacos"} <= reused
     report = root / "reports" / "bench"
-    assert "## Answer" in (report / "report.md").read_text()
+    assert "## The answer in a minute" in (report / "report.md").read_text()
     cells = pd.read_csv(report / "tables" / "cells.csv")
     assert set(cells["cell"]) == {"digits-closed", "digits-closed-tpe", "glyphs-open"}
     assert np.isfinite(cells["difference"]).all() and (cells["cell_seconds"] > 0).all()

@@ -27,12 +27,13 @@ from study.benchmark.rate_edges import rate_edges
 from study.benchmark.shown import convergence_shown
 from study.benchmark.cost import (benchmark_seconds, budget_sentences, cost_table, plateau_stop_sentences,
                                   plateau_stop_summary, plateau_stop_table)
-from study.benchmark.meta import (RELATIVE_MARGIN, best_untuned, beyond_margin_from, converged_cells, judgement,
-                                  length_by_source, long_cells, longer_table, margin_reading, trend_in_classes,
-                                  value_at)
-from study.benchmark.card import benchmark_card
-from study.benchmark.report import (JUDGEMENT_WORDS, forest_pool, method_sentence, pct, pct_interval,
-                                    rate_edge_sentences, read_cells, scope_sentence)
+from study.analysis.headline import headline_cells, long_cells
+from study.benchmark.meta import (RELATIVE_MARGIN, best_untuned, beyond_margin_from, judgement, length_by_source,
+                                  longer_table, margin_reading, trend_in_classes, value_at)
+from study.benchmark.card import benchmark_card, extra_trainings, pct, pct_interval
+from study.benchmark.report import read_cells
+from study.benchmark.sentences import forest_pool, method_sentence, rate_edge_sentences, scope_sentence
+from study.report.judgements import JUDGEMENT_WORDS
 from study.config import AnalysisConfig
 
 METRIC = "test_map_at_r"
@@ -110,13 +111,22 @@ def write_cell(directory: Path, scores: dict[str, np.ndarray], landscape: pd.Dat
                   for method, values in scores.items()
                   for iteration, factor in zip((0, 50, 100, 150, 200), (0.2, 0.8, 1.0, *second_half))]
                  ).to_csv(tables / "curves.csv", index=False)
-    (directory / "params.yaml").write_text("{}\n")
+    # The study these tables came from: its splits, its search's trials per split and its seeds (what the advice replay checks).
+    searched = landscape[landscape["loss"] == "arcface"].groupby("split").size()
+    (directory / "params.yaml").write_text(f"data: {{seeds: {list(range(SPLITS))}}}\n"
+                                           f"search: {{n_trials: {int(searched.max()) if len(searched) else 12}}}\n"
+                                           f"runs: {{seeds: {list(range(SEEDS))}}}\n")
     (directory / "dvc.lock").write_text(json.dumps({"schema": "2.0", "stages": {"report": {"cmd": "report"}}}))
     rng = np.random.default_rng(zlib.crc32(directory.name.encode()))
     runs = [{"method": method, "split": split, "seed": seed, "status": "completed",
              "val_score": values[split, seed] + rng.normal(0.0, 0.005), METRIC: values[split, seed]}
             for method, values in scores.items() for split in range(SPLITS) for seed in range(SEEDS)]
     pd.DataFrame(runs).to_csv(tables / "run_scores.csv", index=False)
+    # Each run's learning curve, shaped like the mean curves (what the pooled iterations count on).
+    pd.DataFrame([{**run, "iteration": iteration, "val": run["val_score"] * factor, "test": run[METRIC] * factor}
+                  for run in runs for iteration, factor in zip((0, 50, 100, 150, 200), (0.2, 0.8, 1.0, *second_half))]
+                 )[["method", "split", "seed", "iteration", "val", "test"]].to_csv(tables / "learning_curves.csv",
+                                                                                 index=False)
     landscape.to_csv(tables / "landscape.csv", index=False)
     rows = []
     for method in scores:
@@ -611,14 +621,14 @@ def section(markdown: str, title: str) -> str:
 
 def test_the_answer_leads_with_a_new_source_against_the_margin_and_the_best_untuned_method(aggregate):
     report_dir, written = aggregate
-    markdown = written["report.md"].read_text()
+    details = written["details.md"].read_text()
     pooled = pd.read_csv(report_dir / "tables" / "pooled.csv").set_index("method")
     arcface, softmax = pooled.loc["arcface_tuned"], pooled.loc["softmax"]
-    lead = section(markdown, "Answer").split("\n\n")[1]
-    assert lead.startswith("**At convergence, tuned ArcFace − Fixed AdaCos on a new data source is expected in "
+    lead = section(details, "The evidence behind the answer").split("\n\n")[1]
+    assert lead.startswith("At convergence, tuned ArcFace − Fixed AdaCos on a new data source is expected in "
                            f"{pct_interval(arcface['prediction_low'], arcface['prediction_high'])} of Fixed AdaCos's "
                            "score (4 sources): ")
-    assert lead.endswith(".**") and "±2% of the score" in lead
+    assert lead.endswith(".") and "±2% of the score" in lead
     assert JUDGEMENT_WORDS["open"] in lead and JUDGEMENT_WORDS["equivalent"] not in lead  # the prediction, not the CI
     assert ("Trained short (6 of the 7 short cells converged), a new source should expect "
             f"{pct_interval(arcface['short_prediction_low'], arcface['short_prediction_high'])}") in lead
@@ -628,8 +638,8 @@ def test_the_answer_leads_with_a_new_source_against_the_margin_and_the_best_untu
 
 def test_the_report_has_every_method_in_its_table_and_its_scope(aggregate):
     report_dir, written = aggregate
-    markdown = written["report.md"].read_text()
-    answer = section(markdown, "Answer")
+    markdown = written["details.md"].read_text()
+    answer = section(markdown, "The evidence behind the answer")
     table = answer[answer.index("| method | needs tuning |"):].split("\n\n")[0].splitlines()[2:]
     assert [line.split(" | ")[0].lstrip("| ") for line in table] == [
         "ArcFace tuned", "CosFace tuned", "Dynamic AdaCos", "P2SGrad", "Softmax", "ArcFace default"]
@@ -644,7 +654,7 @@ def test_the_report_has_every_method_in_its_table_and_its_scope(aggregate):
             "classes, one small CNN trained 200–200 iterations per run.") in answer
     assert f"scores below {NEAR_FLOOR_SCORE} (glyphs-open-c1000)" in answer
     # The search against the budget-matched control, counted over the configurations it was computed on.
-    assert "the search was ahead on" in markdown and "of 7 configurations." in section(markdown, "What tuning costs")
+    assert "the search was ahead on" in markdown and "of 7 configurations." in section(markdown, "What tuning costs, cell by cell")
     assert "On **mnist-pairs-open-c50**, training 2,000 iterations instead of 200" in markdown
     tuners = section(markdown, "Tuners at equal trials and iterations")
     assert "(8 trials)" in tuners and "(1,600 iterations)" in tuners and "| nan" not in tuners
@@ -653,8 +663,8 @@ def test_the_report_has_every_method_in_its_table_and_its_scope(aggregate):
 
 def test_the_report_prints_no_number_outside_the_metrics_range(aggregate):
     _, written = aggregate
-    markdown = written["report.md"].read_text()
-    cells = section(markdown, "Cells")
+    markdown = written["report.md"].read_text() + written["details.md"].read_text()
+    cells = section(written["details.md"].read_text(), "Cells")
     lines = [line.strip("|").split(" | ") for line in cells.splitlines() if line.startswith("| ")]
     header = [name.strip() for name in lines[0]]
     detectable = {(line[0].strip(), line[1].strip()): line[header.index("detectable")].strip() for line in lines[2:]}
@@ -696,7 +706,7 @@ def test_the_aggregate_writes_its_tables_json_and_figures(aggregate):
 def test_the_training_length_sentence_reads_each_convergence_as_reached_or_not():
     import math
 
-    from study.benchmark.report import longer_sentences
+    from study.benchmark.sentences import longer_sentences
 
     row = {"configuration": "glyphs-open-c100", "long_cell": "glyphs-open-c100-long", "method": "arcface_tuned",
            "short_iterations": 234, "long_iterations": 2340, "short_difference": -0.0074, "long_difference": 0.0535, "change": 0.0609,
@@ -734,7 +744,7 @@ def test_the_headline_takes_each_datas_longest_converged_cell():
          "converged": False, "relative": 0.02, "relative_se": 0.01, "method": "arcface_tuned"},
         {"cell": "a-tpe", "configuration": "a", "longer_of": None, "primary": False, "regime": "short",
          "iterations": 100, "converged": True, "relative": 0.03, "relative_se": 0.01, "method": "arcface_tuned"}])
-    assert converged_cells(rows)["cell"].tolist() == ["a-long"]  # b still improving; a-tpe another tuner's cell
+    assert headline_cells(rows)["cell"].tolist() == ["a-long"]  # b still improving; a-tpe another tuner's cell
 
 
 def test_a_selected_s_near_either_end_of_the_log_range_counts_as_at_its_edge():
@@ -856,15 +866,15 @@ def test_a_converged_only_cell_is_read_in_the_long_regime_and_pooled_only_there(
     rows = read_cells(plan, tmp_path)
     only = rows[rows["cell"] == "strokes-open-c100"]
     assert set(only["regime"]) == {"long"} and not only["primary"].any()
-    assert "strokes-open-c100" in set(converged_cells(rows)["cell"])
+    assert "strokes-open-c100" in set(headline_cells(rows)["cell"])
     plan["cells"][1]["converged_only"] = False  # the same cell read as a plain non-primary one: in neither pool
-    assert "strokes-open-c100" not in set(converged_cells(read_cells(plan, tmp_path))["cell"])
+    assert "strokes-open-c100" not in set(headline_cells(read_cells(plan, tmp_path))["cell"])
 
 
 def test_a_cell_that_chose_the_learning_rate_by_val_leads_its_configuration_before_a_longer_one():
     """The protocol's cell (each method at its val-chosen rate) is the headline's for its data, even against a longer
-    shared-rate cell; where it did not converge, the converged shared-rate cell stays; the shared-rate pool keeps
-    what the headline was before."""
+    shared-rate cell; where it did not converge, no shared-rate cell takes its place (one protocol in every pooled
+    number); the shared-rate pool keeps what the headline was before."""
     def row(cell, data, iterations, converged, chosen):
         return {"cell": cell, "configuration": cell, "longer_of": data, "primary": False, "regime": "long",
                 "iterations": iterations, "converged": converged, "relative": 0.01, "relative_se": 0.01,
@@ -872,9 +882,9 @@ def test_a_cell_that_chose_the_learning_rate_by_val_leads_its_configuration_befo
     rows = pd.DataFrame([row("a-long", "a", 1000, True, False), row("a-lr", "a", 1000, True, True),
                          row("c-long", "c", 2000, True, False), row("c-lr", "c", 500, True, True),
                          row("d-long", "d", 1000, True, False), row("d-lr", "d", 3000, False, True)])
-    assert sorted(converged_cells(rows)["cell"]) == ["a-lr", "c-lr", "d-long"]
-    assert sorted(converged_cells(rows[rows["rates"] == 1])["cell"]) == ["a-long", "c-long", "d-long"]
-    assert "c-long" in set(converged_cells(rows.drop(columns="rates"))["cell"])  # rows before rates: longest
+    assert sorted(headline_cells(rows)["cell"]) == ["a-lr", "c-lr"]
+    assert sorted(headline_cells(rows[rows["rates"] == 1])["cell"]) == ["a-long", "c-long", "d-long"]
+    assert "c-long" in set(headline_cells(rows.drop(columns="rates"))["cell"])  # rows before rates: longest
     # The sensitivity pool takes the same cells but whether or not they converged: d-lr, still improving, too.
     assert sorted(long_cells(rows)["cell"]) == ["a-lr", "c-lr", "d-lr"]
 
@@ -897,7 +907,7 @@ def test_the_headline_reads_the_chosen_rate_cell_and_keeps_the_shared_rate_pool_
     rows, arcface, plan = chosen_rate_benchmark(tmp_path)
     shared = rows[rows["cell"] != "mnist-pairs-open-c50-lr"]
     before = pooled_table(shared, 0.95).set_index("method").loc["arcface_tuned"]
-    headline = converged_cells(rows[rows["method"] == "arcface_tuned"])["cell"].tolist()
+    headline = headline_cells(rows[rows["method"] == "arcface_tuned"])["cell"].tolist()
     assert "mnist-pairs-open-c50-lr" in headline and "mnist-pairs-open-c50" not in headline
     assert arcface["rate_chosen_cells"] == 1 and before["rate_chosen_cells"] == 0
     for key in ("mean", "prediction_low", "prediction_high", "sources"):
@@ -909,8 +919,10 @@ def test_the_headline_reads_the_chosen_rate_cell_and_keeps_the_shared_rate_pool_
             f"{pct_interval(before['prediction_low'], before['prediction_high'])}") in sentence
     assert "shared learning rate" not in method_sentence(before.to_dict() | {"method": "arcface_tuned"})
     card = benchmark_card(arcface, [], rows)
-    assert card.sentences[-1].endswith("Fixed AdaCos needs one, or one per learning rate (3) where val chooses the "
-                                       "rate.")
+    # Fixed AdaCos needs one training per learning rate val chooses among (3), which the search's count is set against.
+    chosen = extra_trainings(rows[rows["cell"] == "mnist-pairs-open-c50-lr"])
+    assert chosen["reference"] == 3 and chosen["extra"] == chosen["trials"] - 3
+    assert f"for {extra_trainings(rows)['extra']} more trainings per split" in card.sentences[0]
     assert ("the same, every method at one shared learning rate (sensitivity)",
             f"{pct_interval(before['prediction_low'], before['prediction_high'])} ({before['sources']} sources)"
             ) in card.how_sure
@@ -963,7 +975,7 @@ def test_the_rate_edges_count_the_splits_where_val_chose_the_grids_largest_or_sm
 def test_an_untuned_method_ahead_within_noise_is_not_said_to_score_highest(synthetic):
     """The lead names the untuned method with the highest mean as such only where its interval excludes Fixed
     AdaCos's; within noise it says none is told apart, and gives that mean with its interval."""
-    from study.benchmark.report import lead_sentence
+    from study.benchmark.sentences import lead_sentence
 
     arcface = synthetic["pooled"].set_index("method").loc["arcface_tuned"].to_dict()
     best = {"method": "dynamic_adacos", "mean": 0.0004, "low": -0.0102, "high": 0.0110, "distinct": False,
@@ -1112,7 +1124,7 @@ def test_a_forest_draws_the_cells_its_summary_pools(tmp_path):
     cell shows the short regime's cells beside the short regime's mean."""
     rows, arcface, _ = chosen_rate_benchmark(tmp_path)
     drawn, summary, words = forest_pool(rows, arcface)
-    assert set(drawn["cell"]) == set(converged_cells(rows[rows["method"] == "arcface_tuned"])["cell"])
+    assert set(drawn["cell"]) == set(headline_cells(rows[rows["method"] == "arcface_tuned"])["cell"])
     assert summary["prediction_low"] == arcface["prediction_low"] and "converged" in words
     short_only = arcface | {"prediction_low": math.nan}
     drawn, summary, words = forest_pool(rows, short_only)

@@ -45,12 +45,12 @@ ABSOLUTE = AnalysisConfig.from_dict({"equivalence_margin": {"accuracy": 0.005, "
                                                             "verification": 0.01}})
 
 
-def test_a_significant_gain_not_shown_to_reach_the_margin_is_undecided():
+def test_a_significant_gain_not_shown_to_reach_the_margin_leaves_the_option_that_needs_no_tuning():
     # +0.008 with spread: significant, not equivalent (its interval crosses +0.01), below the margin.
     verdict = recommend(run_scores([0.002, 0.014, 0.004, 0.012, 0.008, 0.006, 0.010]), "map_at_r", ABSOLUTE)
     row = verdict["tuned"]
     assert row["significant"] and not row["equivalent"] and abs(row["difference"]) < row["margin"]
-    assert (verdict["recommendation"], verdict["reason"]) == ("undecided", "gain_not_shown_relevant")
+    assert (verdict["recommendation"], verdict["reason"]) == ("fixed_adacos", "gain_not_shown_relevant")
 
 
 def test_over_several_splits_the_interval_is_a_t_interval_over_split_means():

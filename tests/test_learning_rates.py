@@ -103,6 +103,27 @@ def test_the_searched_rate_comes_from_the_val_selected_trial_to_the_tuned_runs(s
     assert not (root / runs_dir("arcface_tuned", 0) / "learning_rates.csv").exists()
 
 
+@pytest.mark.parametrize("rates, said", [
+    ([1e6, 1e9], "train.learning_rates: 1e+09 is beyond 1"),  # issue 55's LR7: every run "completed" at chance
+    ([0.001, 1.5], "train.learning_rates: 1.5 is beyond 1"),
+    # LR11: one printed name (lr0.001) for two rates, a shared study and a KeyError traceback
+    ([0.001, 0.0010000001], "train.learning_rates: 0.001, 0.0010000001 both print as 0.001"),
+    ([0.003, 0.009, 0.00900000004], "train.learning_rates: 0.009, 0.00900000004 both print as 0.009"),
+    ([0.001, 0.003, 0.001], "train.learning_rates: 0.001 is listed 2 times; list each rate once"),
+], ids=["1e6 and 1e9", "1.5", "0.001 and 0.0010000001", "alike among three", "listed twice"])
+def test_a_rate_grid_beyond_1_or_with_rates_that_print_alike_is_refused_in_one_line(rates, said):
+    with pytest.raises(ValueError) as error:
+        StudyParams.from_dict({"train": {"learning_rates": rates}})
+    message = str(error.value)
+    assert message.startswith(said) and len(message.splitlines()) == 1, message
+    assert "e.g. [0.001, 0.003, 0.009]" in message, message
+
+
+def test_a_rate_grid_up_to_1_and_distinct_as_printed_is_taken():
+    assert StudyParams.from_dict({"train": {"learning_rates": [0.0010001, 0.001, 1]}}).train.learning_rates == (
+        0.0010001, 0.001, 1.0)
+
+
 def test_stopping_early_refuses_a_study_that_chooses_its_rates():
     with pytest.raises(ValueError, match="train.learning_rates: must be null"):
         StudyParams.from_dict({"train": {"learning_rates": [0.001, 0.003]}, "search": {"stop_early": "flat"}})

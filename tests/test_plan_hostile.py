@@ -15,10 +15,12 @@ import yaml
 
 import stages.prepare
 import stages.validate
+from study.benchmark.pipelines import cell_finished
 from study.benchmark.plan import add_configuration, load_plan
 from study.cli import main
 from study.presets import write_params
 
+from conftest import REPO
 from test_bad_inputs import params_text
 from test_benchmark import TINY, declaration, finished_cell, image_folder
 
@@ -198,6 +200,149 @@ def test_a_damaged_dvc_lock_is_named_with_the_fix(plan, capsys, command, damage,
     assert f"`git checkout -- bench/{cells[0].name}/dvc.lock` restores a committed one" in said
     assert said.index("delete it") < said.index("git checkout")
     assert lock.read_text() == damaged  # nothing rewritten
+
+
+# --- a lock judged by the stages it holds (issue 55's W10) ---------------------------------------------------------
+
+
+def cut_inside_its_first_stage(directory: Path) -> Path:
+    """A finished cell's dvc.lock cut inside its validate stage, after its deps, where it still parses: what the
+    first 700 bytes of a committed cell's lock are (its validate stage's cmd and deps, no params or outs)."""
+    lock = directory / "dvc.lock"
+    text = lock.read_text()
+    lock.write_text(text[:text.index("    params:")])
+    assert list(yaml.safe_load(lock.read_text())["stages"]) == ["validate"]
+    return lock
+
+
+def cut_after_its_first_stage(directory: Path) -> Path:
+    """The same lock cut between two stages: its validate stage whole, nothing after it."""
+    lock = directory / "dvc.lock"
+    text = lock.read_text()
+    lock.write_text(text[:text.index("  prepare:")])
+    assert list(yaml.safe_load(lock.read_text())["stages"]) == ["validate"]
+    return lock
+
+
+def finished_with_its_pipeline(bench: Path, cell) -> Path:
+    """A finished cell with the repository's pipeline as its dvc.yaml (the stages `study benchmark` writes)."""
+    finished_cell(bench / cell.name, cell.params)
+    shutil.copy(REPO / "dvc.yaml", bench / cell.name / "dvc.yaml")
+    assert cell_finished(bench / cell.name)  # every stage of its dvc.yaml held, each whole
+    return bench / cell.name
+
+
+@pytest.mark.parametrize("command", ["list", "worker"])
+def test_a_lock_cut_inside_a_stage_is_named_with_the_fix_not_listed_to_run(plan, capsys, command):
+    bench, cells = written_benchmark(plan)
+    lock = cut_inside_its_first_stage(finished_with_its_pipeline(bench, cells[0]))
+    damaged = lock.read_text()
+    assert (benchmark(plan, "--list") if command == "list" else worker()) == 2
+    said = capsys.readouterr().err
+    assert said.startswith(f"study: error: bench/{cells[0].name}/dvc.lock is not a whole dvc.lock (its stage validate "
+                           "holds no outs or params, which its dvc.yaml declares: it was cut short)"), said
+    assert said.count("\n") == 1 and f"`git checkout -- bench/{cells[0].name}/dvc.lock`" in said, said
+    assert lock.read_text() == damaged  # nothing rewritten
+
+
+def test_a_lock_cut_between_stages_is_no_finished_cells_and_the_list_says_why(plan, capsys):
+    bench, cells = written_benchmark(plan)
+    cut_after_its_first_stage(finished_with_its_pipeline(bench, cells[0]))
+    assert not cell_finished(bench / cells[0].name)  # it holds 1 of the stages of its dvc.yaml
+    assert benchmark(plan, "--list") == 0, capsys.readouterr().err
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(f"{cells[0].name} "))
+    assert "to run; its dvc.lock lacks" in line and "(prepare, search@" in line, line
+    assert f"though its report is here: unless it is running again, the lock was cut short and `git checkout -- " \
+           f"bench/{cells[0].name}/dvc.lock` restores the committed one" in line, line
+
+
+# --- plan.json and the declaration: each cell once, longer_of to a short configuration (AG8, AG10, AG13, W16) ------
+
+
+def aggregate(bench: Path) -> str:
+    """What the aggregate stage, as DVC runs it in the benchmark's folder, ends with."""
+    import sys
+
+    import stages.benchmark_report
+
+    argv = sys.argv
+    sys.argv = ["benchmark_report", "--plan", f"{bench.name}/plan.json", "--report-dir", f"{bench.name}/report"]
+    try:
+        with pytest.raises(SystemExit) as ended:
+            stages.benchmark_report.main()
+    finally:
+        sys.argv = argv
+    assert not (bench / "report").exists()
+    return str(ended.value.code)
+
+
+def edited_plan(bench: Path, edit) -> None:
+    declared = json.loads((bench / "plan.json").read_text())
+    edit(declared)
+    (bench / "plan.json").write_text(json.dumps(declared))
+
+
+def test_a_cell_listed_twice_in_plan_json_is_refused_before_it_is_pooled_twice(plan, capsys):
+    bench, cells = written_benchmark(plan)
+    for cell in cells:
+        finished_cell(bench / cell.name, cell.params)
+    edited_plan(bench, lambda declared: declared["cells"].append(declared["cells"][0]))
+    said = f"bench/plan.json lists the cell {cells[0].name} 2 times, and each would be pooled as a cell of its own; " \
+           "`git checkout -- bench/plan.json` restores the committed one"
+    assert aggregate(bench).startswith(f"benchmark report not written: {said}")
+    assert worker() == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"study: error: {said}") and error.count("\n") == 1, error
+
+
+def test_a_plan_json_with_no_cells_is_refused_not_every_one_of_0_cells_finished(plan, capsys):
+    bench, _ = written_benchmark(plan)
+    edited_plan(bench, lambda declared: declared.update(cells=[]))
+    said = "bench/plan.json lists no cells, so there is nothing to run or pool; `git checkout -- bench/plan.json`"
+    assert worker() == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"study: error: {said}") and "every one of the 0" not in error, error
+    assert aggregate(bench).startswith(f"benchmark report not written: {said}")
+
+
+LONGER_OF = {
+    "itself": ([("glyphs-open", "glyphs-open")], "glyphs-open's longer_of names itself; name the short (or "
+                                                 "converged_only) configuration it trains longer"),
+    "a cycle": ([("digits-closed", "glyphs-open"), ("glyphs-open", "digits-closed")],
+                "digits-closed's longer_of names glyphs-open, itself a longer configuration (digits-closed → "
+                "glyphs-open → digits-closed, a cycle)"),
+    "a chain": ([("glyphs-open", "digits-closed"), ("third", "glyphs-open")],
+                "third's longer_of names glyphs-open, itself a longer configuration (third → glyphs-open → "
+                "digits-closed); name the short (or converged_only) configuration it trains longer, e.g. longer_of: "
+                "digits-closed"),
+}
+
+
+@pytest.mark.parametrize("links, said", LONGER_OF.values(), ids=LONGER_OF.keys())
+def test_longer_of_naming_itself_or_a_longer_configuration_is_refused_in_the_declaration(tmp_path, links, said):
+    text = TINY + "  - {name: third, dataset: 'glyphs:{total}:8', train_classes: 6}\n"
+    for name, target in links:
+        text = text.replace(f"  - name: {name}\n", f"  - name: {name}\n    longer_of: {target}\n").replace(
+            f"  - {{name: {name},", f"  - {{name: {name}, longer_of: {target},")
+    with pytest.raises(ValueError) as error:
+        load_plan(declaration(tmp_path, text))
+    assert str(error.value).startswith(f"{tmp_path / 'plan.yaml'}: {said}"), error.value
+
+
+@pytest.mark.parametrize("links, said", [LONGER_OF["itself"], LONGER_OF["a cycle"]], ids=["itself", "a cycle"])
+def test_longer_of_naming_itself_or_in_a_cycle_in_plan_json_is_refused_by_workers_and_the_aggregate(plan, capsys,
+                                                                                                   links, said):
+    bench, _ = written_benchmark(plan)
+
+    def edit(declared):
+        for cell in declared["cells"]:
+            cell["longer_of"] = dict(links).get(cell["configuration"], cell["longer_of"])
+
+    edited_plan(bench, edit)
+    assert aggregate(bench).startswith(f"benchmark report not written: bench/plan.json: {said}")
+    assert worker() == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"study: error: bench/plan.json: {said}") and error.count("\n") == 1, error
 
 
 # --- a finished cell whose folder lost a class ---------------------------------------------------------------------

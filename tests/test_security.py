@@ -115,6 +115,63 @@ def test_a_driver_error_never_shows_a_secret_given_through_the_environment(monke
     assert "127.0.0.1" in shown and PASSWORD not in shown
 
 
+# A password holding '@' and ':' unencoded (issue 55's E23): SQLAlchemy cuts the user-info at its first '@' and fails
+# on int('er2SecretPW@127.0.0.1:54329'), urllib.parse at its last; its parts after the scheme, but for the host, are
+# what no message may show.
+UNENCODED = "postgresql://study:Hu@nt:er2SecretPW@127.0.0.1:54329/study"
+UNENCODED_PARTS = ("study:Hu", "Hu@nt", "nt:er2", "er2SecretPW", "SecretPW", "54329/study")
+
+
+def _quotes_none_of(text: str, parts=UNENCODED_PARTS) -> bool:
+    return not [part for part in parts if part in text.replace("postgresql://", "")]
+
+
+def test_a_password_holding_an_unencoded_at_and_colon_is_refused_as_a_password_quoting_nothing(tmp_path, monkeypatch):
+    with pytest.raises(ConfigError) as error:
+        StudyParams.from_dict({"search": {"storage": UNENCODED}})
+    shown = "".join(traceback.format_exception(error.value))
+    assert "search.storage" in shown and "carries a password" in shown and "int()" not in shown, shown
+    assert _quotes_none_of(shown), shown
+
+    (tmp_path / "params.yaml").write_text(f"search:\n  storage: {UNENCODED}\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stopped:
+        stages.validate.main()
+    message = str(stopped.value.code)
+    assert "carries a password" in message and "git gc --prune=now" in message and _quotes_none_of(message), message
+
+
+def test_a_url_from_the_environment_with_an_unencoded_at_says_to_percent_encode_it_showing_only_the_host(monkeypatch):
+    from study.storage import check_storage
+    from study.validation import study_problems
+
+    monkeypatch.setenv("STUDY_TEST_STORAGE", UNENCODED)  # allowed a password there, but not one clients misread
+    params = StudyParams.from_dict({"search": {"storage": "env:STUDY_TEST_STORAGE"}})
+    with pytest.raises(ValueError) as error:
+        check_storage(params.search)
+    message = "".join(traceback.format_exception(error.value))
+    assert "search.storage postgresql://***@127.0.0.1:54329 " in message and "%40" in message, message
+    assert "int()" not in message and _quotes_none_of(message), message
+    line = next(line for line in study_problems(params)[0] if "search.storage" in line)  # as validate says it
+    assert line.startswith("search.storage postgresql://***@127.0.0.1:54329 ") and _quotes_none_of(line), line
+
+
+@pytest.mark.parametrize("url, host", [
+    (UNENCODED, "postgresql://***@127.0.0.1:54329"),
+    ("postgresql://study:Hu@nt:er2SecretPW@127.0.0.1/study?sslpassword=er2SecretPW", "postgresql://***@127.0.0.1"),
+    ("postgresql://study:Hu@ntPW@db.example/study", "postgresql://***@db.example"),  # SQLAlchemy's host: ntPW@db...
+    ("postgresql://study:Hu%40nt%3Aer2SecretPW@127.0.0.1:54329/study", "postgresql://***@127.0.0.1:54329"),
+    ("postgresql+psycopg://study@/study?host=/run/pg&port=5433", "postgresql+psycopg://***@/run/pg:5433"),
+])
+def test_a_database_url_is_shown_as_its_host_alone_with_its_user_info_masked(url, host):
+    from study.database_url import masked, shown
+
+    assert shown(url) == host
+    assert masked(f"could not connect to {url}", url) == f"could not connect to {host}"
+    if "Hu@nt:" in url:  # the password as urllib.parse reads it, the one its writer meant, masked whole
+        assert masked("password Hu@nt:er2SecretPW refused", url) == "password *** refused"
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("dvc") is None, reason="dvc is not installed")
 @pytest.mark.parametrize("url", [URLS_WITH_A_SECRET["postgresql sslpassword (the sslkey's passphrase)"],

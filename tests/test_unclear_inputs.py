@@ -95,6 +95,56 @@ def test_an_unclear_failure_is_one_line_naming_the_problem_and_the_fix(case, tmp
         assert unclear not in message, message
 
 
+# --- the environment and a worker's arguments (issue 55's cases not concluded under load) -----------------------------
+
+
+@pytest.mark.parametrize("name, value", [("OMP_NUM_THREADS", "abc"), ("OMP_NUM_THREADS", "0"),
+                                         ("MKL_NUM_THREADS", "-2")])
+def test_a_thread_variable_that_is_no_thread_count_is_refused_by_validate_naming_it(monkeypatch, name, value):
+    import study.validation as validation
+    from study.config import StudyParams
+
+    monkeypatch.setattr(validation, "declared_problems", lambda params: ([], None))  # the data's checks: seconds
+    monkeypatch.setenv(name, value)
+    problems = validation.study_problems(StudyParams.from_dict({"train": {"device": "cpu"}}))[0]
+    assert problems == [f"{name}={value!r} in the environment is not a thread count, so OpenMP ignores it (and says "
+                        f"\"Invalid value\" at every stage's start); unset it (unset {name}) or give a whole number, "
+                        f"e.g. {name}=1, and set train.threads for the runs' own"], problems
+    for counted in ("1", "4", " 4,2 "):  # OpenMP's own forms, a list one per nesting level among them
+        monkeypatch.setenv(name, counted)
+        assert validation.thread_variable_problems() == []
+
+
+def test_cuda_asked_for_where_cuda_visible_devices_hides_every_gpu_names_the_variable(monkeypatch):
+    import torch
+
+    from study.training import resolve_device
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "garbage")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # what CUDA makes of it, on a GPU machine too
+    with pytest.raises(RuntimeError) as error:
+        resolve_device("cuda")
+    assert one_line(str(error.value)) == (
+        "device 'cuda' was asked for but CUDA is not available on this machine (CUDA_VISIBLE_DEVICES='garbage' shows "
+        "only the GPUs it lists: unset it, or list them, e.g. CUDA_VISIBLE_DEVICES=0); use device auto (CUDA when "
+        "present) or cpu")
+
+
+@pytest.mark.parametrize("arguments, said", [
+    (["--threads", "0"], "--threads 0: give a whole number of at least 1, the torch threads of this process, e.g. "
+                         "--threads 2, or leave it out for train.threads"),
+    (["--trials", "-3"], "--trials -3: give a whole number of at least 1, the trials to serve before it stops, e.g. "
+                         "--trials 10, or leave it out to serve until the budget is met"),
+    (["--cells", "nowhere", "--trials", "0"], "--trials 0: give a whole number of at least 1"),
+], ids=["--threads 0", "--trials -3", "--cells with --trials 0"])
+def test_a_worker_given_no_threads_or_a_negative_trial_count_says_so_before_opening_anything(tmp_path, monkeypatch,
+                                                                                           capsys, arguments, said):
+    monkeypatch.chdir(tmp_path)  # no params.yaml, no benchmark: the arguments are refused before either is read
+    assert cli.main(["worker", *arguments]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"study: error: {said}") and one_line(error), error
+
+
 def test_a_yaml_tag_in_set_never_constructs_its_object():
     with pytest.raises(ConfigError, match="train.lr"):
         build_preset("default", ["train.lr=!!python/object/apply:os.system ['touch /tmp/never']"])

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
+from scipy import special, stats
 
 from study.analysis.common import (METRIC_RANGE, REFERENCE_METHOD, TEST_PREFIX, finite_values, higher_is_better,
                                    mean_or_nan, split_of, within_range)
@@ -76,10 +76,38 @@ def summarise_runs(runs: pd.DataFrame, metric_columns: Sequence[str], group: str
 ABSOLUTE_METRICS = ("precision_at_1", "r_precision", "map_at_r")
 
 
+# Scores are clipped to [ε, 1 − ε] before the logit: a split's mean of exactly 0 or 1 (every query right) would
+# otherwise have an infinite logit. ε = 1e-4 lies below the resolution of every test set here (a split's score moves
+# in steps of 1/queries, at most a few thousand queries), so it changes no score that can occur short of 0 or 1.
+LOGIT_EPSILON = 1e-4
+
+
+def logit_t_interval(values, confidence: float, epsilon: float = LOGIT_EPSILON) -> tuple[np.ndarray, np.ndarray]:
+    """A t interval for the mean of scores in [0, 1] built on the logit scale, along the last axis: with
+    zᵢ = logit(clip(xᵢ, ε, 1 − ε)), z̄ ± t_{(1+c)/2, n−1} · sd(z) / √n, back-transformed by the logistic function,
+    so both bounds lie in (0, 1). Assumes the n values are independent draws (one per class split) whose logits are
+    roughly normal; it covers the mean of the scores where the logit's curvature over their spread is small (the
+    back-transformed centre is the median of a logit-normal, not its mean; benchmarks/absolute_coverage.py measures
+    the difference). Fewer than 2 values give NaN bounds; values all equal give the value itself as both bounds."""
+    values = np.asarray(values, dtype=float)
+    n = values.shape[-1]
+    if n < 2:
+        nan = np.full(values.shape[:-1], math.nan)
+        return nan, nan.copy()
+    logits = special.logit(np.clip(values, epsilon, 1 - epsilon))
+    centre = logits.mean(axis=-1)
+    half = stats.t.ppf(0.5 + confidence / 2, n - 1) * logits.std(axis=-1, ddof=1) / math.sqrt(n)
+    low, high = special.expit(centre - half), special.expit(centre + half)
+    constant = np.ptp(values, axis=-1) == 0  # clipping would move a constant 1.0 to 1 − ε: keep the value itself
+    return np.where(constant, values[..., 0], low), np.where(constant, values[..., 0], high)
+
+
 def absolute_scores(runs: pd.DataFrame, methods: Sequence[str], confidence: float,
                     metrics: Sequence[str] = ABSOLUTE_METRICS) -> pd.DataFrame:
-    """Each method's mean test score and its t interval, one row per (method, metric): over class splits (each split's
-    seeds averaged first) where there are several, else over seeds. Diverged runs are left out."""
+    """Each method's mean test score and its interval, one row per (method, metric): over class splits (each split's
+    seeds averaged first) where there are several, else over seeds. The mean is the plain mean of those units; the
+    interval is `logit_t_interval` over them, so it stays inside [0, 1] (a t interval on the raw scale ran above 1
+    near the top). Diverged runs are left out."""
     rows = []
     for method in methods:
         group = runs[runs["method"] == method]
@@ -90,12 +118,10 @@ def absolute_scores(runs: pd.DataFrame, methods: Sequence[str], confidence: floa
             scores = group.dropna(subset=[column])
             units = (scores.groupby("split")[column].mean() if "split" in scores and scores["split"].nunique() > 1
                      else scores[column]).to_numpy(dtype=float)
-            mean, half = float(units.mean()), math.nan
-            if units.size > 1:
-                half = float(stats.t.ppf(0.5 + confidence / 2, units.size - 1) * units.std(ddof=1)
-                             / math.sqrt(units.size))
-            rows.append({"method": method, "metric": metric, "mean": mean, "low": mean - half, "high": mean + half,
-                         "over": "splits" if units.size != len(scores) else "seeds", "n": int(units.size)})
+            low, high = logit_t_interval(units, confidence)
+            rows.append({"method": method, "metric": metric, "mean": float(units.mean()), "low": float(low),
+                         "high": float(high), "over": "splits" if units.size != len(scores) else "seeds",
+                         "n": int(units.size)})
     return pd.DataFrame(rows, columns=["method", "metric", "mean", "low", "high", "over", "n"])
 
 

@@ -10,7 +10,7 @@ import pandas as pd
 from study.analysis.common import REFERENCE_METHOD, TEST_PREFIX, count_or_none, mean_or_nan, primary_loss
 from study.analysis.comparison import CHANCE_LEVEL, CHANCE_METRIC, differences_to_reference, paired_runs
 from study.analysis.variance import variance_sources
-from study.config import HYPERPARAMETER_FREE_LOSSES, AnalysisConfig
+from study.config import HYPERPARAMETER_FREE_LOSSES, AnalysisConfig, price_share
 from study.statistics import mean_ci
 from study.results import is_tuned, tuned_method
 
@@ -19,7 +19,8 @@ FACT_KEYS = ("test", "pairs", "splits", "unit", "difference", "low", "high", "p_
              "margin", "seed_sd", "seed_sd_df", "margin_seed_sds", "margin_error_share", "margin_score_share", "tost_p_value",
              "tost_p_holm", "equivalent",
              "detectable", "not_detectable", "decision_alpha", "seeds_to_resolve")
-RECOMMENDATIONS = ("fixed_adacos", "dynamic_adacos", "softmax", "undecided")  # or "<loss>_tuned"
+# Or "<loss>_tuned". "undecided" only where no model learned anything: the data, not the losses, needs a look.
+RECOMMENDATIONS = ("fixed_adacos", "dynamic_adacos", "softmax", "undecided")
 
 
 def _plain(value):
@@ -55,10 +56,11 @@ def counts(row: dict | None) -> bool:
 
 def recommendation_rule(tuned: str | None, comparison: dict | None, alternatives: list[str]) -> tuple[str, str]:
     """The recommendation and its reason, by the rule stated in SPEC: tune only for a gain that counts (significant
-    and at least the margin); Fixed AdaCos when it is significantly better or equivalent within the margin (it costs
-    no tuning); otherwise undecided. A hyperparameter-free method replaces Fixed AdaCos by the same rule."""
+    and at least the margin); otherwise Fixed AdaCos, the option that costs no tuning, whatever the evidence (the
+    reason says whether it is better, equivalent or the evidence open). A hyperparameter-free method replaces Fixed
+    AdaCos by the same rule."""
     if comparison is None:
-        choice, reason = "undecided", "no_tuned_comparison"
+        choice, reason = REFERENCE_METHOD, "no_tuned_comparison"
     elif counts(comparison) and comparison["favours_method"]:
         return tuned, "tuning_better_beyond_margin"
     elif comparison["significant"] and not comparison["favours_method"]:
@@ -66,9 +68,9 @@ def recommendation_rule(tuned: str | None, comparison: dict | None, alternatives
     elif comparison["equivalent"]:
         choice, reason = REFERENCE_METHOD, "gain_within_margin" if comparison["significant"] else "equivalent"
     elif comparison["significant"]:
-        choice, reason = "undecided", "gain_not_shown_relevant"
+        choice, reason = REFERENCE_METHOD, "gain_not_shown_relevant"
     else:
-        choice, reason = "undecided", "not_resolved"
+        choice, reason = REFERENCE_METHOD, "not_resolved"
     if alternatives and choice == REFERENCE_METHOD:
         return alternatives[0], "alternative_better_than_fixed_adacos"
     return choice, reason
@@ -132,7 +134,7 @@ def verdict_of(differences: pd.DataFrame, run_scores: pd.DataFrame, objective: s
         "tuned_better_metrics": [other for other, row in counting if row["favours_method"]],
         "tuned_worse_metrics": [other for other, row in counting if not row["favours_method"]],
         "other_metrics": int(len(others)), "variance_sources": sources, "cost": tuning.get("cost"),
-        "at_chance": chance,
+        "at_chance": chance, "price_per_training": price_share(config.price_per_training),
     }
 
 

@@ -1,5 +1,6 @@
-"""The benchmark's answer card: what to use on new data, when that holds (training length, class count) and what
-tuning costs, in at most three plain sentences, with its "how sure" rows; rendered by study.report.answer_card."""
+"""The benchmark's answer card, a decision: what to use on new data, what tuning ArcFace adds and costs and where it
+paid, ArcFace at its defaults, and the price at which tuning pays, with its "how sure" rows (the tests and what more
+data can settle); rendered by study.report.answer_card."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import math
 import pandas as pd
 
 import study.report.formats as fmt
-from study.benchmark.meta import RELATIVE_MARGIN, converged_cells
+from study.analysis.headline import headline_cells
+from study.benchmark.meta import RELATIVE_MARGIN
 from study.report.answer_card import AnswerCard
+from study.report.judgements import JUDGEMENT_WORDS
 from study.report.formats import method_name
 
 
@@ -35,7 +38,7 @@ def one_configuration(rows: pd.DataFrame) -> dict | None:
     data = tuned["longer_of"].where(tuned["longer_of"].notna(), tuned["configuration"])
     if data.nunique() != 1:
         return None
-    converged = converged_cells(tuned)
+    converged = headline_cells(tuned)
     cell = (converged if len(converged) else tuned[tuned["primary"].astype(bool)]).iloc[-1:]
     if cell.empty:
         return None
@@ -45,58 +48,128 @@ def one_configuration(rows: pd.DataFrame) -> dict | None:
             "trained": "converged" if len(converged) else "trained short"}
 
 
-def benchmark_card(arcface: dict, wins: list[dict], rows: pd.DataFrame) -> AnswerCard:
-    """The answer card: what to use on new data, when that holds (training length, class count), what tuning costs."""
+def extra_trainings(rows: pd.DataFrame) -> dict:
+    """What tuning costs per class split in the headline's cells: the search's trainings, Fixed AdaCos's (one per
+    learning rate val chooses among), the difference, and the search's device-seconds per split (median, range)."""
+    headline = headline_cells(rows)
+    searches = headline[headline["method"] == "arcface_tuned"]
+    if searches.empty:
+        return {}
+    trials = (searches["n_trials"] * searches["repeats"].fillna(1)).astype(int)
+    rates = searches["rates"].fillna(1).astype(int) if "rates" in searches else pd.Series(1, index=searches.index)
+    seconds = searches["search_seconds"].astype(float) / searches["splits"].astype(float)
+    return {"trials": int(trials.median()), "reference": int(rates.median()),
+            "extra": int((trials - rates).median()), "seconds_median": float(seconds.median()),
+            "seconds_low": float(seconds.min()), "seconds_high": float(seconds.max())}
+
+
+def where_tuning_led(facts: dict, rows: pd.DataFrame) -> tuple[str, str]:
+    """The headline cells where tuned ArcFace's interval lies beyond +margin, and those where only its point
+    estimate does, each as 'glyphs (C = 100, 1,000) and mnist (C = 50)' ('' for none)."""
+    cells = rows.drop_duplicates("cell").set_index("cell")
+    found: dict[str, dict[str, list[int]]] = {"beyond": {}, "point": {}}
+    for cell in facts["converged_cells"]:
+        row = cells.loc[cell["cell"]]
+        kind = "beyond" if cell["low"] >= RELATIVE_MARGIN else "point" if cell["relative"] >= RELATIVE_MARGIN else ""
+        if kind:
+            found[kind].setdefault(row["source"], []).append(int(row["train_classes"]))
+
+    def words(by_source: dict[str, list[int]]) -> str:
+        named = [f"{source} (C = {', '.join(f'{c:,}' for c in sorted(classes))})"
+                 for source, classes in by_source.items()]
+        return " and ".join([", ".join(named[:-1]), named[-1]] if len(named) > 1 else named)
+
+    return words(found["beyond"]), words(found["point"])
+
+
+def break_even_price(gain: float, extra: int) -> float:
+    """The price of one training (a share of the score) at which `gain` over `extra` more trainings breaks even; NaN
+    where tuning gains nothing."""
+    return gain / extra if extra > 0 and math.isfinite(gain) and gain > 0 else math.nan
+
+
+def benchmark_card(arcface: dict, wins: list[dict], rows: pd.DataFrame, default: dict | None = None,
+                   design: dict | None = None) -> AnswerCard:
+    """The answer card as a decision: what to use, what tuning ArcFace adds on average and on a new source, what it
+    costs and where it paid; then ArcFace at its defaults (`default`: its pooled row); then the price at which
+    tuning pays and the conditions. The tests (equivalence, superiority) and the design's limits (`design`) are rows
+    of the "how sure" table."""
     margin = f"±{100 * RELATIVE_MARGIN:.0f}%"
     predicts = math.isfinite(arcface.get("prediction_low", math.nan))
     expected = pct_interval(arcface["prediction_low"], arcface["prediction_high"])
-    # The first sentence names the training length it answers for: models trained until they stop improving.
-    new = "on new data trained to convergence"
-    pick = {"equivalent": f"Use Fixed AdaCos: {new}, tuned ArcFace is expected within {margin} of its score, and it "
-                          "needs no tuning.",
-            "slightly better": f"Use Fixed AdaCos: {new}, tuned ArcFace's expected gain stays inside the {margin} "
-                               "margin.",
-            "slightly worse": f"Use Fixed AdaCos: {new} it is expected to beat tuned ArcFace, by less than the "
-                              "margin.",
-            "better": f"Tune ArcFace: {new} it is expected to beat Fixed AdaCos by more than {margin} of the score.",
-            "worse": f"Use Fixed AdaCos: {new} it is expected to beat tuned ArcFace by more than {margin}.",
-            "open": f"No general pick yet: {new}, tuned ArcFace − Fixed AdaCos is expected in {expected}, across "
-                    f"the {margin} margin."}
+    cost = extra_trainings(rows)
     converged = len(arcface["converged_cells"])
-    first = (pick[arcface["judgement"]] if predicts else
-             f"No general pick yet: tuned ArcFace and Fixed AdaCos converged in {fmt.plural(converged, 'cell')}, too "
-             "few to predict new data.")
-    pooled = converged_cells(rows[rows["method"] == "arcface_tuned"])["train_classes"]  # the cells it rests on
-    condition = (f"It rests on {arcface['sources']} sources, {pooled.min():,}–{pooled.max():,} classes" if predicts else
-                 f"Trained short, expect {pct_interval(arcface['short_prediction_low'], arcface['short_prediction_high'])}"
-                 " on new data")
-    own = one_configuration(rows)
-    if rows["source"].nunique() == 1:  # nothing to pool across sources: say so, and what the one source showed
-        first = (f"One data source only ({rows['source'].iloc[0]}), so nothing is pooled across sources and nothing "
-                 "predicted for new data.")
-        if own is not None:
-            condition = (f"Here tuned ArcFace − Fixed AdaCos is {pct(own['relative'])} "
-                         f"{pct_interval(own['low'], own['high'])} of its score ({own['cell']}, {own['trained']})")
-    for win in wins[:1]:
-        condition += (f"; from {win['from_classes']:,} classes {method_name(win['method'])} beats Fixed AdaCos by over "
-                      f"{margin.lstrip('±')}" + (" only trained short" if win.get("longer_behind") else
-                                                 " trained short" if predicts and win["regime"] == "short" else ""))
-    searches = rows[(rows["method"] == "arcface_tuned") & (rows["primary"].astype(bool) | (rows["regime"] == "long"))]
-    trials = (searches["n_trials"] * searches["repeats"].fillna(1)).astype(int)
-    spent = f"{trials.min()}" if len(trials) and trials.min() == trials.max() else f"{trials.min()}–{trials.max()}"
-    rates = sorted({int(n) for n in searches.get("rates", pd.Series(dtype=float)).dropna() if n > 1})
-    each = f", or one per learning rate ({'–'.join(map(str, rates))}) where val chooses the rate" if rates else ""
-    cost = (f"A random search took {spent} trainings per split here; Fixed AdaCos needs one{each}."
-            if len(trials) else "No search finished, so what tuning costs is not known.")
-    how_sure = [("tuned ArcFace − Fixed AdaCos on a new source, converged",
-                 f"{expected} (95% prediction, {arcface['sources']} sources)" if predicts else
-                 f"not estimable yet ({fmt.plural(converged, 'converged cell')})"),
-                *([("the same, every method at one shared learning rate (sensitivity)",
-                    new_source(arcface, "shared_rate_"))] if arcface.get("rate_chosen_cells") else []),
-                *([("the same, with the long cells still improving (sensitivity)",
-                    new_source(arcface, "long_"))] if arcface.get("still_improving_cells") else []),
-                ("the same, trained short (sensitivity)", new_source(arcface, "short_")),
-                ("the margin that matters", f"{margin} of Fixed AdaCos's score, on every data set"),
-                ("evidence", f"{rows['cell'].nunique()} cells of {rows['source'].nunique()} independent data sources; "
-                             "configurations of one source are not independent")]
-    return AnswerCard([first, condition + ".", cost], how_sure)
+    if rows["source"].nunique() == 1 or not predicts or not cost:
+        own = one_configuration(rows)
+        first = ("Use Fixed AdaCos: it needs no tuning, and "
+                 + (f"these cells come from one data source ({rows['source'].iloc[0]}), so nothing predicts new data"
+                    if rows["source"].nunique() == 1 else
+                    f"tuned ArcFace converged in {fmt.plural(converged, 'cell')}, too few to predict new data") + ".")
+        second = (f"Here tuned ArcFace − Fixed AdaCos is {pct(own['relative'])} {pct_interval(own['low'], own['high'])}"
+                  f" of its score ({own['cell']}, {own['trained']})." if own is not None else
+                  f"Trained short, tuned ArcFace − Fixed AdaCos on new data: "
+                  f"{pct_interval(arcface['short_prediction_low'], arcface['short_prediction_high'])}.")
+        return AnswerCard([first, second], _how_sure(arcface, rows, margin, default, design))
+    beyond, point = where_tuning_led(arcface, rows)
+    gain = f"{pct(arcface['mean'])} {pct_interval(arcface['low'], arcface['high'])}"
+    better = arcface["low"] >= RELATIVE_MARGIN  # tuning significantly and relevantly better on average
+    pick = (f"Tune ArcFace: it adds {gain} on average" if better else
+            f"Use Fixed AdaCos; tuning ArcFace adds {gain} on average")
+    led = (f"its interval cleared the +{margin.lstrip('±')} margin on {beyond}" if beyond else
+           f"it led by over {margin.lstrip('±')} only on {point}" if point
+           else f"it led by over {margin.lstrip('±')} nowhere")
+    first = (f"{pick} (a new source: {expected}) for {cost['extra']} more trainings per split; {led}.")
+    sentences = [first]
+    if default is not None and math.isfinite(default.get("mean", math.nan)):
+        unconverged = len(default.get("unconverged_cells") or [])
+        sentences.append(
+            f"ArcFace at its defaults (s = 64, m = 0.5) scores {pct(default['mean'])} "
+            f"{pct_interval(default['low'], default['high'])} (a new source: "
+            f"{pct_interval(default['prediction_low'], default['prediction_high'])})"
+            + (f", still improving in {unconverged} of {default['configurations']} cells" if unconverged else "")
+            + ".")
+    price, top = (break_even_price(arcface[key], cost["extra"]) for key in ("mean", "high"))
+    classes = headline_cells(rows).query("method == 'arcface_tuned'")["train_classes"]
+    conditions = (f"models trained to convergence, {arcface['sources']} sources, {classes.min():,}–{classes.max():,} "
+                  "classes")
+    sentences.append(
+        (f"Tuning pays if 1% of the score is worth more than {0.01 / price:.1f} trainings to you "
+         f"({0.01 / top:.1f} at the interval's top); " if math.isfinite(price) else
+         "Tuning pays at no price of a training, since it adds nothing on average; ") + f"it holds for {conditions}.")
+    return AnswerCard(sentences, _how_sure(arcface, rows, margin, default, design))
+
+
+def _how_sure(arcface: dict, rows: pd.DataFrame, margin: str, default: dict | None, design: dict | None) -> list:
+    """The "how sure" rows: the tests against the margin, the sensitivity pools, what more data can settle, the
+    margin and the evidence."""
+    predicts = math.isfinite(arcface.get("prediction_low", math.nan))
+    converged = len(arcface["converged_cells"])
+    expected = pct_interval(arcface["prediction_low"], arcface["prediction_high"])
+    rows_out = [("tuned ArcFace − Fixed AdaCos, mean over sources (test against the margin)",
+                 f"{pct(arcface['mean'])} {pct_interval(arcface['low'], arcface['high'])}: "
+                 f"{JUDGEMENT_WORDS[arcface['mean_judgement']]}"),
+                ("the same on a new source, converged",
+                 f"{expected} (95% prediction, {arcface['sources']} sources): {JUDGEMENT_WORDS[arcface['judgement']]}"
+                 if predicts else f"not estimable yet ({fmt.plural(converged, 'converged cell')})")]
+    if design:
+        beyond, point = where_tuning_led(arcface, rows)
+        rows_out.append(("cells where tuning led beyond the margin",
+                         f"interval beyond it: {beyond or 'none'}; point estimate only: {point or 'none'}"))
+        rows_out.append(("what more sources can settle",
+                         f"a new source's interval never narrows below ±{100 * design['floor_half_width']:.1f}% (the "
+                         f"spread between sources, {100 * design['spread']:.1f}% [{100 * design['spread_low']:.1f}%, "
+                         f"{100 * design['spread_high']:.1f}%], stays), so it cannot fit inside {margin}; the mean's "
+                         f"interval is expected to exclude 0 at about {design['sources_to_exclude_zero']:.0f} sources"))
+    if default is not None and math.isfinite(default.get("mean", math.nan)):
+        rows_out.append(("ArcFace at its defaults − Fixed AdaCos, mean over sources",
+                         f"{pct(default['mean'])} {pct_interval(default['low'], default['high'])}: "
+                         f"{JUDGEMENT_WORDS[default['mean_judgement']]}"))
+    rows_out += [*([("the same, every method at one shared learning rate (sensitivity)",
+                     new_source(arcface, "shared_rate_"))] if arcface.get("rate_chosen_cells") else []),
+                 *([("the same, with the long cells still improving (sensitivity)",
+                     new_source(arcface, "long_"))] if arcface.get("still_improving_cells") else []),
+                 ("the same, trained short (sensitivity)", new_source(arcface, "short_")),
+                 ("the margin that matters", f"{margin} of Fixed AdaCos's score, on every data set"),
+                 ("evidence", f"{rows['cell'].nunique()} cells of {rows['source'].nunique()} independent data "
+                              "sources; configurations of one source are not independent")]
+    return rows_out

@@ -13,7 +13,7 @@ import study.report.formats as fmt
 from study.analysis import REFERENCE_METHOD, differences_to_fixed_adacos
 from study.analysis.convergence import stopped_runs
 from study.benchmark.long_cell import seconds_per_iteration
-from study.benchmark.meta import converged_cells
+from study.analysis.headline import headline_cells
 from study.report import method_name
 from study.results import REPORT_DIR
 
@@ -39,7 +39,7 @@ def cost_table(rows: pd.DataFrame) -> pd.DataFrame:
     """Per finished cell, what it trained: its trainings, their iterations and device-seconds (evaluation included),
     those of its searches, the seconds an iteration cost, and whether the converged headline reads it."""
     cells = rows.drop_duplicates("cell")
-    headline = set(converged_cells(rows[rows["method"] == "arcface_tuned"])["cell"])
+    headline = set(headline_cells(rows[rows["method"] == "arcface_tuned"])["cell"])
     iterations = cells["iterations_trained"].astype(float)
     return pd.DataFrame({
         "cell": cells["cell"], "data": cells["longer_of"].where(cells["longer_of"].notna(), cells["configuration"]),
@@ -55,7 +55,7 @@ def benchmark_seconds(rows: pd.DataFrame) -> dict:
     """Device-seconds the benchmark trained, in all, per regime and in the cells the converged headline reads (the
     last is what the converged answer cost)."""
     cells = rows.drop_duplicates("cell")
-    headline = converged_cells(rows[rows["method"] == "arcface_tuned"])["cell"]
+    headline = headline_cells(rows[rows["method"] == "arcface_tuned"])["cell"]
     return {"cells": float(cells["cell_seconds"].sum()), "trained": _trained_seconds(cells),
             "short": _trained_seconds(cells[cells["regime"] == "short"]),
             "longer": _trained_seconds(cells[cells["regime"] == "long"]),

@@ -13,6 +13,7 @@ from scipy import stats
 from study.analysis import (bayesian_true_effect, hartung_knapp_true_effect, pool_across_sources, random_effects,
                             slope_within_source, weighting_sensitivity)
 from study.analysis.coverage import source_pooling_coverage
+from study.analysis.headline import headline_cells, long_cells, rate_chosen
 from study.benchmark.cells import OUTCOME_ORDER
 from study.config import AnalysisConfig
 
@@ -40,38 +41,6 @@ def poolable(rows: pd.DataFrame) -> pd.Series:
             & (rows["relative_se"].astype(float) > 0))
 
 
-def rate_chosen(rows: pd.DataFrame) -> pd.Series:
-    """Whether each row's cell chose every method's learning rate by val among several (train.learning_rates), as
-    the protocol asks (docs/analysis.md); False for rows written before cells could."""
-    rates = rows["rates"] if "rates" in rows else pd.Series(1, index=rows.index)
-    return rates.fillna(1).astype(float) > 1
-
-
-def converged_cells(rows: pd.DataFrame) -> pd.DataFrame:
-    """The headline's cells: per configuration, among its cells (a primary cell or a long-regime one) in which Fixed
-    AdaCos and the method converged by the plateau rule, with a finite, positive SE, one that chose the learning rate
-    by val before one at a shared rate (the protocol's), then the longest."""
-    return _one_per_configuration(rows[(rows["primary"].astype(bool) | (rows["regime"] == "long"))
-                                       & rows["converged"].astype(bool)])
-
-
-def long_cells(rows: pd.DataFrame) -> pd.DataFrame:
-    """A sensitivity pool beside the headline: per configuration, its long-regime cell chosen as the headline's, but
-    whether or not it converged, so the cells the plateau rule keeps out are seen in a pooled number too."""
-    return _one_per_configuration(rows[rows["regime"] == "long"])
-
-
-def _one_per_configuration(candidates: pd.DataFrame) -> pd.DataFrame:
-    """Per configuration's data and method, among `candidates` with a finite, positive SE, the cell that chose the
-    learning rate by val before one at a shared rate, then the longest."""
-    candidates = candidates[np.isfinite(candidates["relative"].astype(float))
-                            & (candidates["relative_se"].astype(float) > 0)]
-    data = candidates["longer_of"].where(candidates["longer_of"].notna(), candidates["configuration"])  # a long cell
-    ranked = candidates.assign(data=data, chosen=rate_chosen(candidates))  # trains its short one's data
-    ranked = ranked.sort_values(["chosen", "iterations"], kind="stable")
-    return ranked.drop_duplicates(["data", "method"], keep="last").drop(columns=["data", "chosen"])
-
-
 def pooled_numbers(rows: pd.DataFrame, column: str, confidence: float) -> dict:
     """pool_across_sources on one column (relative or absolute difference) of `rows`, as plain numbers."""
     if rows.empty:
@@ -88,7 +57,7 @@ def headline_with_differences(cells: pd.DataFrame, after: pd.DataFrame,
     """Every method's converged headline pooled as the aggregate pools it (`cells`: its cells.csv), and again with
     the differences `after` (cell, method, relative_after, relative_se_after) in place of those cells' own; the
     headline keeps its cells. Also which headline cells `after` covered."""
-    headline = converged_cells(cells)
+    headline = headline_cells(cells)
     moved = headline.merge(after[["cell", "method", "relative_after", "relative_se_after"]], on=["cell", "method"],
                            how="left")
     checked = moved["relative_after"].notna()
@@ -149,18 +118,22 @@ def margin_reading(low: float, high: float) -> dict:
             "reliable_loss": high if high < 0 else math.nan}
 
 
-def pooled_method(rows: pd.DataFrame, confidence: float) -> dict:
+def pooled_method(every: pd.DataFrame, method: str, confidence: float) -> dict:
     """One method against Fixed AdaCos: pooled over sources on the relative scale, for the headline (the converged
     cells), for the short regime (every primary cell, and without its near-floor cells), for the long cells converged
     or not, and at one shared learning rate (sensitivity rows), and for real and synthetic sources apart; the absolute
     scale beside it; DerSimonian–Laird over configurations, labelled, for comparison."""
+    rows = every[every["method"] == method]
     short = rows[poolable(rows) & (rows["regime"] == "short")]
-    headline = converged_cells(rows)
+
+    def mine(pool: pd.DataFrame) -> pd.DataFrame:
+        return pool[pool["method"] == method]
+
+    headline = mine(headline_cells(every))  # cells are chosen on every method's rows, then this method's read
     scopes = {"": headline, "short_": short, "short_off_floor_": short[~short["near_floor"].astype(bool)],
               "real_": headline[headline["real"].astype(bool)], "synthetic_": headline[~headline["real"].astype(bool)],
-              "shared_rate_": converged_cells(rows[~rate_chosen(rows)]),  # every method at one rate: sensitivity
+              "shared_rate_": mine(headline_cells(every[~rate_chosen(every)])),  # one rate for all: sensitivity
               "long_": long_cells(rows)}  # with the long cells still improving: sensitivity
-    method = rows["method"].iloc[0]
     facts = {"method": method, "loss": rows["loss"].iloc[0], "tuned": bool(rows["tuned"].iloc[0]),
              "metric": rows["metric"].iloc[0], "margin": RELATIVE_MARGIN,
              "near_floor_configurations": int(short["near_floor"].astype(bool).sum()),
@@ -170,6 +143,8 @@ def pooled_method(rows: pd.DataFrame, confidence: float) -> dict:
                                  for row in headline.itertuples()],
              "short_converged": int(short["converged"].astype(bool).sum()),
              "still_improving_cells": sorted(set(scopes["long_"]["cell"]) - set(headline["cell"])),
+             # headline cells pooled although this method was still improving there (flagged, never replaced)
+             "unconverged_cells": sorted(headline.loc[headline["still_improving"].astype(bool), "cell"]),
              "rate_chosen_cells": int(rate_chosen(headline).sum()),
              "reference_mean": float((headline if len(headline) else short)["reference_test_mean"].mean())}
     for prefix, subset in scopes.items():
@@ -231,7 +206,7 @@ def pooled_table(rows: pd.DataFrame, confidence: float) -> pd.DataFrame:
     """One row per method against Fixed AdaCos: the tuned losses first (ArcFace leading), then the untuned methods."""
     methods = list(dict.fromkeys(["arcface_tuned", *rows.loc[rows["tuned"].astype(bool), "method"],
                                   *[method for method in UNTUNED if method in set(rows["method"])]]))
-    table = [pooled_method(rows[rows["method"] == method], confidence) for method in methods
+    table = [pooled_method(rows, method, confidence) for method in methods
              if (rows["method"] == method).any()]
     return pd.DataFrame(table)
 
@@ -403,7 +378,7 @@ def length_by_source(rows: pd.DataFrame, method: str = "arcface_tuned") -> pd.Da
     """Training length as a moderator: per source, `method` − Fixed AdaCos (in % of Fixed AdaCos's score) averaged
     over its short-regime configurations and over its converged cells (those the headline pools), with the counts."""
     short = rows[poolable(rows) & (rows["regime"] == "short") & (rows["method"] == method)]
-    converged = converged_cells(rows)
+    converged = headline_cells(rows)
     converged = converged[converged["method"] == method]
     table = []
     for source in sorted(set(short["source"]) | set(converged["source"])):
@@ -413,3 +388,5 @@ def length_by_source(rows: pd.DataFrame, method: str = "arcface_tuned") -> pd.Da
                       "converged_cells": len(done), "converged_iterations": _span(done),
                       "converged_relative": float(done["relative"].mean()) if len(done) else math.nan})
     return pd.DataFrame(table)
+
+

@@ -5,6 +5,7 @@ them, as for the sweep); which cells are finished, whose stages are frozen; `dvc
 from __future__ import annotations
 
 import json
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -15,7 +16,7 @@ from optuna.trial import TrialState
 
 from study.benchmark.fingerprint import FINGERPRINT_FILE, REPORT_INPUTS, dvc_md5, source_changed, write_fingerprint
 from study.benchmark.long_cell import LEARNING_CURVE_CELL, LEARNING_CURVE_CELL_ON_GPU, LEARNING_CURVE_INPUTS
-from study.benchmark.plan import FULL_PLAN, NAME, QUICK_PLAN, BenchmarkPlan, load_plan
+from study.benchmark.plan import FULL_PLAN, NAME, QUICK_PLAN, BenchmarkPlan, load_plan, longer_of_problem
 from study.many_studies import (Log, Project, StudiesError, open_project, reproduce, to_stderr, write_aggregate,
                                 write_generated, write_study)
 from study.results import JOURNAL
@@ -28,9 +29,9 @@ PLAN_FILE = "plan.json"
 # for the optional ones too: all of them committed to git, so that a fresh clone can aggregate (and resume) without
 # the cell's training outputs.
 CELL_INPUTS = (*REPORT_INPUTS, FINGERPRINT_FILE)
-REPORT_OUTS = ("report.md", "report.html", "benchmark.json", "tables", "figures")
+REPORT_OUTS = ("report.md", "report.html", "details.md", "details.html", "benchmark.json", "tables", "figures")
 AGGREGATE_MODULES = ("stages.benchmark_report", "study.benchmark", "study.report", "study.analysis", "study.advice",
-                     "study.advice_evidence", "study.adacos_scale")
+                     "study.advice_difference", "study.advice_inputs", "study.advice_evidence", "study.adacos_scale")
 UNIT = "cell"
 
 
@@ -126,16 +127,36 @@ def planned_cells(folder: Path) -> list[str]:
     if not plan.is_file():
         raise ValueError(f"{folder} holds no benchmark (no plan.json); give the folder `study benchmark` writes its "
                          "cells to, e.g. benchmarks/cells")
+    return [cell["name"] for cell in read_plan_file(plan)["cells"]]
+
+
+def read_plan_file(plan: str | Path) -> dict:
+    """plan.json as `study benchmark` wrote it, checked whole before a cell is served or pooled: one or more cells,
+    each named once by a cell's name (a folder inside the benchmark's), and longer_of naming a short configuration
+    of the plan (`longer_of_problem`); a ValueError naming the file, the problem and the fix."""
+    plan = Path(plan)
     fix = f"`git checkout -- {plan}` restores the committed one, or `study benchmark` writes it again from the plan"
     try:
-        names = [cell["name"] for cell in json.loads(plan.read_text(encoding="utf-8"))["cells"]]
+        declared = json.loads(plan.read_text(encoding="utf-8"))
+        cells = declared["cells"]
+        names = [cell["name"] for cell in cells]
+        longer_of = {cell["configuration"]: cell.get("longer_of") for cell in cells}
     except (ValueError, KeyError, TypeError) as error:  # a truncated file, or not the benchmark's
         raise ValueError(f"{plan} is not a whole benchmark plan ({type(error).__name__}: {error}); {fix}") from None
+    if not names:  # never "every one of the 0 cells is finished"
+        raise ValueError(f"{plan} lists no cells, so there is nothing to run or pool; {fix}")
     for name in names:
         if not isinstance(name, str) or not NAME.fullmatch(name):  # `..`, `/`: a folder outside the benchmark's
             raise ValueError(f"{plan} names a cell {name!r}, which is not a cell's name (lower-case letters, digits "
-                             f"and -) and would lead outside {folder}; {fix}")
-    return names
+                             f"and -) and would lead outside {plan.parent}; {fix}")
+    twice = next((name for name in names if names.count(name) > 1), None)
+    if twice is not None:
+        raise ValueError(f"{plan} lists the cell {twice} {names.count(twice)} times, and each would be pooled as a "
+                         f"cell of its own; {fix}")
+    problem = longer_of_problem(longer_of)
+    if problem:
+        raise ValueError(f"{plan}: {problem}; {fix}")
+    return declared
 
 
 def cells_to_serve(folder: Path) -> list[Path]:
@@ -158,21 +179,22 @@ def cells_to_serve(folder: Path) -> list[Path]:
 
 
 def cell_finished(directory: str | Path, params: dict | None = None) -> bool:
-    """Whether a cell's committed report is its current study's: its dvc.lock records a report stage whose
-    metrics.json is the one on disk (and every report output is there), and every stage's recorded params are the
-    current ones (`params`, by default its params.yaml's), and the images a folder cell reads are those its results
+    """Whether a cell's committed report is its current study's: its dvc.lock holds every stage of its dvc.yaml, each
+    whole (a lock cut inside a stage is refused, naming it), and a report stage whose metrics.json is the one on disk
+    (and every report output is there), and every stage's recorded params are the current ones (`params`, by default its params.yaml's), and the images a folder cell reads are those its results
     were computed from (`source_changed`). Such a cell is kept as it is (no training outputs needed); the code it ran
     is in its lock."""
     directory = Path(directory)
     lock_path, params_path = directory / "dvc.lock", directory / "params.yaml"
     if not lock_path.is_file() or (params is None and not params_path.is_file()):
         return False
-    stages = _locked_stages(lock_path)
-    report = stages.get("report")
-    if not report:
-        return False
     if params is None:
         params = yaml.safe_load(params_path.read_text(encoding="utf-8")) or {}
+    declared = _declared_stages(directory, params)
+    stages = _locked_stages(lock_path, declared)
+    report = stages.get("report")
+    if not report or any(name not in stages for name in declared or ()):  # judged by its stages, not by parsing
+        return False
     for stage in stages.values():
         for values in (stage.get("params") or {}).values():
             if not all(_means_the_same(_lookup(params, key), value) for key, value in values.items()):
@@ -216,8 +238,65 @@ def kept_trainings(directory: str | Path) -> KeptTrainings | None:
     return KeptTrainings(len(kept), sum(trial.user_attrs.get("seconds", 0.0) for trial in kept))
 
 
-def _locked_stages(lock: Path) -> dict:
-    """The stages a cell's dvc.lock records; a ValueError naming it and the fix where it is not whole."""
+# What DVC records in a lock of each part a stage declares in dvc.yaml (metrics and plots are outs there too).
+_RECORDED = {"deps": "deps", "params": "params", "outs": "outs", "metrics": "outs", "plots": "outs"}
+_ITEMS = re.compile(r"\$\{\s*([\w.]+)\s*\}")  # foreach: ${search.losses}
+
+
+def _declared_stages(directory: Path, params: dict) -> dict[str, dict] | None:
+    """The stages the cell's dvc.yaml declares, named as its dvc.lock names them (a foreach stage once per item of
+    its params, e.g. search@arcface), each with the parts DVC records of it; None without a dvc.yaml read whole."""
+    try:
+        declared = yaml.safe_load((directory / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+        stages = {}
+        for name, stage in declared.items():
+            if "foreach" not in stage:
+                stages[name] = stage
+                continue
+            items = stage["foreach"]
+            if isinstance(items, str) and _ITEMS.fullmatch(items):
+                items = _lookup(params, _ITEMS.fullmatch(items).group(1))
+            keys = (list(items) if isinstance(items, dict) else
+                    [item if isinstance(item, str) else index for index, item in enumerate(items)])
+            stages.update({f"{name}@{key}": stage["do"] for key in keys})
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError):  # none, or not one this code writes
+        return None
+    return {name: {_RECORDED[part] for part, value in stage.items() if part in _RECORDED and value}
+            for name, stage in stages.items()}
+
+
+def missing_stages(directory: str | Path, params: dict | None = None) -> list[str]:
+    """The stages of a cell's dvc.yaml that its dvc.lock does not hold (a cell running, or a lock cut short between
+    two stages): until it holds every one, the cell is not finished."""
+    directory = Path(directory)
+    lock = directory / "dvc.lock"
+    if params is None:
+        params = yaml.safe_load((directory / "params.yaml").read_text(encoding="utf-8")) or {}
+    declared = _declared_stages(directory, params)
+    if declared is None or not lock.is_file():
+        return []
+    held = _locked_stages(lock, declared)
+    return [name for name in declared if name not in held]
+
+
+def lock_short_of_its_report(directory: str | Path, params: dict | None = None) -> str:
+    """Why a cell whose report is here is not finished, where its dvc.lock lacks stages of its dvc.yaml (a lock cut
+    between two stages, or a cell running again), with the fix for the first; '' otherwise."""
+    directory = Path(directory)
+    if not (directory / "reports" / "metrics.json").is_file() or not (directory / "params.yaml").is_file():
+        return ""
+    missing = missing_stages(directory, params)
+    if not missing:
+        return ""
+    lock = directory / "dvc.lock"
+    return (f"its dvc.lock lacks {len(missing)} of the stages its dvc.yaml declares ({', '.join(missing[:3])}"
+            f"{', …' if len(missing) > 3 else ''}) though its report is here: unless it is running again, the lock was "
+            f"cut short and `git checkout -- {lock}` restores the committed one")
+
+
+def _locked_stages(lock: Path, declared: dict[str, set[str]] | None = None) -> dict:
+    """The stages a cell's dvc.lock records, each holding every part its dvc.yaml (`declared`, where known) declares
+    for it; a ValueError naming it and the fix where it is not whole."""
     try:
         locked = yaml.safe_load(lock.read_text(encoding="utf-8"))
         if locked is None:  # what a kill while DVC rewrites the file leaves; DVC itself only says a key is missing
@@ -228,6 +307,11 @@ def _locked_stages(lock: Path) -> dict:
             if not (all(isinstance(values, dict) for values in params.values())
                     and all(isinstance(out, dict) and "path" in out for out in outs)):
                 raise ValueError("a stage lacks DVC's fields")
+        for name, stage in stages.items():  # DVC writes a stage whole: a part missing is a lock cut inside it
+            lacking = sorted((declared or {}).get(name, set()) - {part for part, value in stage.items() if value})
+            if lacking:
+                raise ValueError(f"its stage {name} holds no {' or '.join(lacking)}, which its dvc.yaml declares: "
+                                 "it was cut short")
     except (yaml.YAMLError, ValueError, AttributeError) as error:  # a truncated file, a merge conflict left in it
         reason = getattr(error, "problem", None) or error
         mark = getattr(error, "problem_mark", None)

@@ -276,12 +276,35 @@ def _declared_plan(text: str, path: Path) -> BenchmarkPlan:
              for cell in _configuration_cells(entry, index, declared.get("preset", "default"), common, tuners,
                                               list(tuners))]
     _check_cells(cells, path)
-    configurations_named = {cell.configuration for cell in cells}
-    for cell in cells:
-        if cell.longer_of is not None and cell.longer_of not in configurations_named:
-            raise ValueError(f"{path}: {cell.configuration}'s longer_of names {cell.longer_of!r}, which is not a "
-                             "configuration of this benchmark")
+    problem = longer_of_problem({cell.configuration: cell.longer_of for cell in cells})
+    if problem:
+        raise ValueError(f"{path}: {problem}")
     return BenchmarkPlan(declared.get("title", "The tuning-cost benchmark"), tuple(cells), path)
+
+
+def longer_of_problem(longer_of: dict[str, str | None]) -> str:
+    """What is wrong with the configurations' longer_of (configuration → the one it trains longer, or None): each
+    names another configuration of the plan that is not a longer one itself (a short or converged_only one), so
+    that no cell is compared with itself and no chain or cycle has no short end; '' when nothing is."""
+    for name, target in longer_of.items():
+        if target is None:
+            continue
+        if target == name:
+            return (f"{name}'s longer_of names itself; name the short (or converged_only) configuration it trains "
+                    "longer, or leave longer_of out")
+        if target not in longer_of:
+            return f"{name}'s longer_of names {target!r}, which is not a configuration of this benchmark"
+        if longer_of[target] is not None:
+            chain = [name, target]
+            while longer_of.get(chain[-1]) is not None and longer_of[chain[-1]] not in chain:
+                chain.append(longer_of[chain[-1]])
+            cycle = longer_of.get(chain[-1]) is not None
+            shown = " → ".join(chain + ([longer_of[chain[-1]]] if cycle else []))
+            fix = "" if cycle or chain[-1] not in longer_of else f", e.g. longer_of: {chain[-1]}"
+            return (f"{name}'s longer_of names {target}, itself a longer configuration ({shown}"
+                    f"{', a cycle' if cycle else ''}); name the short (or converged_only) configuration it trains "
+                    f"longer{fix}")
+    return ""
 
 
 def _check_cells(cells: list[Cell], path: Path) -> None:

@@ -15,7 +15,11 @@ from study.results import REPORT_DIR
 
 # The advice's decisions in the full design's words (study.benchmark.cells.OUTCOMES).
 ADVICE_OUTCOMES = {"tuning_pays": "paid", "equivalent": "equivalent", "adacos_better": "adacos_better",
-                   "budget_spent": "undecided", "futile": "undecided", "run_more": "undecided"}
+                   "budget_spent": "undecided", "futile": "undecided", "not_worth_it": "undecided",
+                   "run_more": "undecided"}
+# The advice's early stops that claim nothing about the difference: more trials not worth their price (the default),
+# or unlikely to settle it (the futile stop, where asked for).
+EARLY_STOPS = ("not_worth_it", "futile")
 REPLAY_COLUMNS = ["cell", "source", "regime", "converged", "splits", "budget", "stopped_round", "trainings",
                   "design_trainings", "decision", "difference", "low", "high", "prior_weight", "full_design",
                   "full_design_difference", "agrees", "without_futility_round", "without_futility_decision",
@@ -38,7 +42,8 @@ def advice_replay(rows: pd.DataFrame, cells_dir: Path) -> pd.DataFrame:
         except AdviceError:
             prior = Prior.flat(objective)
         advice = replay(evidence, RELATIVE_MARGIN, prior)
-        without = replay(evidence, RELATIVE_MARGIN, prior, futility=0.0)  # what the futile stop gave up, if anything
+        # What the early stop gave up, if anything: the tests alone, to the budget.
+        without = replay(evidence, RELATIVE_MARGIN, prior, futility=0.0, value_stop=False)
         outcome = ADVICE_OUTCOMES[advice.decision]
         table.append({"cell": cell.cell, "source": cell.source, "regime": cell.regime,
                       "converged": bool(cell.converged), "splits": advice.splits, "budget": advice.budget,
@@ -72,6 +77,7 @@ def replay_sentences(replayed: pd.DataFrame) -> list:
         return sentences
     said = {"tuning_pays": "said tuning pays", "equivalent": "said equivalent", "budget_spent": "was still undecided",
             "adacos_better": "said Fixed AdaCos is better", "futile": "stopped as futile",
+            "not_worth_it": "stopped as more trials were not worth their price",
             "run_more": "was still undecided"}
     found = {"paid": "found tuning pays", "equivalent": "found them equivalent", "undecided": "was undecided",
              "adacos_better": "found Fixed AdaCos better"}
@@ -87,20 +93,23 @@ def replay_sentences(replayed: pd.DataFrame) -> list:
 
 
 def _without_futility(replayed: pd.DataFrame) -> str:
-    """What the futile stops gave up: the cells where the advice without it reached a decision."""
-    futile = replayed[replayed["decision"] == "futile"]
+    """What the early stops gave up: the cells where the advice without them reached a decision."""
+    futile = replayed[replayed["decision"].isin(EARLY_STOPS)]
     if futile.empty:
-        return "The advice never stopped as futile here."
+        return "The advice never stopped as futile here."  # nor as not worth more trials
+    label = {"futile": "as futile", "not_worth_it": "as more trials were not worth their price"}.get(
+        futile["decision"].iloc[0] if futile["decision"].nunique() == 1 else "", "early without a test's answer")
+    stop = "the futile stop" if label == "as futile" else "the early stop"
     decided = futile[~futile["without_futility_decision"].isin(["budget_spent", "run_more"])]
     spent = int(((futile["without_futility_round"] - futile["stopped_round"]) * futile["splits"]).sum())
     if decided.empty:
-        return (f"It stopped as futile in {len(futile)}; without that stop it would have trained {spent} more trials "
+        return (f"It stopped {label} in {len(futile)}; without that stop it would have trained {spent} more trials "
                 "there and decided none of them.")
     named = "; ".join(f"{row.cell} ({row.without_futility_decision.replace('_', ' ')} at round "
                       f"{row.without_futility_round}, at least {pct(row.without_futility_low)})"
                       for row in decided.itertuples())
-    return (f"It stopped as futile in {len(futile)}; without that stop it would have trained {spent} more trials there "
-            f"and decided {len(decided)} of them: {named}. That is the power the futile stop gives up.")
+    return (f"It stopped {label} in {len(futile)}; without that stop it would have trained {spent} more trials there "
+            f"and decided {len(decided)} of them: {named}. That is the power {stop} gives up.")
 
 
 def replay_shown(replayed: pd.DataFrame) -> pd.DataFrame:

@@ -11,6 +11,8 @@ import pandas as pd
 
 import study.report.formats as fmt
 from study.analysis import published_beside_prediction
+from study.analysis.headline import headline_cells, rate_chosen
+from study.analysis.published_comparisons import InsideByChance, inside_by_chance
 from study.benchmark.meta import (RELATIVE_MARGIN, SCOPES, length_by_source)
 from study.adacos_scale import fixed_adacos_scale
 from study.published import MLRC_ARCFACE
@@ -73,26 +75,24 @@ def convergence_shown(rows: pd.DataFrame) -> pd.DataFrame:
     } for row in tuned.itertuples()])
 
 
-def published_shown(pooled: pd.DataFrame) -> tuple[pd.DataFrame, str]:
-    """The published same-setup ArcFace − AdaCos rows beside the prediction for a new source (for ArcFace at its
-    defaults, as they ran it, and tuned), and which pool's prediction that is."""
+def published_shown(pooled: pd.DataFrame) -> tuple[pd.DataFrame, str, InsideByChance]:
+    """The published same-setup ArcFace − AdaCos rows beside the prediction for a new source of ArcFace at its
+    defaults (the pooled row of `arcface_default`: they ran it at its defaults, so tuned ArcFace's prediction is not
+    theirs to answer), which pool's prediction that is, and what counting them inside it can show."""
     rows = pooled.set_index("method")
-    prefix = "" if math.isfinite(rows["prediction_low"].get("arcface_tuned", math.nan)) else "short_"
-
-    def beside(method):  # a method the benchmark did not run has no prediction: every row then reads n/a
-        low, high = (100 * rows[f"{prefix}{key}"].get(method, math.nan) for key in ("prediction_low", "prediction_high"))
-        return published_beside_prediction(low, high)
-
-    shown, tuned = beside("arcface_default"), beside("arcface_tuned")
+    prefix = "" if math.isfinite(rows["prediction_low"].get("arcface_default", math.nan)) else "short_"
+    # A method the benchmark did not run has no prediction: every row then reads n/a.
+    low, high = (100 * rows[f"{prefix}{key}"].get("arcface_default", math.nan)
+                 for key in ("prediction_low", "prediction_high"))
+    shown = published_beside_prediction(low, high)
     table = pd.DataFrame({
         "source": shown["source"], "benchmark": shown["benchmark"], "AdaCos": shown["adacos_variant"],
         "ArcFace": shown["arcface"].map(lambda v: f"{v:.2f}"), "AdaCos score": shown["adacos"].map(lambda v: f"{v:.2f}"),
         "ArcFace − AdaCos": shown["difference_percent"].map(lambda v: f"{v:+.2f}%"),
         "errors, ArcFace ÷ AdaCos": shown["error_ratio"].map(lambda v: f"{v:.2f}×"),
         "inside: defaults": shown["inside"].map({True: "yes", False: "no"}).fillna("n/a"),
-        "inside: tuned": tuned["inside"].map({True: "yes", False: "no"}).fillna("n/a"),
         "note": shown["note"]})
-    return table, SCOPES[prefix]
+    return table, SCOPES[prefix], inside_by_chance(shown["difference_percent"], low, high)
 
 
 def methods_shown(pooled: pd.DataFrame) -> pd.DataFrame:
@@ -184,17 +184,24 @@ def plateau_stop_shown(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def absolute_shown(rows: pd.DataFrame, cells_dir: Path, confidence: float) -> pd.DataFrame:
-    """Per configuration, its longest cell's absolute test scores per method (mean [CI over class splits] of
-    precision@1, R-precision and MAP@R, PML-style), the objective's difference in % of Fixed AdaCos's beside."""
-    answered = rows[rows["primary"].astype(bool) | (rows["regime"] == "long")].assign(
-        data=lambda frame: frame["longer_of"].where(frame["longer_of"].notna(), frame["configuration"]))
+    """Per configuration, the absolute test scores per method (mean [CI over class splits] of precision@1,
+    R-precision and MAP@R, PML-style) of the cell the headline pools (study.analysis.headline), else of its longest
+    protocol cell, the objective's difference in % of Fixed AdaCos's beside: the same cells as the pooled rows."""
+    data = lambda frame: frame["longer_of"].where(frame["longer_of"].notna(), frame["configuration"])  # noqa: E731
+    answered = rows[rows["primary"].astype(bool) | (rows["regime"] == "long")].assign(data=data)
+    pooled = set(headline_cells(rows)["cell"])
+    answered = answered.assign(chosen=rate_chosen(answered), pooled=answered["cell"].isin(pooled))
+    # Per data: the pooled cell first, then a cell of the protocol (rate chosen by val), then the longest.
+    ranked = answered.sort_values(["pooled", "chosen", "iterations"], kind="stable")
     tables = []
-    for cell in answered.sort_values("iterations", kind="stable").drop_duplicates("data", keep="last").itertuples():
+    for cell in ranked.drop_duplicates("data", keep="last").sort_values(["data"], kind="stable").itertuples():
         runs = pd.read_csv(cells_dir / cell.cell / REPORT_DIR / "tables" / "run_scores.csv")
         methods = list(dict.fromkeys(runs["method"]))
         shown = study_absolute_shown(runs, methods, confidence, cell.metric.removeprefix("test_"))
         shown.insert(0, "configuration", f"{cell.data} ({fmt.iteration_number(cell.iterations)} it"
                                           + (", converged" if cell.converged else "") + ")")
+        shown.insert(0, "pooled", cell.pooled)
+        shown.insert(0, "source", cell.source)
         tables.append(shown)
     return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 
@@ -223,3 +230,58 @@ def tuners_shown(tuners: pd.DataFrame, labels: dict[str, str]) -> pd.DataFrame:
             f"({'n/a' if fmt.missing(row.iterations_budget) else f'{row.iterations_budget:,.0f}'} iterations)",
         "device-seconds per trial (as measured, not compared)": fmt.seconds(row.seconds_per_trial),
     } for row in tuners.itertuples()])
+
+
+def tuning_cost_shown(table: pd.DataFrame) -> pd.DataFrame:
+    """study.benchmark.tuning_cost.pooled_tuning_cost as the reader sees it."""
+    return pd.DataFrame([{
+        "trials per split (n)": int(row.n),
+        "search − best of n Fixed AdaCos, mean over sources [95% CI]": f"{pct(row.mean)} {pct_interval(row.low, row.high)}",
+        "a new source [95% prediction]": pct_interval(row.prediction_low, row.prediction_high),
+        "Fixed AdaCos's best of n": "measured" if row.control_measured else "extrapolated (normal seeds)",
+    } for row in table.itertuples()])
+
+
+def iterations_shown(table: pd.DataFrame) -> pd.DataFrame:
+    """study.benchmark.iterations.pooled_iterations as the reader sees it."""
+    return pd.DataFrame([{
+        "method": method_name(row.method), "reaches its own best val to": f"{row.level:.0%}",
+        "median iterations": f"{row.median_iterations:,.0f}",
+        "× Fixed AdaCos's iterations [95% CI]": "reference" if row.method == "fixed_adacos" else
+        f"{row.ratio:.2f} [{row.ratio_low:.2f}, {row.ratio_high:.2f}]",
+        "a new source": "" if row.method == "fixed_adacos" else
+        f"[{row.prediction_low:.2f}, {row.prediction_high:.2f}]",
+        "against 0.8–1.25×": row.equivalence,
+        "cells still improving": f"{row.still_improving_cells} of {row.cells}"} for row in table.itertuples()])
+
+
+def moderators_shown(table: pd.DataFrame) -> pd.DataFrame:
+    """study.analysis.moderators.moderator_table as the reader sees it: slopes in % of Fixed AdaCos's score per unit
+    of the moderator."""
+    columns = ["moderator", "level", "slope", "low", "high", "leave_one_source_out_min", "leave_one_source_out_max",
+               "leave_one_source_out_same_sign", "supported", "cells", "sources", "note"]
+    fitted = table.reindex(columns=columns)
+    return pd.DataFrame([{
+        "moderator (declared before the analysis)": row.moderator,
+        f"slope [{row.level:.0%} interval, Bonferroni]": row.note if isinstance(row.note, str) and row.note else
+        f"{pct(row.slope)} {pct_interval(row.low, row.high)}",
+        "leaving out one source": f"{pct(row.leave_one_source_out_min)} to {pct(row.leave_one_source_out_max)}"
+        if math.isfinite(row.leave_one_source_out_min) else "",
+        "sign kept": "" if row.leave_one_source_out_same_sign != row.leave_one_source_out_same_sign else
+        "yes" if row.leave_one_source_out_same_sign else "no",
+        "supports a condition": "yes" if row.supported else "no", "cells (sources)": f"{row.cells} ({row.sources})",
+    } for row in fitted.itertuples()])
+
+
+def absolute_by_source(absolute: pd.DataFrame, metric: str) -> dict[str, pd.DataFrame]:
+    """absolute_shown's pooled cells, one table per source: a row per method, a column per configuration, its
+    `metric` (mean [interval]) and its difference to Fixed AdaCos."""
+    pooled = absolute[absolute["pooled"].astype(bool)]
+    tables = {}
+    for source, group in pooled.groupby("source", sort=False):
+        versus = next(column for column in group.columns if column.endswith("vs Fixed AdaCos"))
+        cells = group.assign(shown=group[metric] + " (" + group[versus].str.replace("reference", "ref.") + ")")
+        table = cells.pivot_table(index="method", columns="configuration", values="shown", aggfunc="first",
+                                  sort=False)
+        tables[source] = table.reindex(list(dict.fromkeys(group["method"]))).reset_index()
+    return tables

@@ -13,7 +13,7 @@ from study.analysis import REFERENCE_METHOD, StudyAnalysis
 from study.report.document import Section, Table
 
 CARD_SENTENCES = 3
-CARD_WORDS = 25
+CARD_WORDS = 40
 
 
 @dataclass
@@ -43,6 +43,22 @@ def share(value, reference) -> str:
     return f"{100 * value / abs(reference):+.1f}%"
 
 
+OPEN_REASONS = ("not_resolved", "gain_not_shown_relevant", "no_tuned_comparison")
+
+
+def price_clause(facts: dict) -> str:
+    """What tuning costs against what it is expected to add, at the stated price of a training
+    (analysis.price_per_training): 'for 44 more trainings (4.4% of the score at 0.1% a training)'."""
+    row = facts.get("tuned") or {}
+    splits = row.get("splits") or 1
+    extra = (facts.get("search_trials") or 0) - splits  # Fixed AdaCos trains once a split
+    price = facts.get("price_per_training")
+    if extra <= 0 or fmt.missing(price):
+        return ""
+    spent = f" ({100 * extra * price:.1f}% of the score at {100 * price:g}% a training)" if price else ""
+    return f"for {extra:,} more trainings{spent}"
+
+
 def _pick(facts: dict, searched: str) -> str:
     """The first sentence: what to use on this data, and why in a few words."""
     reason, row = facts["reason"], facts["tuned"] or {}
@@ -52,7 +68,7 @@ def _pick(facts: dict, searched: str) -> str:
     if reason == "nothing_learned":
         return "Use nothing yet: every method scored at chance, so the models learned nothing from this data."
     if reason == "no_tuned_comparison":
-        return f"No pick yet: no {tuned} run finished to compare with Fixed AdaCos."
+        return f"Use Fixed AdaCos: it needs no tuning, and no {tuned} run finished to compare with it."
     difference = share(row.get("difference"), reference)
     if reason == "tuning_better_beyond_margin":
         return (f"Tune {searched}: it beats Fixed AdaCos by {difference} of the score here, beyond the {margin} "
@@ -69,10 +85,10 @@ def _pick(facts: dict, searched: str) -> str:
     if reason == "gain_within_margin":
         return (f"Use Fixed AdaCos: {tuned}'s gain here ({difference} of the score) is real but inside the {margin} "
                 "margin.")
-    settle = (f"; about {row['seeds_to_resolve']:,} {row.get('unit') or 'seeds'} settle it"
-              if row.get("seeds_to_resolve") else "")
-    return (f"No pick yet: {tuned} is {difference} of Fixed AdaCos's score here, not yet told apart from the {margin} "
-            f"margin{settle}.")
+    interval = f"[{share(row.get('low'), reference)}, {share(row.get('high'), reference)}]"
+    cost = price_clause(facts)
+    return (f"Use Fixed AdaCos: {tuned} adds {difference} {interval} of its score here, not shown beyond the {margin} "
+            f"margin{', ' + cost if cost else ''}.")
 
 
 def _conditions(plateau: pd.DataFrame, compared: list[str], manifest: dict) -> str:

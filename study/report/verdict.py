@@ -10,6 +10,7 @@ import pandas as pd
 from study.analysis import REFERENCE_METHOD, StudyAnalysis, count_or_none
 import study.report.formats as fmt
 from study.report.formats import loss_name, method_name, metric_name, trials_interval
+from study.report.answer_card import price_clause, share
 
 
 def _how_paired(row: dict) -> str:
@@ -281,7 +282,7 @@ def lead_sentence(facts: dict, searched: str, metric: str) -> str:
                 "the data before tuning anything.")
     if reason == "no_tuned_comparison":
         return (f"No {tuned} runs finished with a test {metric} to compare with Fixed AdaCos, so this study cannot "
-                "say whether tuning pays: undecided.")
+                "say whether tuning pays: use Fixed AdaCos, which needs no tuning.")
     said = f"{_difference_words(row, tuned, metric)}, {_matters(row)}"
     if reason == "tuning_better_beyond_margin":
         even = facts.get("cost") or {}
@@ -302,10 +303,11 @@ def lead_sentence(facts: dict, searched: str, metric: str) -> str:
                 f"no tuning{'; ' + cost if cost else ''}.")
     if reason in ("adacos_significantly_better", "equivalent", "gain_within_margin"):
         return f"{said}: use Fixed AdaCos, which needs no tuning{'; ' + cost if cost else ''}."
-    resolve = ""
-    if row.get("seeds_to_resolve"):
-        resolve = f"; about {row['seeds_to_resolve']:,} {row.get('unit') or 'seeds'} would settle it"
-    return f"{said}: undecided{'; ' + cost if cost else ''}{resolve}."
+    # Open evidence: the option that costs no tuning, with what the costly one is expected to add and its price.
+    priced = price_clause(facts)
+    return (f"{said}: use Fixed AdaCos, which needs no tuning; tuning is expected to add "
+            f"{share(row['difference'], facts.get('reference_test_mean'))} of its score"
+            f"{' ' + priced if priced else ''}{'; ' + cost if cost else ''}.")
 
 
 # How statistics_sentence opens: the report shows the same claims as the numbers table's rows instead.

@@ -62,7 +62,7 @@ def _curves_wide(analysis: StudyAnalysis) -> pd.DataFrame:
 RECOMMEND_KEYS = ("recommendation", "reason", "alternatives", "objective", "metric", "confidence", "power", "reference",
                   "reference_test_mean", "tuned_loss", "tuned_method", "tuned_test_mean", "tuned",
                   "tuned_better_metrics", "tuned_worse_metrics", "other_metrics", "variance_sources", "cost",
-                  "at_chance")
+                  "at_chance", "price_per_training")
 
 
 def metrics_summary(analysis: StudyAnalysis, reproduction: pd.DataFrame | None = None) -> dict:

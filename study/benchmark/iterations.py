@@ -1,0 +1,168 @@
+"""The suite's founding question, pooled: does Fixed AdaCos, with its fixed scale, need as many iterations as tuned
+ArcFace to converge? Per run, the iterations to 95% and 99% of that run's own best val score (computed from the
+cell's learning curves, so no run is censored: every run reaches a share of its own best); per headline cell, each
+method's mean log ratio to Fixed AdaCos paired by split and seed; pooled over data sources, not cells, as the
+benchmark pools its score differences (pool_across_sources), and read as a ratio (the exp of the pooled log).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from study.analysis.cell_difference import standard_error_floor
+from study.analysis.common import REFERENCE_METHOD
+from study.analysis.convergence import iterations_to_target
+from study.analysis.headline import headline_cells
+from study.analysis.pooling import pool_across_sources
+
+LEVELS = (0.95, 0.99)
+# Equivalence band on the ratio of iterations, symmetric on the log scale the pooling works on: a method needing
+# between 0.8× and 1.25× Fixed AdaCos's iterations needs "as many" (the usual bioequivalence band).
+EQUIVALENCE_BAND = (0.8, 1.25)
+CURVES_TABLE = Path("reports") / "tables" / "learning_curves.csv"
+COLUMNS = ["method", "level", "median_iterations", "ratio", "ratio_low", "ratio_high", "prediction_low",
+           "prediction_high", "sources", "cells", "equivalence", "still_improving_cells", "confidence"]
+
+
+def iterations_to_own_best(curves: pd.DataFrame, levels=LEVELS) -> pd.DataFrame:
+    """Per run of long-form learning curves (`method, split, seed, iteration, val`) and level, the first evaluated
+    iteration whose val reaches level × the run's best val. A diverged run (no finite val at its end: plateau_table's
+    rule) is left out. A run already there at iteration 0 is counted at the first positive evaluation, so that its
+    log is defined (an upper bound, coarse like every reading on the log-spaced schedule)."""
+    rows = []
+    first_positive = curves.loc[curves["iteration"] > 0, "iteration"].min()
+    for (method, split, seed), run in curves.groupby(["method", "split", "seed"], sort=False):
+        run = run.sort_values("iteration", kind="stable")
+        steps, values = run["iteration"].to_numpy(), run["val"].to_numpy(dtype=float)
+        if not np.isfinite(values[-1]) or not np.nanmax(values) > 0:
+            continue
+        for level in levels:
+            reached = iterations_to_target(steps, values, level * float(np.nanmax(values)))
+            rows.append({"method": method, "split": split, "seed": seed, "level": float(level),
+                         "iterations": float(max(reached, first_positive))})
+    return pd.DataFrame(rows, columns=["method", "split", "seed", "level", "iterations"])
+
+
+def cell_log_ratios(curves: pd.DataFrame, levels=LEVELS) -> pd.DataFrame:
+    """One cell's numbers per method and level: the median iterations over its runs, and log(method's iterations /
+    Fixed AdaCos's) paired by split and seed with standard_error_floor's standard error and df (over splits, never
+    below the seed noise); NaN log ratio for Fixed AdaCos itself or without a pair."""
+    runs = iterations_to_own_best(curves, levels)
+    rows = []
+    for (method, level), group in runs.groupby(["method", "level"], sort=False):
+        reference = runs[(runs["method"] == REFERENCE_METHOD) & (runs["level"] == level)]
+        paired = group.merge(reference, on=["split", "seed"], suffixes=("", "_reference"))
+        pooled = None
+        if method != REFERENCE_METHOD and len(paired):
+            logs = np.log(paired["iterations"]) - np.log(paired["iterations_reference"])
+            pooled = standard_error_floor(paired[["split", "seed"]].assign(difference=logs))
+        rows.append({"method": method, "level": level, "median_iterations": float(group["iterations"].median()),
+                     "log_ratio": pooled.estimate if pooled else math.nan,
+                     "standard_error": pooled.standard_error if pooled else math.nan,
+                     "df": pooled.df if pooled else math.nan, "pairs": len(paired)})
+    return pd.DataFrame(rows, columns=["method", "level", "median_iterations", "log_ratio", "standard_error", "df",
+                                       "pairs"])
+
+
+def headline_log_ratios(rows: pd.DataFrame, cells_dir: Path, levels=LEVELS) -> pd.DataFrame:
+    """cell_log_ratios of every headline cell (the cells the score headline pools, headline_cells), for the methods
+    the headline reads there and Fixed AdaCos, with the cell's source and whether the method was still improving."""
+    headline = headline_cells(rows)
+    tables = []
+    for cell, group in headline.groupby("cell", sort=True):
+        path = Path(cells_dir) / cell / CURVES_TABLE
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: the headline cell {cell} has no learning curves to count iterations on")
+        table = cell_log_ratios(pd.read_csv(path), levels)
+        improving = dict(zip(group["method"], group["still_improving"].astype(bool)))
+        table = table[table["method"].isin({*improving, REFERENCE_METHOD})]
+        tables.append(table.assign(cell=cell, source=group["source"].iloc[0],
+                                   still_improving=table["method"].map(improving).fillna(False).astype(bool)))
+    if not tables:  # no headline cell: nothing to count (the report says so)
+        return pd.DataFrame(columns=["method", "level", "median_iterations", "log_ratio", "standard_error", "df",
+                                     "pairs", "cell", "source", "still_improving"])
+    return pd.concat(tables, ignore_index=True)
+
+
+def equivalence(low: float, high: float, band=EQUIVALENCE_BAND) -> str:
+    """What a ratio's interval says against the band, as meta.judgement reads a difference against its margin:
+    'within' (inside the band), 'more' / 'fewer' (wholly beyond an edge), 'slightly more' / 'slightly fewer'
+    (excludes 1, not the band), 'undetermined' (covers 1 and reaches beyond an edge, or no interval)."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return "undetermined"
+    if band[0] <= low and high <= band[1]:
+        return "within"
+    if low > band[1] or high < band[0]:
+        return "more" if low > band[1] else "fewer"
+    return "slightly more" if low > 1 else "slightly fewer" if high < 1 else "undetermined"
+
+
+def pooled_iterations(rows: pd.DataFrame, cells_dir: Path, confidence: float) -> pd.DataFrame:
+    """Per method and level (0.95, 0.99): the median over headline cells of its median iterations to that share of
+    its own best val, and its ratio of iterations to Fixed AdaCos's, pooled over data sources (pool_across_sources on
+    the log ratios: a configuration of one source is no independent replicate) with the CI of the mean over sources
+    and the prediction interval for a new configuration from a new source, exp'd; the ratio's reading against
+    EQUIVALENCE_BAND reads the CI (what a user should expect)."""
+    cells = headline_log_ratios(rows, cells_dir)
+    table = []
+    for (method, level), group in cells.groupby(["method", "level"], sort=False):
+        usable = group[np.isfinite(group["log_ratio"]) & np.isfinite(group["standard_error"])]
+        row = {"method": method, "level": level, "median_iterations": float(group["median_iterations"].median()),
+               "sources": int(group["source"].nunique()), "cells": len(group),
+               "still_improving_cells": int(group["still_improving"].sum()), "confidence": confidence}
+        if method == REFERENCE_METHOD:
+            row.update(ratio=1.0, ratio_low=math.nan, ratio_high=math.nan, prediction_low=math.nan,
+                       prediction_high=math.nan, equivalence="reference")
+        elif usable.empty:
+            row.update(ratio=math.nan, ratio_low=math.nan, ratio_high=math.nan, prediction_low=math.nan,
+                       prediction_high=math.nan, equivalence="undetermined", sources=0, cells=0)
+        else:
+            pooled = pool_across_sources(usable["log_ratio"], usable["standard_error"], usable["source"],
+                                         confidence=confidence, degrees_of_freedom=usable["df"])
+            row.update({key: math.exp(pooled[name]) for key, name in
+                        (("ratio", "mean"), ("ratio_low", "low"), ("ratio_high", "high"),
+                         ("prediction_low", "prediction_low"), ("prediction_high", "prediction_high"))})
+            row.update(sources=pooled.sources, cells=pooled.configurations,
+                       equivalence=equivalence(row["ratio_low"], row["ratio_high"]))
+        table.append(row)
+    frame = pd.DataFrame(table, columns=COLUMNS)
+    methods = list(dict.fromkeys([REFERENCE_METHOD, "arcface_tuned", *frame["method"]]))
+    frame["method"] = pd.Categorical(frame["method"], categories=methods, ordered=True)
+    frame = frame.sort_values(["method", "level"], kind="stable").reset_index(drop=True)
+    return frame.assign(method=frame["method"].astype(str))
+
+
+def _inverted(row: pd.Series) -> tuple[float, float, float, float, float]:
+    """Fixed AdaCos against the method: the reciprocal ratio and its bounds, low and high swapped."""
+    return (1.0 / row["ratio"], 1.0 / row["ratio_high"], 1.0 / row["ratio_low"], 1.0 / row["prediction_high"],
+            1.0 / row["prediction_low"])
+
+
+def _interval(low: float, high: float) -> str:
+    return f"[{low:.2f}, {high:.2f}]" if math.isfinite(low) and math.isfinite(high) else "[n/a]"
+
+
+def iterations_sentence(table: pd.DataFrame, against: str = "arcface_tuned") -> str:
+    """One plain sentence answering the founding question from pooled_iterations' table: Fixed AdaCos's iterations
+    as a multiple of tuned ArcFace's at each level, with the CI, the new-source prediction and the band's reading."""
+    rows = table[(table["method"] == against) & np.isfinite(table["ratio"].astype(float))].set_index("level")
+    if rows.empty:
+        return f"No headline cell pairs Fixed AdaCos with {against} on iterations to its own best val."
+    parts, readings = [], []
+    for index, (level, row) in enumerate(rows.iterrows()):
+        ratio, low, high, new_low, new_high = _inverted(row)
+        needs = " the iterations tuned ArcFace needs" if index == 0 else ""
+        parts.append(f"{level:.0%}{' of its own best val' if index == 0 else ''} in {ratio:.2f}× "
+                     f"{_interval(low, high)}{needs} (a new source: {_interval(new_low, new_high)})")
+        readings.append(f"{equivalence(low, high)} at {level:.0%}")
+    first = rows.iloc[0]
+    improving = int(rows["still_improving_cells"].max())
+    converged = ("both converged in each" if improving == 0 else f"tuned ArcFace still improving in {improving}")
+    return (f"With its fixed scale, Fixed AdaCos reaches {' and '.join(parts)}, {first['confidence']:.0%} CIs pooled "
+            f"over {int(first['sources'])} data sources ({int(first['cells'])} headline cells, {converged}); "
+            f"against the {EQUIVALENCE_BAND[0]}–{EQUIVALENCE_BAND[1]}× band of equal iterations: "
+            f"{', '.join(readings)}.")
