@@ -10,7 +10,7 @@ import pandas as pd
 
 from study.analysis import analyse_study
 from study.config import load_params
-from study.environment import installed_version, lock_status
+from study.environment import installed_version, lock_status, machine_summary
 from study.learning_rates import chosen_words
 from study.report import UnwritableReportFolder, check_writable, write_report
 from study.results import EVALUATION_DIR, REPORT_DIR, prepared_dir, read_csv, read_json, search_dir
@@ -38,13 +38,15 @@ def git_revision() -> str:
 
 def environment(params, devices) -> dict:
     """What the reproducibility footer records: code revision, params hash, versions (and whether they are the
-    lock's) and devices."""
+    lock's), devices, and the CPU, torch's kernels and C library of the machine that wrote the report."""
     revision = git_revision()
     params_hash = hashlib.sha256(json.dumps(params.to_dict(), sort_keys=True, default=list).encode()).hexdigest()
     versions = {package: installed_version(package) for package in PACKAGES}
     return {"git_revision": revision, "params_sha256": params_hash[:16], "python": platform.python_version(),
             "packages": ", ".join(f"{k} {v}" for k, v in versions.items()), "lock": lock_status(),
-            "devices": ", ".join(sorted(set(devices))), "machine": f"{platform.machine()} {platform.system()}"}
+            "devices": ", ".join(sorted(set(devices))), "machine": f"{platform.machine()} {platform.system()}",
+            # What moves a CPU study's last digits between machines (README: reproducibility).
+            "cpu": machine_summary()}
 
 
 def main() -> None:

@@ -18,7 +18,9 @@ def facts(reason: str, difference: float = 0.012) -> dict:
            "splits": 4, "pairs": 12, "unit": "splits", "seeds_to_resolve": 1234, "tost_p_holm": 0.2, "p_holm": 0.04}
     return {"reason": reason, "tuned": None if reason == "no_tuned_comparison" else row,
             "reference_test_mean": 0.4, "recommendation": "softmax", "tuned_method": "arcface_tuned",
-            "search_trials": 1200, "search_seconds": 98_765.4, "price_per_training": 0.001}
+            "search_trials": 1200, "search_seconds": 98_765.4, "price_per_training": 0.001,
+            "default": {"difference": -0.02, "low": -0.03, "high": -0.01}, "default_hyperparameters": {"s": 64.0,
+                                                                                                       "m": 0.5}}
 
 
 @pytest.mark.parametrize("reason", REASONS)
@@ -29,7 +31,8 @@ def test_every_verdict_gets_a_card_of_three_short_sentences_with_its_numbers(rea
     first = card.sentences[0]
     if reason in ("tuning_better_beyond_margin", "adacos_significantly_better", "equivalent", "gain_within_margin",
                   "not_resolved"):
-        assert "+3.0%" in first and "2.0%" in first + card.how_sure[1][1]  # 0.012 and 0.008 of a score of 0.4
+        margin = dict(card.how_sure)["the margin that matters"]
+        assert "+3.0%" in first and "2.0%" in first + margin  # 0.012 and 0.008 of a score of 0.4
     if reason != "nothing_learned":  # a decision whatever the evidence (SPEC: never "no pick")
         assert first.startswith(("Use ", "Tune ")) and "pick" not in first
     if reason == "not_resolved":  # open evidence: the cheap option, with the costly one's gain and its price
@@ -40,8 +43,18 @@ def test_every_verdict_gets_a_card_of_three_short_sentences_with_its_numbers(rea
     else:
         # The conditions: the class counts and the length, and who was still improving (+3.10%), by the plateau table.
         assert card.sentences[1] == ("It holds for 500–512 training classes of `folder:/data/faces` at 12,000 "
-                                     "iterations, still improving (ArcFace tuned +3.10%): train longer to converge.")
+                                     "iterations, still improving (ArcFace tuned +3.10%): train 24,000 iterations "
+                                     "and check again.")
         assert "1,200 trainings" in card.sentences[2]
+        # ArcFace at its defaults, what most users run: -0.02 [-0.03, -0.01] of a score of 0.4.
+        assert card.sentences[2].endswith("ArcFace at its defaults (s = 64, m = 0.5) scores -5.0% [-7.5%, -2.5%] here.")
+        assert ("ArcFace at its defaults − Fixed AdaCos, test MAP@R", "-0.0200 (-5.0% [-7.5%, -2.5%])") in card.how_sure
+
+
+def test_a_card_without_arcface_at_its_defaults_leaves_it_out():
+    without = {key: value for key, value in facts("not_resolved").items() if key != "default"}
+    card = study_card(without, PLATEAU, {"source": "digits", "train_classes": [10]}, "ArcFace", "MAP@R", 0.95)
+    assert "defaults" not in " ".join(card.sentences) and not any("defaults" in what for what, _ in card.how_sure)
 
 
 def test_a_card_refuses_a_fourth_or_a_long_sentence():

@@ -103,21 +103,39 @@ def _conditions(plateau: pd.DataFrame, compared: list[str], manifest: dict) -> s
     iterations = fmt.iterations(found["last_iteration"].max())
     still = [f"{fmt.method_name(method)} {fmt.rise(found.loc[method, 'rise'])}" for method in compared
              if method in found.index and not found.loc[method, "converged"]]
-    if still:
-        return (f"It holds for {data} at {iterations} iterations, still improving ({', '.join(still)}): train longer "
-                "to converge.")
+    if still:  # the length rule of the benchmark's long cells: double it until the plateau rule holds
+        longer = fmt.iterations(2 * found["last_iteration"].max())
+        return (f"It holds for {data} at {iterations} iterations, still improving ({', '.join(still)}): train "
+                f"{longer} iterations and check again.")
     return f"It holds for {data} trained to convergence ({iterations} iterations)."
 
 
+def defaults_result(facts: dict) -> str:
+    """ArcFace at its defaults against Fixed AdaCos in % of its score, with its interval: what most users run
+    untuned. Empty where the study did not run it."""
+    row, hyperparameters = facts.get("default"), facts.get("default_hyperparameters") or {}
+    if not row:
+        return ""
+    reference = facts.get("reference_test_mean")
+    setting = (f" (s = {hyperparameters['s']:g}, m = {hyperparameters['m']:g})"
+               if {"s", "m"} <= hyperparameters.keys() else "")
+    interval = ("" if fmt.missing(row.get("low")) else
+                f" [{share(row['low'], reference)}, {share(row['high'], reference)}]")
+    return f"ArcFace at its defaults{setting} scores {share(row['difference'], reference)}{interval}"
+
+
 def _cost(facts: dict, searched: str) -> str:
-    """The third sentence: what the search cost, against one training of Fixed AdaCos."""
+    """The third sentence: what the search cost, against one training of Fixed AdaCos, and what ArcFace at its
+    defaults scores without any."""
     trials, seconds = facts.get("search_trials"), facts.get("search_seconds")
     splits = (facts["tuned"] or {}).get("splits")
+    defaults = defaults_result(facts)
+    untuned = f"; {defaults} here" if defaults else ""
     if not trials:
-        return f"No {searched} search finished, so its cost is not known."
+        return f"No {searched} search finished, so its cost is not known{untuned}."
     per = f" over {splits} splits" if splits and splits > 1 else ""
     spent = f" ({fmt.seconds(seconds)} of device time)" if not fmt.missing(seconds) else ""
-    return f"The {searched} search took {trials:,} trainings{spent}{per}; Fixed AdaCos needs one per split."
+    return f"The {searched} search took {trials:,} trainings{spent}{per}; Fixed AdaCos needs one per split{untuned}."
 
 
 def study_card(facts: dict, plateau: pd.DataFrame, manifest: dict, searched: str, metric: str,
@@ -146,6 +164,10 @@ def study_card(facts: dict, plateau: pd.DataFrame, manifest: dict, searched: str
             how_sure.append(("tests (Holm-corrected over the test metrics)",
                              f"equivalence p = {fmt.p_value(row['tost_p_holm'])}, difference p = "
                              f"{fmt.p_value(row['p_holm'])}"))
+    if defaults := defaults_result(facts):  # after the tuned comparison, where there is one
+        how_sure.insert(1 if row else 0, (f"ArcFace at its defaults − Fixed AdaCos, test {metric}",
+                                          f"{fmt.signed(facts['default']['difference'])} "
+                                          f"({defaults.rsplit(' scores ', 1)[1]})"))
     return AnswerCard(sentences, how_sure)
 
 
