@@ -1,11 +1,14 @@
 """The answer card (at most 3 sentences of at most 40 words, computed from the numbers) and the rule that splits a
 long paragraph between its sentences."""
 
+from types import SimpleNamespace
+
 import pandas as pd
 import pytest
 
 from study.report.answer_card import CARD_WORDS, AnswerCard, study_card
 from study.report.document import MAX_PARAGRAPH_WORDS, short_paragraphs
+from study.report.sections import convergence_sentence
 
 REASONS = ("tuning_better_beyond_margin", "alternative_better_than_fixed_adacos", "adacos_significantly_better",
            "equivalent", "gain_within_margin", "not_resolved", "no_tuned_comparison", "nothing_learned")
@@ -119,3 +122,12 @@ def test_the_benchmarks_card_is_a_decision_with_its_price_and_conditions(gain):
     if gain > 0:  # break-even: 1% of the score against 15 trainings per gain
         assert f"worth more than {0.01 / (gain / 15):.1f} trainings" in last
     assert last.endswith("models trained to convergence, 3 sources, 10–1,000 classes.")
+
+
+def test_a_short_study_says_how_many_iterations_to_train_next():
+    """Still improving at 12,000 iterations: the report names twice that, the long cells' doubling rule."""
+    analysis = SimpleNamespace(plateau=PLATEAU, methods=["arcface_tuned"])
+    sentence = convergence_sentence(analysis)
+    assert "Still improving: ArcFace tuned (+3.10%)" in sentence and "train 24,000 iterations" in sentence
+    converged = SimpleNamespace(plateau=PLATEAU.assign(converged=True), methods=["arcface_tuned"])
+    assert convergence_sentence(converged).endswith("So the answer compares converged models.")

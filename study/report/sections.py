@@ -507,8 +507,10 @@ def convergence_sentence(analysis: StudyAnalysis) -> str:
         parts.append(f"Converged (best val rose under 1% over the second half): {fmt.listing(converged)}.")
     if not_converged:
         parts.append(f"Still improving: {fmt.listing(not_converged)}.")
-    parts.append("So this answer is for training this short, not for converged models; train longer (train.epochs) "
-                 "for the converged answer." if short else "So the answer compares converged models.")
+    longer = fmt.iterations(2 * plateau["last_iteration"].max())  # the long cells' rule: double until it holds
+    parts.append(f"So this answer is for training this short, not for converged models; train {longer} iterations "
+                 "(train.epochs or train.max_iterations) and check again for the converged answer." if short
+                 else "So the answer compares converged models.")
     return " ".join(parts)
 
 
