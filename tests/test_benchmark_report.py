@@ -29,7 +29,8 @@ from study.benchmark.cost import (benchmark_seconds, budget_sentences, cost_tabl
                                   plateau_stop_summary, plateau_stop_table)
 from study.analysis.headline import headline_cells, long_cells
 from study.benchmark.meta import (RELATIVE_MARGIN, best_untuned, beyond_margin_from, judgement, length_by_source,
-                                  longer_table, margin_reading, trend_in_classes, value_at)
+                                  longer_table, margin_reading, trend_in_classes, value_at,
+                                  wins_beyond_short_training)
 from study.benchmark.card import benchmark_card, extra_trainings, pct, pct_interval
 from study.benchmark.report import read_cells
 from study.benchmark.sentences import forest_pool, method_sentence, rate_edge_sentences, scope_sentence
@@ -796,6 +797,10 @@ def test_a_class_count_range_where_a_method_beats_fixed_adacos_beyond_the_margin
     assert found["longer_relative"] == pytest.approx([-0.06, -0.10]) and found["longer_behind"]
     level = behind.assign(high=np.where(behind["cell"] == "c300-conv", -0.005, behind["high"]))  # within 0.01
     assert not beyond_margin_from(level, "softmax")["longer_behind"]
+    # The answer states a range only where cells trained beyond the short regime show it: all short here.
+    assert wins_beyond_short_training(behind, ["softmax"]) == []
+    mixed = rows.assign(regime=np.where(rows["cell"] == "c1000", "long", rows["regime"]))
+    assert [win["cells"] for win in wins_beyond_short_training(mixed, ["softmax"])] == [["c300", "c1000"]]
 
 
 def test_a_cells_convergence_is_read_from_its_curves(tmp_path):

@@ -256,6 +256,13 @@ def beyond_margin_from(rows: pd.DataFrame, method: str) -> dict | None:
     return min(found, key=lambda f: f["from_classes"]) if found else None
 
 
+def wins_beyond_short_training(rows: pd.DataFrame, methods) -> list[dict]:
+    """The class-count ranges where an untuned method beats Fixed AdaCos beyond the margin (beyond_margin_from) that
+    the answer states: only those that cells trained beyond the short regime show. A lead seen only in short cells
+    is a faster start, not a better model, and the converged cells are the answer (docs/analysis.md)."""
+    return [win for method in methods if (win := beyond_margin_from(rows, method)) and win["regime"] != "short"]
+
+
 def trend_in_classes(rows: pd.DataFrame, confidence: float) -> dict:
     """How tuned ArcFace − Fixed AdaCos moves per tenfold C within the open-protocol source with the most class
     counts (slope_within_source): never across sources, where C and the source move together."""

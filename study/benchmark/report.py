@@ -24,9 +24,9 @@ from study.benchmark.fingerprint import CellReportError, check_cell, report_as_l
 from study.benchmark.pipelines import REPORT_OUTS, cell_finished
 from study.benchmark.cost import (benchmark_seconds, budget_sentences, cost_table, plateau_stop_sentences,
                                   plateau_stop_summary, plateau_stop_table)
-from study.benchmark.meta import (RELATIVE_MARGIN, UNTUNED, best_untuned, beyond_margin_from,
+from study.benchmark.meta import (RELATIVE_MARGIN, UNTUNED, best_untuned,
                                   longer_table, pooled_coverage, pooled_table, trend_in_classes,
-                                  tuner_table)
+                                  tuner_table, wins_beyond_short_training)
 from study.benchmark.card import benchmark_card
 from study.benchmark.learning_rate import learning_rate_sentences
 from study.benchmark.shown import (absolute_by_source, absolute_shown, cells_shown, convergence_shown, cost_shown, findings_shown,
@@ -268,7 +268,7 @@ def _write_benchmark_report(plan: dict, rows: pd.DataFrame, cells_dir: Path, rep
     links = {cell: Path(os.path.relpath(cells_dir / cell / REPORT_DIR / "report.md", report_dir)).as_posix()
              for cell in rows["cell"].unique()}
     metric = metric_name(arcface["metric"].removeprefix("test_"))
-    wins = [win for method in UNTUNED if (win := beyond_margin_from(rows, method))]
+    wins = wins_beyond_short_training(rows, UNTUNED)
     design = (asdict(design_limits(tuned_headline["relative"], tuned_headline["relative_se"], tuned_headline["source"],
                                    confidence)) if tuned_headline["source"].nunique() >= 3 else None)
     default = pooled.set_index("method").loc["arcface_default"].to_dict() if (

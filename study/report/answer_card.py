@@ -91,6 +91,12 @@ def _pick(facts: dict, searched: str) -> str:
             f"margin{', ' + cost if cost else ''}.")
 
 
+def train_next(plateau: pd.DataFrame) -> str:
+    """The iterations to train next while a compared method still improves: twice this length, the doubling rule of
+    the benchmark's long cells, until the plateau rule holds."""
+    return fmt.iterations(2 * plateau["last_iteration"].max())
+
+
 def _conditions(plateau: pd.DataFrame, compared: list[str], manifest: dict) -> str:
     """The second sentence: the data and the training length the answer holds for, and whether they converged."""
     classes = manifest.get("train_classes") or [manifest.get("splits", {}).get("train", {}).get("num_classes")]
@@ -103,10 +109,9 @@ def _conditions(plateau: pd.DataFrame, compared: list[str], manifest: dict) -> s
     iterations = fmt.iterations(found["last_iteration"].max())
     still = [f"{fmt.method_name(method)} {fmt.rise(found.loc[method, 'rise'])}" for method in compared
              if method in found.index and not found.loc[method, "converged"]]
-    if still:  # the length rule of the benchmark's long cells: double it until the plateau rule holds
-        longer = fmt.iterations(2 * found["last_iteration"].max())
+    if still:
         return (f"It holds for {data} at {iterations} iterations, still improving ({', '.join(still)}): train "
-                f"{longer} iterations and check again.")
+                f"{train_next(plateau)} iterations and check again.")
     return f"It holds for {data} trained to convergence ({iterations} iterations)."
 
 

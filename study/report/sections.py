@@ -16,7 +16,7 @@ import study.report.formats as fmt
 from study.report.document import Bullets, Section, Table
 from study.report.formats import loss_name, method_name, metric_name, trials_interval
 from study.report.reproduction import reproduction_section
-from study.report.answer_card import STATISTICS_TERMS, card_section, share
+from study.report.answer_card import STATISTICS_TERMS, card_section, share, train_next
 from study.report.beside import BENCHMARK_NUMBERS, benchmark_section, beside_benchmark
 from study.report.verdict import (STATISTICS_OPENING, break_even_intervals, detectable_words, interval_notes,
                                   key_numbers, overtaking_sentence, verdict_sentences)
@@ -507,10 +507,9 @@ def convergence_sentence(analysis: StudyAnalysis) -> str:
         parts.append(f"Converged (best val rose under 1% over the second half): {fmt.listing(converged)}.")
     if not_converged:
         parts.append(f"Still improving: {fmt.listing(not_converged)}.")
-    longer = fmt.iterations(2 * plateau["last_iteration"].max())  # the long cells' rule: double until it holds
-    parts.append(f"So this answer is for training this short, not for converged models; train {longer} iterations "
-                 "(train.epochs or train.max_iterations) and check again for the converged answer." if short
-                 else "So the answer compares converged models.")
+    parts.append(f"So this answer is for training this short, not for converged models; train "
+                 f"{train_next(analysis.plateau)} iterations (train.epochs or train.max_iterations) and check again "
+                 "for the converged answer." if short else "So the answer compares converged models.")
     return " ".join(parts)
 
 
@@ -584,8 +583,7 @@ def report_sections(analysis: StudyAnalysis, params: StudyParams, manifest: dict
     figures_after_answer = {name: figure for name, figure in figures.items()
                             if name not in ("tuning_trials", "learning_curves")}
     return [
-        card_section(analysis, manifest),
-        answer_section(analysis, figures),
+        card_section(analysis, manifest), answer_section(analysis, figures),  # the answer first, whole
         training_length_section(analysis, figures),
         benchmark_section(beside_benchmark(analysis, benchmark_numbers)),
         Section("What this answers", [answers]),
