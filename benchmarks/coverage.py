@@ -34,6 +34,10 @@ Higgins–Thompson–Spiegelhalter interval) beside pool_across_sources' predict
 whose configuration sd is a quarter of it; `--worlds` per setting (`--true-effect-out`,
 benchmarks/results/true_effect_coverage.csv).
 
+`--only bands` measures the bands the benchmark report pools beside its headline (the tuning cost at each n, the
+iteration ratios per method and level) in the same worlds as `--only pooled`, each with its own design
+(benchmarks/results/band_coverage.csv).
+
 `--only absolute` runs benchmarks/absolute_coverage.py: the absolute scores' interval over class splits
 (study.analysis.absolute_scores, on the logit scale) beside the raw t interval it replaced, in worlds from the
 committed cells (benchmarks/results/absolute_coverage.csv).
@@ -52,9 +56,13 @@ from scipy import optimize, stats
 from study.analysis import (SOURCE_SPREAD_PRIOR_SCALE, bayesian_true_effect, hartung_knapp_true_effect,
                             pool_across_sources, source_membership)
 from study.analysis.headline import headline_cells
+from study.analysis.tuning import MAX_STUDENTISED_DF
+from study.benchmark.iterations import headline_log_ratios
 from study.benchmark.report import read_cells
-from study.analysis.coverage import (CALIBRATED_SPREAD, SOURCE_RATIOS, coverage_table, decision_rates,
+from study.benchmark.tuning_cost import cell_lead
+from study.analysis.coverage import (CALIBRATED_SPREAD, SOURCE_RATIOS, SourceWorlds, coverage_table, decision_rates,
                                      source_pooling_coverage, true_effect_coverage, verdict_interval_coverage)
+from study.analysis.pooling import _across_sources_rows
 from study.config import AnalysisConfig
 
 WORLD = Path(__file__).resolve().parents[1] / "tests" / "data" / "coverage_world.csv"
@@ -71,13 +79,14 @@ def main() -> None:
     parser.add_argument("--studies", type=int, default=500, help="simulated studies per world")
     parser.add_argument("--out", default="benchmarks/results/coverage.csv")
     parser.add_argument("--only", choices=("coverage", "verdict", "decisions", "pooled", "three-level", "true-effect",
-                                           "absolute"),
+                                           "absolute", "bands"),
                         help="run only one of the simulations")
     parser.add_argument("--plan", default="benchmarks/cells/plan.json", help="the benchmark whose design is simulated")
     parser.add_argument("--pooled-out", default="benchmarks/results/pooled_coverage.csv")
     parser.add_argument("--benchmarks", type=int, default=4000, help="simulated benchmarks per pooled world")
     parser.add_argument("--worlds", type=int, default=400, help="simulated benchmarks per true-effect setting")
     parser.add_argument("--true-effect-out", default="benchmarks/results/true_effect_coverage.csv")
+    parser.add_argument("--bands-out", default="benchmarks/results/band_coverage.csv")
     args = parser.parse_args()
     if args.only == "three-level":
         measure_three_level(args)
@@ -87,6 +96,9 @@ def main() -> None:
         return
     if args.only == "absolute":
         measure_absolute_coverage(args)
+        return
+    if args.only == "bands":
+        measure_band_coverage(args)
         return
     if args.only in (None, "pooled"):
         measure_pooled_coverage(args)
@@ -173,6 +185,88 @@ def configuration_sd(design: pd.DataFrame, column: str, se_column: str) -> tuple
     if math.isfinite(pooled.configuration_variance) and pooled.configuration_variance > 0:
         return math.sqrt(pooled.configuration_variance), "within-source spread of the real cells"
     return float(design[se_column].median()), "median standard error (no within-source spread to read)"
+
+
+def band_designs(plan_path: str | Path) -> list[tuple[str, pd.DataFrame]]:
+    """The designs of the report's pooled bands beside the headline: per n, the headline cells' search − control leads
+    (tables/tuning_cost.csv) and per method and level their log iteration ratios (tables/iterations.csv), each as
+    (band, rows of estimate, standard_error, df, source)."""
+    plan_path = Path(plan_path)
+    rows = read_cells(json.loads(plan_path.read_text(encoding="utf-8")), plan_path.parent)
+    headline = headline_cells(rows)
+    designs = []
+    tuned = headline[headline["method"] == HEADLINE]
+    leads = pd.concat([cell_lead(plan_path.parent / row.cell, float(row.reference_test_mean), 0.95)
+                       .assign(cell=row.cell, source=row.source) for row in tuned.itertuples()], ignore_index=True)
+    leads = leads[leads["n"] <= leads.groupby("cell")["n"].max().min()]  # every n pools the same cells, as the report
+    # Where a cell wrote no band on its search curve (se 0), the report takes its lead as exact; the second design
+    # carries the cell's last band forward instead, a floor on the noise the first leaves out.
+    carried = leads["se"].where(leads["se"] > 0).groupby(leads["cell"]).ffill().fillna(0.0)
+    for n, part in leads.assign(carried=carried).groupby("n"):
+        part = part.rename(columns={"lead": "estimate"}).assign(df=MAX_STUDENTISED_DF)
+        designs.append((f"tuning cost, n = {n}", part.assign(standard_error=part["se"])))
+        if (part["se"] == 0).any() and (part["carried"] > 0).all():
+            designs.append((f"tuning cost, n = {n}, noise of the last band", part.assign(standard_error=part["carried"])))
+    ratios = headline_log_ratios(rows, plan_path.parent)
+    ratios = ratios[np.isfinite(ratios["log_ratio"]) & np.isfinite(ratios["standard_error"])]
+    for (method, level), part in ratios.groupby(["method", "level"], sort=False):
+        designs.append((f"iterations, {method} at {level:g}", part.rename(columns={"log_ratio": "estimate"})))
+    return designs
+
+
+def stated_exact_coverage(design: pd.DataFrame, configuration_sd: float, benchmarks: int) -> pd.DataFrame:
+    """pool_across_sources' CI and prediction as the report computes them (a cell without a band stated exact, se
+    0) in worlds whose cells carry the noise of their last band (`standard_error`): what taking them as exact costs."""
+    worlds = SourceWorlds(design["standard_error"], design["df"], design["source"], configuration_sd, seed=0)
+    exact = (design["se"] == 0).to_numpy()
+    rows = []
+    for ratio in SOURCE_RATIOS:
+        y, se, new = worlds.draw(ratio * configuration_sd, benchmarks)
+        pooled = _across_sources_rows(y, np.where(exact, 1e-12, se), worlds.membership, 0.95)
+        for interval, (low, high), truth in (("mean", (pooled["low"], pooled["high"]), 0.0),
+                                             ("prediction", (pooled["prediction_low"], pooled["prediction_high"]), new)):
+            low, high = (np.broadcast_to(bound, (benchmarks,)) for bound in (low, high))
+            defined = np.isfinite(low) & np.isfinite(high)
+            rows.append({"world": f"source sd = {ratio:g} × configuration sd", "source_ratio": float(ratio),
+                         "source_sd": ratio * configuration_sd, "configuration_sd": configuration_sd,
+                         "sources": worlds.sources, "configurations": worlds.configurations, "benchmarks": benchmarks,
+                         "pooling": "pool_across_sources", "interval": interval, "read": True,
+                         "coverage": float(np.mean(defined & (low <= truth) & (truth <= high))),
+                         "mc_error": float(np.sqrt(0.95 * 0.05 / benchmarks)),
+                         "mean_width": float(np.mean(high[defined] - low[defined])) if defined.any() else math.nan})
+    return pd.DataFrame(rows)
+
+
+def measure_band_coverage(args) -> None:
+    """Coverage of the tuning-cost and iteration-ratio bands (pool_across_sources' CI and new-source prediction) in
+    worlds with each band's real design (sources, standard errors on their df) and a source effect from none to 4x
+    the configuration spread; written to args.bands_out. A standard error of 0 (a cell that wrote no band on its
+    search curve) stays (nearly) 0: the estimate is taken as exact, as the report takes it; where a cell has one at a
+    smaller n, a second design ("noise of the last band") draws its cells with that band's noise and still states
+    them exact, as the report does (stated_exact_coverage)."""
+    start = time.perf_counter()
+    tables = []
+    for band, design in band_designs(args.plan):
+        if design["source"].nunique() < 3:
+            continue
+        sd, origin = configuration_sd(design, "estimate", "standard_error")
+        exact = int((design["se"] == 0).sum()) if "se" in design else 0
+        if "noise of the last band" in band:
+            table = stated_exact_coverage(design, sd, args.benchmarks)
+        else:
+            table = source_pooling_coverage(design["standard_error"].clip(lower=1e-12), design["df"],
+                                            design["source"], sd, benchmarks=args.benchmarks, seed=0)
+            table = table[table["read"]]
+        tables.append(table.assign(band=band, configuration_sd_from=origin, cells_without_band=exact))
+    table = pd.concat(tables, ignore_index=True)
+    table = table[["band", *[column for column in table.columns if column != "band"]]]
+    Path(args.bands_out).parent.mkdir(parents=True, exist_ok=True)
+    table.to_csv(args.bands_out, index=False)
+    for interval, part in table.groupby("interval"):
+        print(f"{interval}: coverage {part['coverage'].min():.3f}-{part['coverage'].max():.3f} over "
+              f"{part['band'].nunique()} bands and {part['world'].nunique()} worlds "
+              f"(Monte Carlo error ±{part['mc_error'].iloc[0]:.3f})")
+    print(f"{len(table)} rows in {time.perf_counter() - start:.0f} s; written to {args.bands_out}")
 
 
 def measure_pooled_coverage(args) -> None:
