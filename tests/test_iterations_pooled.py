@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from study.benchmark.iterations import (equivalence, iterations_sentence, iterations_to_own_best,
+from study.benchmark.iterations import (equivalence, figure_iterations, iterations_sentence, iterations_to_own_best,
                                         pooled_iterations)
 
 SCHEDULE = [0, 10, 20, 40, 80, 160, 320, 640]
@@ -141,3 +141,25 @@ def test_sentence_states_fixed_adacos_against_tuned_arcface():
     assert "1.00× [0.91, 1.11]" in sentence and "6 data sources" in sentence
     assert "slightly fewer at 95%" in sentence and "within at 99%" in sentence
     assert sentence.endswith(".") and re.search(r"\.\s+[A-Z]", sentence) is None  # one sentence
+
+
+def test_the_figure_draws_each_pooled_ratio_where_the_table_puts_it(tmp_path, monkeypatch):
+    """One thick segment per method and level, from ratio_low to ratio_high on a log axis; Fixed AdaCos and a method
+    without a pooled ratio are not drawn."""
+    saved = []
+    monkeypatch.setattr("study.benchmark.iterations.save_figure",
+                        lambda figure, path, dpi: saved.append(figure) or path)
+    table = pd.DataFrame([
+        {"method": "fixed_adacos", "level": 0.95, "ratio": 1.0, "ratio_low": math.nan, "ratio_high": math.nan,
+         "prediction_low": math.nan, "prediction_high": math.nan},
+        {"method": "arcface_tuned", "level": 0.95, "ratio": 1.1, "ratio_low": 0.8, "ratio_high": 1.5,
+         "prediction_low": 0.4, "prediction_high": 3.0},
+        {"method": "arcface_tuned", "level": 0.99, "ratio": 1.2, "ratio_low": 0.9, "ratio_high": 1.6,
+         "prediction_low": 0.5, "prediction_high": 2.9},
+        {"method": "softmax", "level": 0.95, "ratio": math.nan, "ratio_low": math.nan, "ratio_high": math.nan,
+         "prediction_low": math.nan, "prediction_high": math.nan}])
+    figure_iterations(table, tmp_path / "convergence_iterations.png", 120)
+    (ax,) = saved[0].axes
+    drawn = {line.get_gid(): tuple(line.get_xdata()) for line in ax.lines if line.get_gid()}
+    assert drawn == {"iterations:arcface_tuned:0.95": (0.8, 1.5), "iterations:arcface_tuned:0.99": (0.9, 1.6)}
+    assert ax.get_xscale() == "log"

@@ -18,6 +18,8 @@ from study.analysis.common import REFERENCE_METHOD
 from study.analysis.convergence import iterations_to_target
 from study.analysis.headline import headline_cells
 from study.analysis.pooling import pool_across_sources
+from study.report import method_name, method_style, new_figure, readable, save_figure
+from study.report.plotting import FIGURE_WIDTH, legend_below
 
 LEVELS = (0.95, 0.99)
 # Equivalence band on the ratio of iterations, symmetric on the log scale the pooling works on: a method needing
@@ -166,3 +168,33 @@ def iterations_sentence(table: pd.DataFrame, against: str = "arcface_tuned") -> 
             f"over {int(first['sources'])} data sources ({int(first['cells'])} headline cells, {converged}); "
             f"against the {EQUIVALENCE_BAND[0]}–{EQUIVALENCE_BAND[1]}× band of equal iterations: "
             f"{', '.join(readings)}.")
+
+
+@readable
+def figure_iterations(table: pd.DataFrame, path: Path, dpi: int) -> Path:
+    """One row per method: its iterations to 95% (circle) and 99% (square) of its own best val as a multiple of
+    Fixed AdaCos's, pooled over sources, with the CI (thick) and a new source's prediction (thin) on a log axis; grey:
+    the EQUIVALENCE_BAND of "as many iterations"."""
+    rows = table[(table["method"] != REFERENCE_METHOD) & np.isfinite(table["ratio"].astype(float))]
+    methods = list(dict.fromkeys(rows["method"]))
+    figure, (ax,) = new_figure(size=(FIGURE_WIDTH, 1.8 + 0.55 * len(methods)))
+    ax.axvspan(*EQUIVALENCE_BAND, color="#dcdcdc", alpha=0.7, zorder=0,
+               label=f"{EQUIVALENCE_BAND[0]}–{EQUIVALENCE_BAND[1]}× (as many)")
+    ax.axvline(1.0, color=method_style(REFERENCE_METHOD).colour, linewidth=1.2)
+    for y, method in zip(range(len(methods), 0, -1), methods):
+        colour = method_style(method).colour
+        for offset, marker, row in zip((0.15, -0.15), ("o", "s"), rows[rows["method"] == method].itertuples()):
+            ax.plot([row.prediction_low, row.prediction_high], [y + offset] * 2, color=colour, linewidth=1.2)
+            ax.plot([row.ratio_low, row.ratio_high], [y + offset] * 2, color=colour, linewidth=4.5,
+                    solid_capstyle="butt", gid=f"iterations:{method}:{row.level:g}")
+            ax.plot(row.ratio, y + offset, marker, color="white", markeredgecolor=colour, markersize=6, zorder=3)
+    ax.set_xscale("log")
+    ax.set_yticks(range(len(methods), 0, -1), labels=[method_name(method) for method in methods])
+    ax.set_ylim(0.4, len(methods) + 0.6)
+    ax.set_xlabel("iterations to its own best val,\n× Fixed AdaCos's (log scale)")
+    for marker, level in zip(("o", "s"), LEVELS):
+        ax.plot([], [], marker, color="white", markeredgecolor="#555555", label=f"to {level:.0%}")
+    ax.plot([], [], color="#555555", linewidth=4.5, label="mean over sources, 95% CI")
+    ax.plot([], [], color="#555555", linewidth=1.2, label="a new source, 95% prediction")
+    legend_below(figure, ax)
+    return save_figure(figure, path, dpi)

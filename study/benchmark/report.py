@@ -34,7 +34,7 @@ from study.benchmark.shown import (absolute_by_source, absolute_shown, cells_sho
                                    published_shown, sources_shown, tuners_shown, tuning_cost_shown)
 from study.analysis.moderators import moderator_sentence, with_images_per_class
 from study.analysis.moderators import moderator_table as moderators_of
-from study.benchmark.iterations import iterations_sentence, pooled_iterations
+from study.benchmark.iterations import figure_iterations, iterations_sentence, pooled_iterations
 from study.benchmark.replay import advice_replay, replay_shown, replay_sentences
 from study.benchmark.tuning_cost import crossings, figure_tuning_price, pooled_tuning_cost, tuning_cost_sentences
 from study.benchmark.sentences import (cost_sentences, forest_pool, lead_sentence, longer_sentences, method_sentence,
@@ -197,9 +197,12 @@ def _main_sections(card: list, drawn_words: str, rows: pd.DataFrame, absolute: p
             Table(tuning_cost_shown(table), "The pooled tuning curve (tables/tuning_cost.csv)")]),
         Section("How fast each loss converges", [
             iterations_sentence(iterations),
+            FigureRef("figures/convergence_iterations.png", "Iterations to 95% (circle) and 99% (square) of each "
+                      "run's own best val, × Fixed AdaCos's in the same cell, pooled over sources (thick: 95% CI; "
+                      "thin: a new source); grey: as many iterations."),
             Table(iterations_shown(iterations), "Iterations to reach 95% and 99% of each run's own best val, against "
                                                 "Fixed AdaCos's in the same cell, pooled over sources "
-                                                "(tables/iterations.csv)")]),
+                                                "(tables/convergence_iterations.csv)")]),
         Section("Where tuning pays", [moderator_sentence, Table(moderators_shown(moderator_table), "Moderators of "
                                       "tuned ArcFace − Fixed AdaCos, declared in docs/analysis.md before the "
                                       "analysis (tables/moderators.csv)")]),
@@ -245,7 +248,7 @@ def _write_benchmark_report(plan: dict, rows: pd.DataFrame, cells_dir: Path, rep
     (out_dir / "tables").mkdir(parents=True, exist_ok=True)
     tables = {"cells": rows, "pooled": pooled, "tuners": tuners, "longer": longer, "pooled_coverage": coverage,
               "advise_replay": replayed, "costs": costs, "plateau_stop": stops, "tuning_cost": pooled_curve,
-              "iterations": iterations, "moderators": moderator_table}
+              "convergence_iterations": iterations, "moderators": moderator_table}
     written = {name: Path("tables") / f"{name}.csv" for name in tables}
     for name, table in tables.items():
         write_csv(table, out_dir / written[name])
@@ -257,7 +260,9 @@ def _write_benchmark_report(plan: dict, rows: pd.DataFrame, cells_dir: Path, rep
     view = pooled.assign(**{key: pooled[f"{drawn}{key}"] for key in
                             ("mean", "low", "high", "prediction_low", "prediction_high", "sources")})
     figures = {"methods": figure_methods(view, out_dir / "figures" / "methods.png", dpi),
-               "tuning_price": figure_tuning_price(pooled_curve, out_dir / "figures" / "tuning_price.png", dpi)}
+               "tuning_price": figure_tuning_price(pooled_curve, out_dir / "figures" / "tuning_price.png", dpi),
+               "convergence_iterations": figure_iterations(iterations, out_dir / "figures" /
+                                                           "convergence_iterations.png", dpi)}
     forest_words = {}
     for facts in pooled[pooled["tuned"].astype(bool)].to_dict("records"):
         method_rows, facts, forest_words[facts["method"]] = forest_pool(rows, facts)
