@@ -119,8 +119,13 @@ def test_the_benchmarks_card_is_a_decision_with_its_price_and_conditions(gain):
     # The cells whose interval cleared the margin (+3% and +6%, lows +2.5% and +5.5%), by source.
     assert "its interval cleared the +2% margin on s1 (C = 100) and s2 (C = 1,000)" in first
     last = card.sentences[-1]
+    price = dict(card.how_sure)["the price at which tuning pays"]  # the same rate as a "how sure" row
     if gain > 0:  # break-even: 1% of the score against 15 trainings per gain
         assert f"worth more than {0.01 / (gain / 15):.1f} trainings" in last
+        assert f"worth more than {0.01 / (gain / 15):.1f} trainings" in price
+        assert price.endswith("15 more trainings per split")
+    else:
+        assert "adds nothing on average" in last and "adds nothing on average" in price
     assert last.endswith("models trained to convergence, 3 sources, 10–1,000 classes.")
 
 

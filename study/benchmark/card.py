@@ -128,15 +128,21 @@ def benchmark_card(arcface: dict, wins: list[dict], rows: pd.DataFrame, default:
             f"{pct_interval(default['prediction_low'], default['prediction_high'])})"
             + (f", still improving in {unconverged} of {default['configurations']} cells" if unconverged else "")
             + ".")
-    price, top = (break_even_price(arcface[key], cost["extra"]) for key in ("mean", "high"))
     classes = headline_cells(rows).query("method == 'arcface_tuned'")["train_classes"]
     conditions = (f"models trained to convergence, {arcface['sources']} sources, {classes.min():,}–{classes.max():,} "
                   "classes")
-    sentences.append(
-        (f"Tuning pays if 1% of the score is worth more than {0.01 / price:.1f} trainings to you "
-         f"({0.01 / top:.1f} at the interval's top); " if math.isfinite(price) else
-         "Tuning pays at no price of a training, since it adds nothing on average; ") + f"it holds for {conditions}.")
+    sentences.append(f"{exchange_rate(arcface, cost['extra'])}; it holds for {conditions}.")
     return AnswerCard(sentences, _how_sure(arcface, rows, margin, default, design))
+
+
+def exchange_rate(arcface: dict, extra: int) -> str:
+    """The price of tuning as a user weighs it, from the pooled gain and the `extra` trainings a search costs per
+    split: 'Tuning pays if 1% of the score is worth more than 5.6 trainings to you (2.3 at the interval's top)'."""
+    price, top = (break_even_price(arcface[key], extra) for key in ("mean", "high"))
+    if not math.isfinite(price):
+        return "Tuning pays at no price of a training, since it adds nothing on average"
+    at_top = f" ({0.01 / top:.1f} at the interval's top)" if math.isfinite(top) else ""
+    return f"Tuning pays if 1% of the score is worth more than {0.01 / price:.1f} trainings to you{at_top}"
 
 
 def _how_sure(arcface: dict, rows: pd.DataFrame, margin: str, default: dict | None, design: dict | None) -> list:
@@ -160,6 +166,9 @@ def _how_sure(arcface: dict, rows: pd.DataFrame, margin: str, default: dict | No
                          f"spread between sources, {100 * design['spread']:.1f}% [{100 * design['spread_low']:.1f}%, "
                          f"{100 * design['spread_high']:.1f}%], stays), so it cannot fit inside {margin}; the mean's "
                          f"interval is expected to exclude 0 at about {design['sources_to_exclude_zero']:.0f} sources"))
+    if cost := extra_trainings(rows):
+        rows_out.append(("the price at which tuning pays", f"{exchange_rate(arcface, cost['extra'])}, for "
+                                                          f"{cost['extra']} more trainings per split"))
     if default is not None and math.isfinite(default.get("mean", math.nan)):
         rows_out.append(("ArcFace at its defaults − Fixed AdaCos, mean over sources",
                          f"{pct(default['mean'])} {pct_interval(default['low'], default['high'])}: "

@@ -27,7 +27,7 @@ from study.benchmark.cost import (benchmark_seconds, budget_sentences, cost_tabl
 from study.benchmark.meta import (RELATIVE_MARGIN, UNTUNED, best_untuned,
                                   longer_table, pooled_coverage, pooled_table, trend_in_classes,
                                   tuner_table, wins_beyond_short_training)
-from study.benchmark.card import benchmark_card
+from study.benchmark.card import benchmark_card, exchange_rate, extra_trainings
 from study.benchmark.learning_rate import learning_rate_sentences
 from study.benchmark.shown import (absolute_by_source, absolute_shown, cells_shown, convergence_shown, cost_shown, findings_shown,
                                    iterations_shown, length_shown, methods_shown, moderators_shown, plateau_stop_shown,
@@ -181,7 +181,7 @@ def _main_sections(card: list, drawn_words: str, rows: pd.DataFrame, absolute: p
     by_source = [Table(table, f"{source}: test {metric}, mean [{confidence:.0%} interval over class splits, on the "
                        "logit scale] (its difference in % of Fixed AdaCos's score)")
                  for source, table in absolute_by_source(absolute, metric).items()] if len(absolute) else []
-    table, sentences = tuning
+    table, sentences, exchange = tuning
     moderator_table, moderator_sentence = moderators
     return [
         Section("The answer in a minute", card),
@@ -194,6 +194,7 @@ def _main_sections(card: list, drawn_words: str, rows: pd.DataFrame, absolute: p
                                   "many Fixed AdaCos trainings by val, % of Fixed AdaCos's score, pooled over sources "
                                   "(band: 95% CI); read a price off it: the dashed line is what the search's extra "
                                   "trainings cost at analysis.price_per_training."),
+            *([f"{exchange}."] if exchange else []),
             Table(tuning_cost_shown(table), "The pooled tuning curve (tables/tuning_cost.csv)")]),
         Section("How fast each loss converges", [
             iterations_sentence(iterations),
@@ -280,12 +281,16 @@ def _write_benchmark_report(plan: dict, rows: pd.DataFrame, cells_dir: Path, rep
         pooled["method"] == "arcface_default").any() else None
     card = card_blocks(benchmark_card(arcface, wins, rows, default, design),
                        f"[The details]({DETAILS}.md) give every method, the intervals and the cells behind it.")
+    search_cost = extra_trainings(rows)  # the price read off the figure, as the card states it
+    exchange = (exchange_rate(arcface, search_cost["extra"])
+                if search_cost and math.isfinite(arcface.get("mean", math.nan)) else "")
     unfinished = [cell["name"] for cell in plan["cells"] if cell["name"] not in set(rows["cell"])]
     cost = budget_sentences(seconds, costs, unfinished, cells_dir / LEARNING_CURVE_CELL,
                             cells_dir / LEARNING_CURVE_CELL_ON_GPU)
     absolute = absolute_shown(rows, cells_dir, confidence)
     main = _main_sections(card, drawn_words, rows, absolute, confidence,
-                          (pooled_curve, tuning_cost_sentences(pooled_curve, crossings(pooled_curve))), iterations,
+                          (pooled_curve, tuning_cost_sentences(pooled_curve, crossings(pooled_curve)), exchange),
+                          iterations,
                           (moderator_table, moderator_sentence(moderator_table, moderated)), cost, links,
                           list(dict.fromkeys(headline["cell"])))
     answer = [lead_sentence(arcface, best, wins).strip("*"), method_sentence(arcface),
