@@ -60,9 +60,8 @@ from study.analysis.tuning import MAX_STUDENTISED_DF
 from study.benchmark.iterations import headline_log_ratios
 from study.benchmark.report import read_cells
 from study.benchmark.tuning_cost import cell_lead
-from study.analysis.coverage import (CALIBRATED_SPREAD, SOURCE_RATIOS, SourceWorlds, coverage_table, decision_rates,
+from study.analysis.coverage import (CALIBRATED_SPREAD, SOURCE_RATIOS, coverage_table, decision_rates,
                                      source_pooling_coverage, true_effect_coverage, verdict_interval_coverage)
-from study.analysis.pooling import _across_sources_rows
 from study.config import AnalysisConfig
 
 WORLD = Path(__file__).resolve().parents[1] / "tests" / "data" / "coverage_world.csv"
@@ -214,36 +213,13 @@ def band_designs(plan_path: str | Path) -> list[tuple[str, pd.DataFrame]]:
     return designs
 
 
-def stated_exact_coverage(design: pd.DataFrame, configuration_sd: float, benchmarks: int) -> pd.DataFrame:
-    """pool_across_sources' CI and prediction as the report computes them (a cell without a band stated exact, se
-    0) in worlds whose cells carry the noise of their last band (`standard_error`): what taking them as exact costs."""
-    worlds = SourceWorlds(design["standard_error"], design["df"], design["source"], configuration_sd, seed=0)
-    exact = (design["se"] == 0).to_numpy()
-    rows = []
-    for ratio in SOURCE_RATIOS:
-        y, se, new = worlds.draw(ratio * configuration_sd, benchmarks)
-        pooled = _across_sources_rows(y, np.where(exact, 1e-12, se), worlds.membership, 0.95)
-        for interval, (low, high), truth in (("mean", (pooled["low"], pooled["high"]), 0.0),
-                                             ("prediction", (pooled["prediction_low"], pooled["prediction_high"]), new)):
-            low, high = (np.broadcast_to(bound, (benchmarks,)) for bound in (low, high))
-            defined = np.isfinite(low) & np.isfinite(high)
-            rows.append({"world": f"source sd = {ratio:g} × configuration sd", "source_ratio": float(ratio),
-                         "source_sd": ratio * configuration_sd, "configuration_sd": configuration_sd,
-                         "sources": worlds.sources, "configurations": worlds.configurations, "benchmarks": benchmarks,
-                         "pooling": "pool_across_sources", "interval": interval, "read": True,
-                         "coverage": float(np.mean(defined & (low <= truth) & (truth <= high))),
-                         "mc_error": float(np.sqrt(0.95 * 0.05 / benchmarks)),
-                         "mean_width": float(np.mean(high[defined] - low[defined])) if defined.any() else math.nan})
-    return pd.DataFrame(rows)
-
-
 def measure_band_coverage(args) -> None:
     """Coverage of the tuning-cost and iteration-ratio bands (pool_across_sources' CI and new-source prediction) in
     worlds with each band's real design (sources, standard errors on their df) and a source effect from none to 4x
     the configuration spread; written to args.bands_out. A standard error of 0 (a cell that wrote no band on its
     search curve) stays (nearly) 0: the estimate is taken as exact, as the report takes it; where a cell has one at a
     smaller n, a second design ("noise of the last band") draws its cells with that band's noise and still states
-    them exact, as the report does (stated_exact_coverage)."""
+    them exact, as the report does (source_pooling_coverage's stated_exact)."""
     start = time.perf_counter()
     tables = []
     for band, design in band_designs(args.plan):
@@ -251,12 +227,11 @@ def measure_band_coverage(args) -> None:
             continue
         sd, origin = configuration_sd(design, "estimate", "standard_error")
         exact = int((design["se"] == 0).sum()) if "se" in design else 0
-        if "noise of the last band" in band:
-            table = stated_exact_coverage(design, sd, args.benchmarks)
-        else:
-            table = source_pooling_coverage(design["standard_error"].clip(lower=1e-12), design["df"],
-                                            design["source"], sd, benchmarks=args.benchmarks, seed=0)
-            table = table[table["read"]]
+        # "noise of the last band": drawn with that noise, stated exact as the report states them
+        stated_exact = (design["se"] == 0).to_numpy() if "noise of the last band" in band else None
+        table = source_pooling_coverage(design["standard_error"].clip(lower=1e-12), design["df"], design["source"], sd,
+                                        benchmarks=args.benchmarks, seed=0, stated_exact=stated_exact)
+        table = table[table["read"]]
         tables.append(table.assign(band=band, configuration_sd_from=origin, cells_without_band=exact))
     table = pd.concat(tables, ignore_index=True)
     table = table[["band", *[column for column in table.columns if column != "band"]]]

@@ -12,7 +12,6 @@ import datetime
 import json
 import math
 import os
-import platform
 import re
 import statistics
 import tempfile
@@ -27,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from study.config import StudyParams, TrainConfig
+from study.environment import cpu_model
 from study.losses import LOSSES, build_loss
 from study.models import build_model, model_names
 from study.results import JOURNAL, prepared_dir
@@ -231,13 +231,8 @@ def bench_setup(device: torch.device, params: StudyParams | None = None) -> tupl
 
 def machine() -> dict[str, str]:
     """What the figures were measured on: device, CPU and GPU models, torch version and date."""
-    cpu = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
-                    if line.startswith("model name")), cpu)
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else ""
-    return {"cpu": cpu, "gpu": gpu, "torch": torch.__version__, "threads": str(torch.get_num_threads()),
+    return {"cpu": cpu_model(), "gpu": gpu, "torch": torch.__version__, "threads": str(torch.get_num_threads()),
             "date": datetime.datetime.now().isoformat(timespec="seconds")}
 
 

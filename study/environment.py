@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 from importlib import metadata
@@ -55,11 +56,17 @@ def lock_status(lock: Path = LOCK, shown: int = 10) -> str:
 KERNEL_FLAGS = {"AVX512": {"avx512vl", "avx512bw", "avx512dq", "fma"}, "AVX2": {"avx2", "fma"}, "DEFAULT": set()}
 
 
+@functools.cache
+def _cpuinfo_lines() -> tuple[str, ...]:
+    """/proc/cpuinfo, read once a process: the CPU does not change under it."""
+    info = Path("/proc/cpuinfo")
+    return tuple(info.read_text().splitlines()) if info.is_file() else ()
+
+
 def cpu_info(field: str) -> str | None:
     """The first value of `field` ('model name', 'vendor_id', 'flags') in /proc/cpuinfo, or None where there is none."""
-    info = Path("/proc/cpuinfo")
-    lines = info.read_text().splitlines() if info.is_file() else []
-    return next((line.split(":", 1)[1].strip() for line in lines if line.split(":", 1)[0].strip() == field), None)
+    return next((line.split(":", 1)[1].strip() for line in _cpuinfo_lines()
+                 if line.split(":", 1)[0].strip() == field), None)
 
 
 def cpu_model() -> str:

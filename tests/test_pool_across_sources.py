@@ -282,3 +282,18 @@ def test_a_study_beside_the_pool_is_the_normal_posterior_by_numerical_integratio
     alone = shrink_towards_pool(own, se, math.nan, math.nan)
     assert alone.estimate == own and alone.weight_on_own == 1.0
     assert math.isnan(shrink_towards_pool(math.nan, se, predicted, spread).estimate)
+
+
+def test_cells_stated_exact_are_drawn_with_their_noise_and_pooled_as_exact():
+    """stated_exact leaves the worlds as they are (same seed, same draws) and only tells the pooling a cell's standard
+    error is 0: with no cell marked the table is the plain one; with every cell marked, the prediction no longer
+    takes the cells' noise out of the spread, so it widens."""
+    design = ([0.02] * 6, [10] * 6, list("aabcde"), 0.005)
+    plain = source_pooling_coverage(*design, source_ratios=(1.0,), benchmarks=2000, seed=3)
+    unmarked = source_pooling_coverage(*design, source_ratios=(1.0,), benchmarks=2000, seed=3,
+                                       stated_exact=[False] * 6)
+    pd.testing.assert_frame_equal(plain, unmarked)
+    marked = source_pooling_coverage(*design, source_ratios=(1.0,), benchmarks=2000, seed=3, stated_exact=[True] * 6)
+    width = {name: table[table["read"]].set_index("interval")["mean_width"] for name, table in
+             (("plain", plain), ("marked", marked))}
+    assert width["marked"]["prediction"] > width["plain"]["prediction"]

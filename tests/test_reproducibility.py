@@ -36,8 +36,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from study.environment import (c_library, cpu_model, cpu_vendor, installed_version, listing, lock_differences,
-                               locked_versions)
+from study.environment import (c_library, cpu_info, cpu_model, cpu_vendor, installed_version, listing,
+                               lock_differences, locked_versions)
 from study.results import search_dir
 from study.workers import NOT_RUN
 
@@ -289,7 +289,7 @@ def test_the_report_names_torchs_kernels_as_torch_does():
 
 def test_torch_honours_the_portable_kernels():
     """A torch that ignored ATEN_CPU_CAPABILITY would run each CPU's own kernels and move the scores between CPUs."""
-    if "avx2" not in set((open("/proc/cpuinfo").read() if Path("/proc/cpuinfo").is_file() else "").split()):
+    if "avx2" not in (cpu_info("flags") or "").split():
         pytest.skip("this CPU has no AVX2 kernels: the study's scores are compared within two images here")
     kernels = torch_kernels({**os.environ, **PORTABLE_KERNELS})
     assert kernels == "AVX2", f"torch ran its {kernels} kernels despite {PORTABLE_KERNELS}"

@@ -398,7 +398,7 @@ class SourceWorlds:
 
 def source_pooling_coverage(standard_errors, degrees_of_freedom, sources, configuration_sd: float, *,
                             source_ratios=SOURCE_RATIOS, benchmarks: int = 1000, confidence: float = 0.95,
-                            seed: int = 0) -> pd.DataFrame:
+                            seed: int = 0, stated_exact=None) -> pd.DataFrame:
     """How often the pooled intervals hold the truth in benchmarks with the real design and a data-source effect.
 
     The design is one source label and one standard error (with its df) per configuration. Per world (source sd =
@@ -410,7 +410,8 @@ def source_pooling_coverage(standard_errors, degrees_of_freedom, sources, config
     normal CI and HTS prediction), Hartung–Knapp and equal weights over configurations, one row per world, pooling
     and interval; i2_over_half is the share of benchmarks whose DerSimonian–Laird I² reached 50%. Vectorised over
     benchmarks: the same code as pool_across_sources. A prediction interval the design cannot give (NaN) counts as
-    not covering.
+    not covering. `stated_exact` (a mask over configurations) marks cells drawn with their noise but whose estimate
+    the pooling is told is exact (standard error 0), as a report does where a cell states no interval.
     """
     worlds = SourceWorlds(standard_errors, degrees_of_freedom, sources, configuration_sd, seed)
     k, n = worlds.sources, worlds.configurations
@@ -418,6 +419,8 @@ def source_pooling_coverage(standard_errors, degrees_of_freedom, sources, config
     for ratio in source_ratios:
         source_sd = float(ratio) * configuration_sd
         y, se, new = worlds.draw(source_sd, benchmarks)
+        if stated_exact is not None:
+            se = np.where(np.asarray(stated_exact, dtype=bool), 1e-12, se)
         pooled = _across_sources_rows(y, se, worlds.membership, confidence)
         bounds = {("pool_across_sources", "mean"): (pooled["low"], pooled["high"]),
                   ("pool_across_sources", "prediction"): (pooled["prediction_low"], pooled["prediction_high"]),

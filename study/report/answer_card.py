@@ -115,18 +115,18 @@ def _conditions(plateau: pd.DataFrame, compared: list[str], manifest: dict) -> s
     return f"It holds for {data} trained to convergence ({iterations} iterations)."
 
 
-def defaults_result(facts: dict) -> str:
-    """ArcFace at its defaults against Fixed AdaCos in % of its score, with its interval: what most users run
-    untuned. Empty where the study did not run it."""
+def defaults_result(facts: dict) -> tuple[str, str]:
+    """ArcFace at its defaults (its s and m) and what it scores against Fixed AdaCos in % of its score, with its
+    interval: what most users run untuned. Empty where the study did not run it."""
     row, hyperparameters = facts.get("default"), facts.get("default_hyperparameters") or {}
     if not row:
-        return ""
+        return "", ""
     reference = facts.get("reference_test_mean")
     setting = (f" (s = {hyperparameters['s']:g}, m = {hyperparameters['m']:g})"
                if {"s", "m"} <= hyperparameters.keys() else "")
     interval = ("" if fmt.missing(row.get("low")) else
                 f" [{share(row['low'], reference)}, {share(row['high'], reference)}]")
-    return f"ArcFace at its defaults{setting} scores {share(row['difference'], reference)}{interval}"
+    return f"ArcFace at its defaults{setting}", f"{share(row['difference'], reference)}{interval}"
 
 
 def _cost(facts: dict, searched: str) -> str:
@@ -134,8 +134,8 @@ def _cost(facts: dict, searched: str) -> str:
     defaults scores without any."""
     trials, seconds = facts.get("search_trials"), facts.get("search_seconds")
     splits = (facts["tuned"] or {}).get("splits")
-    defaults = defaults_result(facts)
-    untuned = f"; {defaults} here" if defaults else ""
+    defaults, scores = defaults_result(facts)
+    untuned = f"; {defaults} scores {scores} here" if defaults else ""
     if not trials:
         return f"No {searched} search finished, so its cost is not known{untuned}."
     per = f" over {splits} splits" if splits and splits > 1 else ""
@@ -169,10 +169,10 @@ def study_card(facts: dict, plateau: pd.DataFrame, manifest: dict, searched: str
             how_sure.append(("tests (Holm-corrected over the test metrics)",
                              f"equivalence p = {fmt.p_value(row['tost_p_holm'])}, difference p = "
                              f"{fmt.p_value(row['p_holm'])}"))
-    if defaults := defaults_result(facts):  # after the tuned comparison, where there is one
+    defaults, scores = defaults_result(facts)
+    if defaults:  # after the tuned comparison, where there is one
         how_sure.insert(1 if row else 0, (f"ArcFace at its defaults − Fixed AdaCos, test {metric}",
-                                          f"{fmt.signed(facts['default']['difference'])} "
-                                          f"({defaults.rsplit(' scores ', 1)[1]})"))
+                                          f"{fmt.signed(facts['default']['difference'])} ({scores})"))
     return AnswerCard(sentences, how_sure)
 
 
