@@ -551,7 +551,7 @@ def answer_section(analysis: StudyAnalysis, figures: dict) -> Section:
         over = ("class splits (each split's seeds averaged)" if "split" in runs and runs["split"].nunique() > 1
                 else "seeds")
         blocks.append(Table(absolute, f"Absolute test scores first: mean [{analysis.confidence:.0%} t interval over "
-                                      f"{over}], and the difference in % of Fixed AdaCos's score"))
+                                      f"{over}, on the logit scale], and the difference in % of Fixed AdaCos's score"))
     numbers = key_numbers(analysis)
     if len(numbers):
         blocks.append(Table(numbers, "The numbers behind the recommendation, one claim a row"))
