@@ -4,13 +4,13 @@ budget-matched control, and the variance projected to more trials per split."""
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import integrate, stats
+
+from study.statistics import expected_maximum
 
 
 def best_of_n_weights(size: int, n: int) -> np.ndarray:
@@ -156,12 +156,6 @@ class Projection:
         shrink = self.counts.sum() / (trials_per_split * self.counts.size)
         return (self.gain_variance * shrink + self.luck_variance
                 + max(later, self.between - within + later))
-
-
-@functools.cache
-def expected_maximum(n: int) -> float:
-    """E[max of n independent standard normals]."""
-    return integrate.quad(lambda x: x * n * stats.norm.pdf(x) * stats.norm.cdf(x) ** (n - 1), -np.inf, np.inf)[0]
 
 
 def seed_luck(centred: Centred, n: int) -> tuple[float, float]:

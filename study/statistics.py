@@ -12,7 +12,7 @@ import math
 import warnings
 
 import numpy as np
-from scipy import optimize, stats
+from scipy import integrate, optimize, stats
 
 
 def finite_vector(values, name: str) -> np.ndarray:
@@ -353,3 +353,16 @@ def seeds_to_show_equivalence(
         return quantiles * sd / math.sqrt(n) <= room
 
     return _smallest_n(enough, max_seeds)
+
+
+@functools.cache
+def expected_maximum(n: int) -> float:
+    """E[max of n independent standard normal draws]: 0 for n = 1, 1/√π for 2, 3/(2√π) for 3. What picking the best
+    of n by a noisy score adds, in units of that noise (the search's seed luck, the control's best of n seeds, the
+    rate val chooses)."""
+    if n < 1:
+        raise ValueError(f"expected_maximum needs at least one draw, got n = {n}")
+    if n == 1:
+        return 0.0
+    return float(integrate.quad(lambda x: x * n * stats.norm.pdf(x) * stats.norm.cdf(x) ** (n - 1),
+                                -np.inf, np.inf)[0])

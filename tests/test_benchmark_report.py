@@ -1147,3 +1147,31 @@ def test_the_convergence_table_shows_a_rise_just_over_the_rule_as_over_it():
     shown = convergence_shown(rows).iloc[0]
     assert (shown["Fixed AdaCos: rise over the second half"], shown["tuned ArcFace"]) == ("+1.04%", "+0.93%")
     assert shown["both converged (< 1%)"] == "no"
+
+
+def test_the_rate_choice_bias_is_measured_per_cell_and_bounds_the_pooled_mean_at_fresh_seeds(tmp_path):
+    """An untuned method reports the runs val chose its rate among (tuned ArcFace: fresh seeds). Each row carries the
+    bound of study.analysis.rate_selection (0 where one rate was used or the method is tuned); the pooled mean at
+    fresh seeds shifts by exactly a bias every cell shares (pooling is shift-equivariant), and the card states it."""
+    from study.analysis.rate_selection import selection_bias_bound
+
+    rows, _, _ = chosen_rate_benchmark(tmp_path)
+    shared, chosen = rows[rows["rates"] == 1], rows[rows["rates"] > 1]
+    assert (shared["selection_bias"] == 0).all() and (shared["reference_selection_bias"] == 0).all()
+    assert (chosen.loc[chosen["tuned"], "selection_bias"] == 0).all()
+    runs = pd.read_csv(tmp_path / "mnist-pairs-open-c50-lr" / "reports" / "tables" / "run_scores.csv")
+    metric = chosen["metric"].iloc[0]
+    reference = runs[runs["method"] == "fixed_adacos"]
+    assert chosen["reference_selection_bias"].iloc[0] == pytest.approx(
+        selection_bias_bound(reference, metric, 3) / reference[metric].mean())
+    biased = rows.assign(selection_bias=np.where(rows["tuned"], 0.0, 0.001), reference_selection_bias=0.004)
+    pooled = pooled_table(biased, 0.95).set_index("method")
+    for method, facts in pooled.iterrows():
+        assert facts["fresh_high_mean"] == pytest.approx(facts["mean"] + 0.004, abs=1e-12)
+        own = 0.0 if facts["tuned"] else 0.001
+        assert facts["fresh_low_mean"] == pytest.approx(facts["mean"] - own, abs=1e-12)
+    arcface = pooled.loc["arcface_tuned"].to_dict() | {"method": "arcface_tuned"}
+    said = dict(benchmark_card(arcface, [], biased).how_sure)["Fixed AdaCos's rate chosen among its own runs (a bias, "
+                                                              "bounded)"]
+    assert ("flatters it by at most 0.40% of its score on average (0.40%–0.40% by cell" in said
+            and said.endswith(f"between {pct(arcface['mean'])} and {pct(arcface['mean'] + 0.004)} on average"))

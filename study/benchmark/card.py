@@ -145,6 +145,17 @@ def exchange_rate(arcface: dict, extra: int) -> str:
     return f"Tuning pays if 1% of the score is worth more than {0.01 / price:.1f} trainings to you{at_top}"
 
 
+def selection_words(arcface: dict) -> str:
+    """The selection asymmetry beside the tuned gain: how far Fixed AdaCos's reported score is flattered by the rate
+    val chose among its own runs (tuned ArcFace is retrained at fresh seeds), and the gain at fresh seeds."""
+    share = lambda value: f"{100 * value:.2f}%"  # noqa: E731 (a bias's size, unsigned)
+    return (f"it reports the runs val chose its learning rate among, tuned ArcFace fresh seeds: that flatters it by at "
+            f"most {share(arcface['reference_selection_bias_mean'])} of its score on average "
+            f"({share(arcface['reference_selection_bias_low'])}–{share(arcface['reference_selection_bias_high'])} "
+            f"by cell; the most, reached where its rates tie on val), so at fresh seeds tuning ArcFace adds "
+            f"between {pct(arcface['mean'])} and {pct(arcface['fresh_high_mean'])} on average")
+
+
 def _how_sure(arcface: dict, rows: pd.DataFrame, margin: str, default: dict | None, design: dict | None) -> list:
     """The "how sure" rows: the tests against the margin, the sensitivity pools, what more data can settle, the
     margin and the evidence."""
@@ -157,6 +168,8 @@ def _how_sure(arcface: dict, rows: pd.DataFrame, margin: str, default: dict | No
                 ("the same on a new source, converged",
                  f"{expected} (95% prediction, {arcface['sources']} sources): {JUDGEMENT_WORDS[arcface['judgement']]}"
                  if predicts else f"not estimable yet ({fmt.plural(converged, 'converged cell')})")]
+    if math.isfinite(arcface.get("reference_selection_bias_mean", math.nan)):
+        rows_out.append(("Fixed AdaCos's rate chosen among its own runs (a bias, bounded)", selection_words(arcface)))
     if design:
         beyond, point = where_tuning_led(arcface, rows)
         rows_out.append(("cells where tuning led beyond the margin",

@@ -15,6 +15,7 @@ import pandas as pd
 from study.analysis import (REFERENCE_METHOD, TEST_PREFIX, count_or_none, differences_to_fixed_adacos,
                             expected_selected_after_n_trials, seed_luck)
 from study.analysis.convergence import PLATEAU_RISE, plateau_rise, plateau_table
+from study.analysis.rate_selection import selection_bias_bound
 from study.analysis.verdict import difference_row, recommendation_rule
 from study.benchmark.rate_edges import rate_edges
 from study.config import load_params
@@ -218,6 +219,10 @@ def cell_rows(facts: dict, directory: str | Path) -> list[dict]:
     nothing = {"top": math.nan, "bottom": math.nan, "splits": math.nan}
     rises, plateau_basis = cell_plateau(directory)
     reference = float(run_scores.loc[run_scores["method"] == REFERENCE_METHOD, metric].mean())
+    # An untuned method reports the runs val chose its rate among; a tuned one is retrained at fresh seeds: the most
+    # that choice flatters each method, in % of Fixed AdaCos's score (study.analysis.rate_selection).
+    flattered = {method: 0.0 if method.endswith("_tuned") else
+                 selection_bias_bound(own, metric, rates) / reference for method, own in run_scores.groupby("method")}
     common = {key: facts.get(key) for key in ("configuration", "tuner", "primary", "source", "protocol",
                                               "train_classes", "sampler", "repeats", "pruner", "n_trials",
                                               "longer_of", "iterations", "epochs")}
@@ -229,6 +234,7 @@ def cell_rows(facts: dict, directory: str | Path) -> list[dict]:
                   reference_rise=rises.get(REFERENCE_METHOD, math.nan),
                   **{f"reference_rate_{edge}": count for edge, count in edges.get(REFERENCE_METHOD, nothing).items()},
                   reference_converged=bool(rises.get(REFERENCE_METHOD, math.nan) < PLATEAU_RISE),
+                  reference_selection_bias=flattered.get(REFERENCE_METHOD, math.nan),
                   cell_seconds=cost["total"], cell_search_seconds=cost["search"],
                   **cell_trainings(landscape, run_scores, _number(facts.get("iterations")), rates),
                   shared_final_seconds=float(np.nansum([seconds for method, seconds in cost["finals"].items()
@@ -247,6 +253,7 @@ def cell_rows(facts: dict, directory: str | Path) -> list[dict]:
                **{key: estimate[key] for key in ("difference", "low", "high", "standard_error", "df", "se_splits",
                                                  "se_floor", "se_from", "relative", "relative_se")},
                "method_test_mean": float(run_scores.loc[run_scores["method"] == method, metric].mean()),
+               "selection_bias": flattered[method],
                "margin": _number(cell_row.get("margin")), "detectable": _number(cell_row.get("detectable")),
                "reason": reason, "outcome": OUTCOMES.get(reason, "undecided"),
                "method_rise": rises.get(method, math.nan),

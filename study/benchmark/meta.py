@@ -152,6 +152,7 @@ def pooled_method(every: pd.DataFrame, method: str, confidence: float) -> dict:
         facts.update({f"{prefix}{key}": value for key, value in pooled.items()})
     for prefix in ("", "short_"):  # beside the interval read: a new source's true effect, and the weighting's sway
         facts.update({f"{prefix}{key}": value for key, value in _beside(scopes[prefix], confidence).items()})
+    facts.update(_fresh_seed_bounds(headline, confidence))
     absolute = pooled_numbers(headline, "difference", confidence)
     facts.update({f"absolute_{key}": value for key, value in absolute.items()})
     facts["absolute_margin"] = RELATIVE_MARGIN * facts["reference_mean"]
@@ -170,6 +171,23 @@ def pooled_method(every: pd.DataFrame, method: str, confidence: float) -> dict:
     if facts["tuned"]:
         facts.update(_tuning_cost(primary, confidence))
     return facts
+
+
+def _fresh_seed_bounds(headline: pd.DataFrame, confidence: float) -> dict:
+    """The pooled mean as it would be with every method at fresh seeds, at the ends the rate choice allows: each
+    untuned method reports the runs val chose its rate among and is flattered by at most its cell's bound
+    (study.analysis.rate_selection), so the difference to Fixed AdaCos at fresh seeds lies between the cell's own
+    minus the method's bound and plus Fixed AdaCos's. Also the bounds themselves, averaged over the cells."""
+    keys = ("fresh_low_mean", "fresh_high_mean", "selection_bias_mean", "reference_selection_bias_mean",
+            "reference_selection_bias_low", "reference_selection_bias_high")
+    if headline.empty or "selection_bias" not in headline:
+        return dict.fromkeys(keys, math.nan)
+    own, reference = (headline[key].astype(float) for key in ("selection_bias", "reference_selection_bias"))
+    low = pooled_numbers(headline.assign(relative=headline["relative"].astype(float) - own), "relative", confidence)
+    high = pooled_numbers(headline.assign(relative=headline["relative"].astype(float) + reference), "relative",
+                          confidence)
+    return dict(zip(keys, (low["mean"], high["mean"], float(own.mean()), float(reference.mean()),
+                           float(reference.min()), float(reference.max()))))
 
 
 def _mean_interval(values, confidence: float) -> tuple[float, float, float]:

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from study.analysis import pool_across_sources, standard_error_from_interval
 from study.analysis.headline import headline_cells
@@ -25,6 +24,7 @@ from study.config import AnalysisConfig, price_share
 from study.report import new_figure, readable, save_figure
 from study.report.palette import method_style
 from study.report.plotting import legend_below
+from study.statistics import expected_maximum
 
 TUNED, LOSS, REFERENCE = "arcface_tuned", "arcface", "fixed_adacos"
 COLUMNS = ["n", "mean", "low", "high", "prediction_low", "prediction_high", "sources", "cells", "control_measured"]
@@ -35,11 +35,8 @@ BEYOND_SEEDS = ("normal", "flat")
 
 
 def expected_maximum_of_normals(count: int) -> np.ndarray:
-    """eₙ = E[max of n independent N(0, 1)] for n = 1…count, by quadrature of x·n·φ(x)·Φ(x)ⁿ⁻¹ (e₂ = 1/√π)."""
-    x = np.linspace(-12.0, 12.0, 48001)
-    n = np.arange(1, count + 1)[:, None]
-    density = n * stats.norm.pdf(x) * stats.norm.cdf(x) ** (n - 1)
-    return np.trapezoid(x * density, x, axis=1)
+    """eₙ = E[max of n independent N(0, 1)] for n = 1…count (e₂ = 1/√π)."""
+    return np.array([expected_maximum(n) for n in range(1, count + 1)])
 
 
 def control_curve(measured, length: int, beyond_seeds: str = "normal") -> np.ndarray:
