@@ -101,8 +101,8 @@ def methods_shown(pooled: pd.DataFrame) -> pd.DataFrame:
         "method": method_name(row.method), "needs tuning": "yes" if row.tuned else "no",
         "mean over sources [95% CI]": f"{pct(row.mean)} {pct_interval(row.low, row.high)}",
         "a new source [95% prediction]": pct_interval(row.prediction_low, row.prediction_high),
-        "mean at fresh seeds for every method (the rate choice's bounds)": f"{pct(row.fresh_low_mean)} to "
-                                                                           f"{pct(row.fresh_high_mean)}",
+        "mean at fresh seeds for every method (the rate choice's bounds)": "n/a" if fmt.missing(row.fresh_low_mean)
+        else f"{pct(row.fresh_low_mean)} to {pct(row.fresh_high_mean)}",
         f"against ±{100 * RELATIVE_MARGIN:.0f}%": row.judgement,
         "equivalent from": "n/a" if fmt.missing(row.equivalent_from) else f"±{100 * row.equivalent_from:.1f}%",
         "real images": f"{pct(row.real_mean)} {pct_interval(row.real_low, row.real_high)}",
