@@ -208,7 +208,8 @@ def test_report_opens_with_the_verdict_and_has_every_section_and_the_numbers(wri
                   if not block.lstrip().startswith(("|", "#", "!"))]
     assert max(len(block.split()) for block in paragraphs) <= 120
     headings = re.findall(r"^## (.+)$", text, flags=re.MULTILINE)
-    assert headings == ["The answer in a minute", "Verdict", "Training length and convergence", "Beside the benchmark", "What this answers", "Setup", "Tuning cost versus accuracy",
+    assert headings == ["The answer in a minute", "Verdict", "Training length and convergence", "Beside the benchmark",
+                        "Tuning cost and iterations, in the benchmark's form", "What this answers", "Setup", "Tuning cost versus accuracy",
                         "Final comparison on test", "Convergence", "Convergence claim", "Angle dynamics",
                         "The (s, m) landscape", "Reproducibility"]
     for name in FIGURES:
@@ -1124,3 +1125,26 @@ def test_variance_shares_are_flagged_as_point_estimates_and_truncations_named():
     assert "the class split 0%, the search 0%, the training seed 100%: the training seed dominates" in text
     assert "point estimates (moment estimates from 4 splits, with no interval" in text
     assert "the estimates for the class split and the search came out below zero and are shown as 0%" in text
+
+
+def test_the_study_gives_its_tuning_cost_and_iterations_in_the_benchmarks_form(written):
+    """The section's numbers recomputed by hand from the tables the report wrote beside it."""
+    _, paths, out_dir = written
+    text = paths["report.md"].read_text(encoding="utf-8")
+    section = text.split("## Tuning cost and iterations, in the benchmark's form\n", 1)[1].split("\n## ", 1)[0]
+    curves = pd.read_csv(out_dir / "tables" / "tuning_curves.csv")
+    runs = pd.read_csv(out_dir / "tables" / "run_scores.csv")
+    reference = runs.loc[runs["method"] == "fixed_adacos", f"test_{OBJECTIVE}"].mean()
+    first = {kind: curves[(curves["kind"] == kind) & (curves["n"] == 1)
+                          & (curves["method"] == ("arcface" if kind == "search" else "fixed_adacos"))].iloc[0]
+             for kind in ("search", "control")}
+    lead = (first["search"]["expected_test"] - first["control"]["expected_test"]) / reference
+    assert f"| 1 | {100 * lead:+.1f}% " in section
+    learning = pd.read_csv(out_dir / "tables" / "learning_curves.csv")
+    reached = []
+    for _, run in learning[learning["method"] == "arcface_tuned"].groupby(["split", "seed"]):
+        run = run.sort_values("iteration")
+        positive = learning.loc[learning["iteration"] > 0, "iteration"].min()
+        reached.append(max(run.loc[run["val"] >= 0.95 * run["val"].max(), "iteration"].iloc[0], positive))
+    assert f"| ArcFace tuned | 95% | {np.median(reached):,.0f} |" in section
+    assert "With its fixed scale, Fixed AdaCos reaches 95% of its own best val in" in section

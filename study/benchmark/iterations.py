@@ -13,61 +13,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from study.analysis.cell_difference import standard_error_floor
 from study.analysis.common import REFERENCE_METHOD
-from study.analysis.convergence import iterations_to_target
+from study.analysis.iteration_ratios import (COLUMNS, EQUIVALENCE_BAND, LEVELS, cell_log_ratios,  # noqa: F401
+                                             equivalence, iterations_to_own_best)
 from study.analysis.headline import headline_cells
 from study.analysis.pooling import pool_across_sources
 from study.report import method_name, method_style, new_figure, readable, save_figure
 from study.report.plotting import FIGURE_WIDTH, legend_below
 
-LEVELS = (0.95, 0.99)
-# Equivalence band on the ratio of iterations, symmetric on the log scale the pooling works on: a method needing
-# between 0.8× and 1.25× Fixed AdaCos's iterations needs "as many" (the usual bioequivalence band).
-EQUIVALENCE_BAND = (0.8, 1.25)
 CURVES_TABLE = Path("reports") / "tables" / "learning_curves.csv"
-COLUMNS = ["method", "level", "median_iterations", "ratio", "ratio_low", "ratio_high", "prediction_low",
-           "prediction_high", "sources", "cells", "equivalence", "still_improving_cells", "confidence"]
-
-
-def iterations_to_own_best(curves: pd.DataFrame, levels=LEVELS) -> pd.DataFrame:
-    """Per run of long-form learning curves (`method, split, seed, iteration, val`) and level, the first evaluated
-    iteration whose val reaches level × the run's best val. A diverged run (no finite val at its end: plateau_table's
-    rule) is left out. A run already there at iteration 0 is counted at the first positive evaluation, so that its
-    log is defined (an upper bound, coarse like every reading on the log-spaced schedule)."""
-    rows = []
-    first_positive = curves.loc[curves["iteration"] > 0, "iteration"].min()
-    for (method, split, seed), run in curves.groupby(["method", "split", "seed"], sort=False):
-        run = run.sort_values("iteration", kind="stable")
-        steps, values = run["iteration"].to_numpy(), run["val"].to_numpy(dtype=float)
-        if not np.isfinite(values[-1]) or not np.nanmax(values) > 0:
-            continue
-        for level in levels:
-            reached = iterations_to_target(steps, values, level * float(np.nanmax(values)))
-            rows.append({"method": method, "split": split, "seed": seed, "level": float(level),
-                         "iterations": float(max(reached, first_positive))})
-    return pd.DataFrame(rows, columns=["method", "split", "seed", "level", "iterations"])
-
-
-def cell_log_ratios(curves: pd.DataFrame, levels=LEVELS) -> pd.DataFrame:
-    """One cell's numbers per method and level: the median iterations over its runs, and log(method's iterations /
-    Fixed AdaCos's) paired by split and seed with standard_error_floor's standard error and df (over splits, never
-    below the seed noise); NaN log ratio for Fixed AdaCos itself or without a pair."""
-    runs = iterations_to_own_best(curves, levels)
-    rows = []
-    for (method, level), group in runs.groupby(["method", "level"], sort=False):
-        reference = runs[(runs["method"] == REFERENCE_METHOD) & (runs["level"] == level)]
-        paired = group.merge(reference, on=["split", "seed"], suffixes=("", "_reference"))
-        pooled = None
-        if method != REFERENCE_METHOD and len(paired):
-            logs = np.log(paired["iterations"]) - np.log(paired["iterations_reference"])
-            pooled = standard_error_floor(paired[["split", "seed"]].assign(difference=logs))
-        rows.append({"method": method, "level": level, "median_iterations": float(group["iterations"].median()),
-                     "log_ratio": pooled.estimate if pooled else math.nan,
-                     "standard_error": pooled.standard_error if pooled else math.nan,
-                     "df": pooled.df if pooled else math.nan, "pairs": len(paired)})
-    return pd.DataFrame(rows, columns=["method", "level", "median_iterations", "log_ratio", "standard_error", "df",
-                                       "pairs"])
 
 
 def headline_log_ratios(rows: pd.DataFrame, cells_dir: Path, levels=LEVELS) -> pd.DataFrame:
@@ -88,19 +42,6 @@ def headline_log_ratios(rows: pd.DataFrame, cells_dir: Path, levels=LEVELS) -> p
         return pd.DataFrame(columns=["method", "level", "median_iterations", "log_ratio", "standard_error", "df",
                                      "pairs", "cell", "source", "still_improving"])
     return pd.concat(tables, ignore_index=True)
-
-
-def equivalence(low: float, high: float, band=EQUIVALENCE_BAND) -> str:
-    """What a ratio's interval says against the band, as meta.judgement reads a difference against its margin:
-    'within' (inside the band), 'more' / 'fewer' (wholly beyond an edge), 'slightly more' / 'slightly fewer'
-    (excludes 1, not the band), 'undetermined' (covers 1 and reaches beyond an edge, or no interval)."""
-    if not (math.isfinite(low) and math.isfinite(high)):
-        return "undetermined"
-    if band[0] <= low and high <= band[1]:
-        return "within"
-    if low > band[1] or high < band[0]:
-        return "more" if low > band[1] else "fewer"
-    return "slightly more" if low > 1 else "slightly fewer" if high < 1 else "undetermined"
 
 
 def pooled_iterations(rows: pd.DataFrame, cells_dir: Path, confidence: float) -> pd.DataFrame:

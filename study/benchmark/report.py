@@ -30,8 +30,9 @@ from study.benchmark.meta import (RELATIVE_MARGIN, UNTUNED, best_untuned,
 from study.benchmark.card import benchmark_card, exchange_rate, extra_trainings
 from study.benchmark.learning_rate import learning_rate_sentences
 from study.benchmark.shown import (absolute_by_source, absolute_shown, cells_shown, convergence_shown, cost_shown, findings_shown,
-                                   iterations_shown, length_shown, methods_shown, moderators_shown, plateau_stop_shown,
-                                   published_shown, sources_shown, tuners_shown, tuning_cost_shown)
+                                   length_shown, methods_shown, moderators_shown, plateau_stop_shown, published_shown,
+                                   sources_shown, tuners_shown)
+from study.report.benchmark_form import iterations_shown, tuning_cost_shown
 from study.analysis.moderators import moderator_sentence, with_images_per_class
 from study.analysis.moderators import moderator_table as moderators_of
 from study.benchmark.iterations import figure_iterations, iterations_sentence, pooled_iterations

@@ -234,29 +234,6 @@ def tuners_shown(tuners: pd.DataFrame, labels: dict[str, str]) -> pd.DataFrame:
     } for row in tuners.itertuples()])
 
 
-def tuning_cost_shown(table: pd.DataFrame) -> pd.DataFrame:
-    """study.benchmark.tuning_cost.pooled_tuning_cost as the reader sees it."""
-    return pd.DataFrame([{
-        "trials per split (n)": int(row.n),
-        "search − best of n Fixed AdaCos, mean over sources [95% CI]": f"{pct(row.mean)} {pct_interval(row.low, row.high)}",
-        "a new source [95% prediction]": pct_interval(row.prediction_low, row.prediction_high),
-        "Fixed AdaCos's best of n": "measured" if row.control_measured else "extrapolated (normal seeds)",
-    } for row in table.itertuples()])
-
-
-def iterations_shown(table: pd.DataFrame) -> pd.DataFrame:
-    """study.benchmark.iterations.pooled_iterations as the reader sees it."""
-    return pd.DataFrame([{
-        "method": method_name(row.method), "reaches its own best val to": f"{row.level:.0%}",
-        "median iterations": f"{row.median_iterations:,.0f}",
-        "× Fixed AdaCos's iterations [95% CI]": "reference" if row.method == "fixed_adacos" else
-        f"{row.ratio:.2f} [{row.ratio_low:.2f}, {row.ratio_high:.2f}]",
-        "a new source": "" if row.method == "fixed_adacos" else
-        f"[{row.prediction_low:.2f}, {row.prediction_high:.2f}]",
-        "against 0.8–1.25×": row.equivalence,
-        "cells still improving": f"{row.still_improving_cells} of {row.cells}"} for row in table.itertuples()])
-
-
 def moderators_shown(table: pd.DataFrame) -> pd.DataFrame:
     """study.analysis.moderators.moderator_table as the reader sees it: slopes in % of Fixed AdaCos's score per unit
     of the moderator."""

@@ -15,61 +15,31 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from study.analysis import pool_across_sources, standard_error_from_interval
+from study.analysis import pool_across_sources
 from study.analysis.headline import headline_cells
-from study.analysis.tuning import MAX_STUDENTISED_DF, first_reaching
+from study.analysis.tuning_lead import (BEYOND_SEEDS, COLUMNS, control_curve, curves_lead,  # noqa: F401
+                                        expected_maximum_of_normals)
+from study.analysis.tuning_lead import crossings as lead_crossings
 from study.benchmark.cells import TABLES
 from study.benchmark.meta import RELATIVE_MARGIN
 from study.config import AnalysisConfig, price_share
 from study.report import new_figure, readable, save_figure
 from study.report.palette import method_style
 from study.report.plotting import legend_below
-from study.statistics import expected_maximum
 
-TUNED, LOSS, REFERENCE = "arcface_tuned", "arcface", "fixed_adacos"
-COLUMNS = ["n", "mean", "low", "high", "prediction_low", "prediction_high", "sources", "cells", "control_measured"]
-# How the control is read beyond the runs a cell trained per split (R): "normal" takes (val, test) bivariate normal
-# over seeds, so that the best of n by val is μ + ρσ·eₙ (eₙ the expected maximum of n standard normals) and the
-# measured rise c(R) − c(1) fixes ρσ; "flat" holds c(R), which can only flatter the search.
-BEYOND_SEEDS = ("normal", "flat")
+TUNED = "arcface_tuned"
 
-
-def expected_maximum_of_normals(count: int) -> np.ndarray:
-    """eₙ = E[max of n independent N(0, 1)] for n = 1…count (e₂ = 1/√π)."""
-    return np.array([expected_maximum(n) for n in range(1, count + 1)])
-
-
-def control_curve(measured, length: int, beyond_seeds: str = "normal") -> np.ndarray:
-    """The best of n Fixed AdaCos runs by val, n = 1…length: the cell's measured curve up to its R runs, beyond them
-    c(n) = c(1) + (c(R) − c(1))·eₙ/e_R ("normal", exact for bivariate-normal seed scores) or c(R) ("flat")."""
-    if beyond_seeds not in BEYOND_SEEDS:
-        raise ValueError(f"beyond_seeds must be one of {BEYOND_SEEDS}, got {beyond_seeds!r}")
-    measured = np.asarray(measured, dtype=float)
-    runs = measured.size
-    if runs >= length:
-        return measured[:length]
-    e = expected_maximum_of_normals(length)
-    rise = measured[-1] - measured[0] if beyond_seeds == "normal" and runs > 1 else 0.0
-    beyond = measured[-1] + rise * (e[runs:] - e[runs - 1]) / (e[runs - 1] if runs > 1 else 1.0)
-    return np.concatenate([measured, beyond])
 
 
 def cell_lead(directory: Path, reference_mean: float, confidence: float, beyond_seeds: str = "normal") -> pd.DataFrame:
-    """One cell's lead at n = 1…its trials per split, in a share of Fixed AdaCos's test mean, with its standard
-    error where the cell wrote a band on its search curve (the band's t on at most MAX_STUDENTISED_DF df, the
-    control's seed noise not in it) and 0 where it wrote none; and whether its control was measured at n."""
-    curves = pd.read_csv(Path(directory) / TABLES / "tuning_curves.csv")
-    search = curves[(curves["method"] == LOSS) & (curves["kind"] == "search")].sort_values("n")
-    control = curves[(curves["method"] == REFERENCE) & (curves["kind"] == "control")].sort_values("n")
-    if search.empty or control.empty:
-        raise ValueError(f"{directory}: tuning_curves.csv holds no {LOSS} search or {REFERENCE} control curve")
-    length = len(search)
-    lead = (search["expected_test"].to_numpy(float) - control_curve(control["expected_test"], length, beyond_seeds))
-    se = [standard_error_from_interval(low, high, confidence, MAX_STUDENTISED_DF)
-          for low, high in zip(search["low"].astype(float), search["high"].astype(float))]
-    return pd.DataFrame({"n": np.arange(1, length + 1), "lead": lead / reference_mean,
-                         "se": np.nan_to_num(np.asarray(se, float) / reference_mean, nan=0.0),
-                         "measured": np.arange(1, length + 1) <= len(control)})
+    """One cell's lead (curves_lead) from its tables/tuning_curves.csv."""
+    path = Path(directory) / TABLES / "tuning_curves.csv"
+    return curves_lead(pd.read_csv(path), reference_mean, confidence, beyond_seeds, str(path))
+
+
+def crossings(table: pd.DataFrame, margin: float = RELATIVE_MARGIN) -> dict:
+    """study.analysis.tuning_lead.crossings at the benchmark's margin."""
+    return lead_crossings(table, margin)
 
 
 def pooled_tuning_cost(rows: pd.DataFrame, cells_dir: Path, confidence: float,
@@ -99,21 +69,6 @@ def _pooled_at(n: int, part: pd.DataFrame, confidence: float) -> dict:
     pooled = pool_across_sources(part["lead"], part["se"], part["source"], confidence=confidence)
     return {"n": int(n), **{key: float(pooled[key]) for key in COLUMNS[1:6]}, "sources": int(pooled["sources"]),
             "cells": int(pooled["configurations"]), "control_measured": bool(part["measured"].all())}
-
-
-def _first(values: np.ndarray, target: float) -> int | None:
-    found = first_reaching(values, target)[0]
-    return int(found) if np.isfinite(found) else None
-
-
-def crossings(table: pd.DataFrame, margin: float = RELATIVE_MARGIN) -> dict:
-    """The first n where the pooled mean reaches zero and the margin, each with an interval by inverting the CI:
-    from the first n whose upper bound reaches it to the first whose lower bound does (None: not within N)."""
-    facts = {"trials": int(table["n"].max()) if len(table) else 0, "margin_value": float(margin)}
-    for name, target in (("zero", 0.0), ("margin", float(margin))):
-        facts[name] = {key: _first(table[column].to_numpy(float), target) if len(table) else None
-                       for key, column in (("n", "mean"), ("low", "high"), ("high", "low"))}
-    return facts
 
 
 def _percent(value: float) -> str:

@@ -10,13 +10,14 @@ import pandas as pd
 
 from study.analysis import (ABSOLUTE_METRICS, REFERENCE_METHOD, TEST_PREFIX, StudyAnalysis, absolute_scores,
                             count_or_none)
-from study.config import StudyParams
+from study.config import METRIC_KIND, StudyParams
 from study.published import ADACOS_PAPER_CROSSOVER_ITERATIONS, published_setup
 import study.report.formats as fmt
 from study.report.document import Bullets, Section, Table
 from study.report.formats import loss_name, method_name, metric_name, trials_interval
 from study.report.reproduction import reproduction_section
 from study.report.answer_card import STATISTICS_TERMS, card_section, share, train_next
+from study.report.benchmark_form import benchmark_form_section
 from study.report.beside import BENCHMARK_NUMBERS, benchmark_section, beside_benchmark
 from study.report.verdict import (STATISTICS_OPENING, break_even_intervals, detectable_words, interval_notes,
                                   key_numbers, overtaking_sentence, verdict_sentences)
@@ -185,9 +186,7 @@ def _difference_cell(row) -> str:
     if fmt.missing(row["difference"]):
         return "n/a (no finished runs)"
     cell = f"{fmt.signed(row['difference'])} {fmt.interval(row['low'], row['high'])}"
-    if row["significant"]:
-        return cell
-    return cell + (" (equivalent)" if row["equivalent"] else " (n.s.)")
+    return cell if row["significant"] else cell + (" (equivalent)" if row["equivalent"] else " (n.s.)")
 
 
 def absolute_shown(run_scores: pd.DataFrame, methods: list[str], confidence: float, objective: str) -> pd.DataFrame:
@@ -586,6 +585,7 @@ def report_sections(analysis: StudyAnalysis, params: StudyParams, manifest: dict
         card_section(analysis, manifest), answer_section(analysis, figures),  # the answer first, whole
         training_length_section(analysis, figures),
         benchmark_section(beside_benchmark(analysis, benchmark_numbers)),
+        benchmark_form_section(analysis, params.analysis.score_share(METRIC_KIND[analysis.objective])),
         Section("What this answers", [answers]),
         setup_section(analysis, params, manifest),
         tuning_section(analysis, figures_after_answer),
