@@ -4,6 +4,7 @@ search.stop_early, whose rounds stop where the advice replayed on the storage sa
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -180,3 +181,19 @@ def test_stop_early_refuses_a_design_it_cannot_judge():
         StudyParams.from_dict(values)
     with pytest.raises(ValueError, match="search.n_trials: must be at least 2"):
         StudyParams.from_dict({"search": {"stop_early": "flat", "n_trials": 1}})
+
+
+@pytest.mark.slow
+def test_ad8b_the_storage_after_a_params_change_is_refused_naming_what_changed(tiny_study, tmp_path, monkeypatch):
+    """`study advise --from storage` after params.yaml changed: the storage's studies hold trials of the old
+    settings, so the advice refuses them in one line naming the study and the fix; nothing is written."""
+    study = tmp_path / "study"
+    shutil.copytree(tiny_study, study)
+    params = study / "params.yaml"
+    params.write_text(params.read_text().replace("  lr: 0.01\n", "  lr: 0.02\n", 1))
+    done = run(study, "study.cli", "advise", "--from", "storage", "--prior", "none", "--json", "advice.json",
+               check=False)
+    assert done.returncode == 2 and done.stdout == ""
+    line = done.stderr.strip().splitlines()[-1]
+    assert "params.yaml changed since the study ran" in line and "arcface" in line, done.stderr
+    assert not (study / "advice.json").exists()
