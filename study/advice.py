@@ -56,9 +56,11 @@ __all__ = ["AdviceError", "NotYetJudged", "Centred", "centre_arrays", "differenc
 
 EVIDENCE_COLUMNS = ("split", "val", "test", "seconds")
 GAIN_TRIALS = (5, 10, 20)
-# Below these no variance can be estimated: two trials a split for the jackknife, two Fixed AdaCos runs for seed noise.
+# Below these no variance can be estimated: two trials a split for the jackknife, two Fixed AdaCos runs on one split
+# for seed noise, and three in all for the delete-one jackknife of the control's seed luck (seed_luck).
 MIN_ROUND = 2
 MIN_REFERENCE_RUNS = 2
+MIN_LUCK_RUNS = 3
 DECISIONS = {
     "tuning_pays": "stop: tuning pays",
     "equivalent": "stop: equivalent within the margin",
@@ -498,13 +500,14 @@ def advise(evidence: Evidence, margin: float, prior: Prior, alpha: float = 0.05,
     if without_runs:
         raise NotYetJudged(f"no Fixed AdaCos run on split(s) {without_runs} yet: run the study further (`dvc repro` "
                            f"or `study worker`) and ask again")
-    if round_ < MIN_ROUND or len(reference) < MIN_REFERENCE_RUNS + len(evidence.splits) - 1:
+    if round_ < MIN_ROUND or len(reference) < max(MIN_REFERENCE_RUNS + len(evidence.splits) - 1, MIN_LUCK_RUNS):
         counts = evidence.trials.groupby("split").size().to_dict()
         raise NotYetJudged(
             f"too little evidence to judge: every split needs {MIN_ROUND} finished ArcFace trials (have "
             f"{ {split: counts.get(split, 0) for split in evidence.splits} }) and Fixed AdaCos runs, {MIN_REFERENCE_RUNS} "
-            f"on one split at least (have {len(reference)}); run the study further (`dvc repro` or `study worker`) "
-            f"and ask again")
+            f"on one split and {MIN_LUCK_RUNS} in all at least (have {len(reference)}); run the study further "
+            f"(`dvc repro` or `study worker`) and ask again, or, where its runs have all finished, add seeds to "
+            f"runs.seeds")
     centred, level = centre(trials, reference), alpha / evidence.budget  # each side, at each of the budget's looks
     judged = judge(centred, evidence.budget, round_ >= evidence.budget, margin, prior, level, futility, price,
                    value_stop)
@@ -535,7 +538,7 @@ class AdviceCallback:
     def __init__(self, reference: list[tuple[float, float]], budget: int, objective: str, margin: float = 0.02,
                  prior: Prior | None = None, test_attr: str = "test", stop: bool = True, alpha: float = 0.05,
                  price_per_training: float = DEFAULT_PRICE):
-        pairs = check_reference_pairs(reference, MIN_REFERENCE_RUNS)
+        pairs = check_reference_pairs(reference, MIN_LUCK_RUNS)
         self.reference = pd.DataFrame([{"split": 0, "val": val, "test": test, "seconds": math.nan}
                                        for val, test in pairs], columns=EVIDENCE_COLUMNS)
         self.budget, self.objective = budget, objective

@@ -34,7 +34,8 @@ def one_line(error: pytest.ExceptionInfo) -> str:
     ("CB7: a negative margin", {"reference": REFERENCE, "margin": -0.02}, "margin is -0.02"),
     ("CB10: alpha 0", {"reference": REFERENCE, "alpha": 0}, "alpha is 0"),
     ("CB11: alpha 1.5", {"reference": REFERENCE, "alpha": 1.5}, "alpha is 1.5"),
-    ("CB15: the reference in percent", {"reference": [(50.0, 48.0), (52.0, 50.0)]}, "look like percent"),
+    ("CB15: the reference in percent", {"reference": [(50.0, 48.0), (52.0, 50.0), (51.0, 49.0)]}, "look like percent"),
+    ("two runs, too few for the control's seed luck", {"reference": REFERENCE[:2]}, "needs at least 3"),
 ])
 def test_the_callbacks_arguments_are_refused_naming_the_argument_and_the_fix(case, arguments, said):
     with pytest.raises(AdviceError) as error:
@@ -144,3 +145,17 @@ def test_a_damaged_prior_is_named_with_the_fix(tmp_path, case, damage, said):
         read_prior_table(path, "map_at_r")
     message = one_line(error)
     assert said in message and str(path) in message and "--prior none" in message, message
+
+
+def test_one_split_with_two_fixed_adacos_runs_is_not_judged_and_names_runs_seeds():
+    """Two runs leave the control's seed luck without a variance (its jackknife needs three): a one-split study
+    with two Fixed AdaCos runs once crashed in a root finder ("The function value at x=nan is NaN")."""
+    from study.advice import Evidence, NotYetJudged, Prior, advise
+
+    trials = pd.DataFrame({"split": 0, "val": [0.80, 0.82, 0.84, 0.83], "test": [0.81, 0.80, 0.85, 0.82],
+                           "seconds": 1.0})
+    reference = pd.DataFrame({"split": 0, "val": [0.90, 0.87], "test": [0.93, 0.89], "seconds": 1.0})
+    with pytest.raises(NotYetJudged) as error:
+        advise(Evidence(trials, reference, (0,), 4, "accuracy"), 0.02, Prior.flat("accuracy"))
+    message = one_line(error)
+    assert "3 in all at least (have 2)" in message and "add seeds to runs.seeds" in message

@@ -35,18 +35,18 @@ def run(root, *arguments, check=True):
     return done
 
 
-def digits_study(root, **search):
-    """A digits study of two class splits, four ArcFace trials and two Fixed AdaCos runs each (`search`: more keys),
-    its params written and its splits prepared."""
+def digits_study(root, seeds=(0, 1), runs=(0, 1), **search):
+    """A digits study of two class splits (`seeds`), four ArcFace trials and two Fixed AdaCos runs each (`runs`: their
+    seeds; `search`: more keys), its params written and its splits prepared."""
     copy_study(root)
     params = StudyParams.from_dict({
-        "data": {"dataset": "digits", "protocol": "closed", "fractions": list(SPLIT), "seeds": [0, 1]},
+        "data": {"dataset": "digits", "protocol": "closed", "fractions": list(SPLIT), "seeds": list(seeds)},
         "model": {"name": "mlp", "embedding_size": 16},
         "train": {"epochs": 1, "batch_size": 128, "eval_every": 5, "device": "cpu", "lr": 0.01,
                   "objective": "accuracy", "threads": 1, "parallel": 1},
-        "search": {"n_trials": 4, **search}, "runs": {"seeds": [0, 1], "methods": ["fixed_adacos"]}})
+        "search": {"n_trials": 4, **search}, "runs": {"seeds": list(runs), "methods": ["fixed_adacos"]}})
     write_params(params, root / "params.yaml", "test")
-    for seed in (0, 1):
+    for seed in seeds:
         sets = split_dataset(load_dataset("digits"), "closed", SPLIT, seed=seed)
         save_splits(sets, root / prepared_dir(seed), source="digits", protocol="closed", seed=seed, fractions=SPLIT)
     return root
@@ -134,7 +134,7 @@ def test_the_callback_stops_a_search_once_tuning_pays():
 
 def test_the_callback_says_what_is_missing_before_it_can_judge_and_refuses_unrecorded_test_scores():
     study = optuna.create_study(direction="maximize")
-    callback = AdviceCallback([(0.5, 0.5), (0.5, 0.5)], budget=10, objective="toy")
+    callback = AdviceCallback([(0.5, 0.5), (0.5, 0.5), (0.5, 0.5)], budget=10, objective="toy")
     study.optimize(lambda trial: trial.set_user_attr("test", 0.5) or 0.5, n_trials=1, callbacks=[callback])
     assert study.user_attrs["advice"]["decision"] == "run_more" and "2 finished" in study.user_attrs["advice"]["says"]
     with pytest.raises(AdviceError, match="set_user_attr"):
@@ -197,3 +197,32 @@ def test_ad8b_the_storage_after_a_params_change_is_refused_naming_what_changed(t
     line = done.stderr.strip().splitlines()[-1]
     assert "params.yaml changed since the study ran" in line and "arcface" in line, done.stderr
     assert not (study / "advice.json").exists()
+
+
+@pytest.mark.slow
+def test_the_callback_gives_the_commands_decision_on_the_same_trials(tmp_path):
+    """One class split searched and its Fixed AdaCos runs trained by the stages; `study advise` reads them from the
+    storage, and the callback of a user's own study holding the same trials (val as the value, test as the user
+    attribute) with the same reference runs, margin, price and prior says the same, with the same interval."""
+    root = digits_study(tmp_path, seeds=(0,), runs=(0, 1, 2))
+    run(root, "stages.search", "--loss", "arcface")
+    run(root, "stages.runs", "--method", "fixed_adacos")
+    run(root, "study.cli", "advise", "--from", "storage", "--prior", "none", "--json", "advice.json")
+    command = json.loads((root / "advice.json").read_text())
+    params = load_params(str(root / "params.yaml"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(root)
+        evidence, _ = study_evidence(params, open_storage(params.search, JOURNAL))
+    own = optuna.create_study(direction="maximize")
+    for row in evidence.trials.itertuples():
+        own.add_trial(optuna.trial.create_trial(value=row.val, user_attrs={"test": row.test}))
+    callback = AdviceCallback(list(zip(evidence.reference["val"], evidence.reference["test"])),
+                              budget=params.search.n_trials, objective=params.train.objective,
+                              margin=command["margin"], prior=Prior.flat(params.train.objective), stop=False,
+                              price_per_training=evidence.price)
+    callback(own, own.trials[-1])
+    said = own.user_attrs["advice"]
+    assert len(evidence.trials) == params.search.n_trials and len(evidence.reference) == 3
+    assert said["decision"] == command["decision"] and said["choice"] == command["choice"]
+    for key in ("difference", "low", "high"):
+        assert said[key] == pytest.approx(command[key], rel=1e-9, abs=1e-12)
