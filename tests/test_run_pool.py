@@ -3,6 +3,8 @@
 import os
 from pathlib import Path
 
+import pytest
+
 from study.benchmark.run_pool import train_missing_runs
 
 
@@ -22,3 +24,20 @@ def test_only_the_missing_runs_train_each_in_another_process(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("1 of 3 runs done; training 2 with 2 process(es)")
     assert sorted(line.split("] ")[1].split(" in ")[0] for line in out.splitlines()[1:]) == ["b", "c"]
+
+
+def fail_on_b(folder: str, name: str) -> str:
+    """A stand-in that fails for run "b" as a run whose data is missing would."""
+    if name == "b":
+        raise FileNotFoundError("the emoji font is missing: install fonts-noto-color-emoji")
+    return write_marker(folder, name)
+
+
+def test_a_failing_run_is_named_and_stops_no_other_run(tmp_path, capsys):
+    runs = [(str(tmp_path), name) for name in ("a", "b", "c")]
+    with pytest.raises(RuntimeError, match="1 of 3 runs failed") as error:
+        train_missing_runs(fail_on_b, runs, lambda run: (Path(run[0]) / f"{run[1]}.done").exists(), workers=1)
+    assert "run the same command again" in str(error.value)
+    assert (tmp_path / "a.done").exists() and (tmp_path / "c.done").exists() and not (tmp_path / "b.done").exists()
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "FileNotFoundError: the emoji font is missing" in out
