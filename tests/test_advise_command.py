@@ -191,12 +191,12 @@ def test_ad8b_the_storage_after_a_params_change_is_refused_naming_what_changed(t
     shutil.copytree(tiny_study, study)
     params = study / "params.yaml"
     params.write_text(params.read_text().replace("  lr: 0.01\n", "  lr: 0.02\n", 1))
-    done = run(study, "study.cli", "advise", "--from", "storage", "--prior", "none", "--json", "advice.json",
+    done = run(study, "study.cli", "advise", "--from", "storage", "--prior", "none", "--json", "refused.json",
                check=False)
     assert done.returncode == 2 and done.stdout == ""
     line = done.stderr.strip().splitlines()[-1]
     assert "params.yaml changed since the study ran" in line and "arcface" in line, done.stderr
-    assert not (study / "advice.json").exists()
+    assert not (study / "refused.json").exists()
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -100,3 +101,12 @@ def test_the_report_stage_starts_without_torch(tmp_path):
         done = subprocess.run([sys.executable, "-c", command + "sys.exit('torch' in sys.modules)"], cwd=tmp_path,
                               env=environment)
         assert done.returncode == imports_torch, command
+
+
+def test_the_hostile_cases_page_names_only_tests_that_exist():
+    """docs/hostile_cases.md points a reader at the test holding each case: every test it names is defined."""
+    text = (REPO / "docs" / "hostile_cases.md").read_text(encoding="utf-8")
+    defined = {name for path in (REPO / "tests").glob("test_*.py")
+               for name in re.findall(r"^def (test_\w+)", path.read_text(encoding="utf-8"), flags=re.MULTILINE)}
+    named = set(re.findall(r"`(?:\w+\.py::)?(test_\w+?)(?:\[[^`]*\])?`", text))
+    assert named and sorted(named - defined) == []
