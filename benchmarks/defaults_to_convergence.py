@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 from study.analysis import differences_to_fixed_adacos  # noqa: E402
 from study.analysis.convergence import PLATEAU_RISE, plateau_table  # noqa: E402
 from study.analysis.headline import headline_cells  # noqa: E402
-from study.benchmark.run_pool import train_missing_runs  # noqa: E402
+from study.benchmark.run_pool import run_summary, train_as_the_cell, train_missing_runs  # noqa: E402
 from study.config import load_params  # noqa: E402
 from study.results import write_bytes  # noqa: E402
 
@@ -100,30 +100,12 @@ def train_one(cells_dir: Path, out: Path, cell: str, method: str, factor: int, s
               seed: int) -> str:
     """Train one run as the cell's runs stage trains it, at `rate` and `factor` × its epochs; write its summary and
     learning curve (a whole file, last)."""
-    import torch
-
-    from study.sources import load_dataset
-    from study.splits import class_split
-    from study.training import train
-
-    torch.set_num_threads(1)
-    params = load_params(str(cells_dir / cell / "params.yaml"))
-    loss, values = params.runs.hyperparameters(method)
+    params, result = train_as_the_cell(cells_dir, cell, method, split, rate, seed, epochs_factor=factor)
     objective = params.train.objective
-    sets = class_split(load_dataset(params.data.dataset, cache_dir=params.data.cache_dir), params.data, split)
-    config = params.at_learning_rate(rate).train.replace(seed=seed, threads=1, epochs=params.train.epochs * factor)
-    result = train(sets, loss_name=loss, hyperparameters=values, model_config=params.model, config=config,
-                   image_size=params.data.image_size, curve_splits=("test",), progress=False)
-    completed = result.status == "completed"
     curve = [{"iteration": int(point["iteration"]), "val": float(point.get(objective, math.nan)),
               "test": float(point.get(f"test_{objective}", math.nan))} for point in result.history]
     summary = {"configuration": cell, "method": method, "factor": factor, "split": split, "lr": rate, "seed": seed,
-               "status": result.status, "iterations": result.iterations,
-               "selected_iteration": result.selected_iteration, "seconds": result.seconds,
-               "val_score": result.final.get(objective, math.nan) if completed else math.nan,
-               **{key: (value if completed else math.nan) for key, value in result.final.items()
-                  if key.startswith("test_")},
-               "curve": curve}
+               **run_summary(result, objective), "curve": curve}
     write_bytes((json.dumps(summary, indent=1) + "\n").encode(), run_path(out, cell, method, factor, split, seed))
     return (f"{cell} {method} ×{factor} split {split} seed {seed} at {rate:g}: {result.status}, val "
             f"{summary['val_score']:.4f} at iteration {result.selected_iteration} of {result.iterations}, "

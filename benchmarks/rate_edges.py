@@ -35,7 +35,7 @@ from study.benchmark.card import pct, pct_interval  # noqa: E402
 from study.benchmark.meta import headline_with_differences  # noqa: E402
 from study.analysis import differences_to_fixed_adacos  # noqa: E402
 from study.benchmark.rate_edges import beyond_edges, rechoose  # noqa: E402
-from study.benchmark.run_pool import train_missing_runs  # noqa: E402
+from study.benchmark.run_pool import run_summary, train_as_the_cell, train_missing_runs  # noqa: E402
 from study.config import load_params  # noqa: E402
 from study.report.formats import method_name  # noqa: E402
 from study.results import write_bytes  # noqa: E402
@@ -76,30 +76,13 @@ def run_path(out: Path, cell: str, method: str, split: int, rate: float, seed: i
 
 def train_one(cells_dir: Path, out: Path, cell: str, method: str, split: int, rate: float, seed: int) -> str:
     """Train one run as the cell's runs stage trains it, at `rate`; write its summary (a whole file, last)."""
-    import torch
-
     from study.analysis.convergence import plateau_rise
-    from study.sources import load_dataset
-    from study.splits import class_split
-    from study.training import train
 
-    torch.set_num_threads(1)
-    params = load_params(str(cells_dir / cell / "params.yaml"))
-    loss, values = params.runs.hyperparameters(method)
+    params, result = train_as_the_cell(cells_dir, cell, method, split, rate, seed)
     objective = params.train.objective
-    sets = class_split(load_dataset(params.data.dataset, cache_dir=params.data.cache_dir), params.data, split)
-    result = train(sets, loss_name=loss, hyperparameters=values, model_config=params.model,
-                   config=params.at_learning_rate(rate).train.replace(seed=seed, threads=1),
-                   image_size=params.data.image_size, curve_splits=("test",), progress=False)
     history = pd.DataFrame(result.history)
-    completed = result.status == "completed"
     summary = {"configuration": cell, "method": method, "split": split, "lr": rate, "seed": seed,
-               "status": result.status, "iterations": result.iterations,
-               "selected_iteration": result.selected_iteration, "seconds": result.seconds,
-               "val_score": result.final.get(objective, math.nan) if completed else math.nan,
-               # a diverged run keeps no checkpoint in the cells, so it has no test score here either
-               **{key: (value if completed else math.nan) for key, value in result.final.items()
-                  if key.startswith("test_")},
+               **run_summary(result, objective),
                "plateau_rise": plateau_rise(history["iteration"], history[objective])}
     write_bytes((json.dumps(summary, indent=1) + "\n").encode(), run_path(out, cell, method, split, rate, seed))
     return (f"{cell} {method} split {split} seed {seed} at {rate:g}: {result.status}, val {summary['val_score']:.4f} "

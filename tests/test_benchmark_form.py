@@ -89,7 +89,7 @@ def test_the_study_form_reads_as_the_benchmarks_tables_and_says_what_they_show()
     assert "a new source [95% prediction]" not in shown.columns
     assert shown.iloc[0, 1] == "+2.0% [-2.0%, +8.0%]" and shown.iloc[5, 1].endswith("[n/a]")
     sentence = study_tuning_sentence(table, 0.02)
-    assert "reaches zero at n = 1 [1, not shown within 6]" in sentence and "Beyond n = 2 Fixed AdaCos's best of n is extrapolated" \
+    assert "crosses zero at n = 1 [1, not shown within 6] trials" in sentence and "Beyond n = 2 Fixed AdaCos's best of n is extrapolated" \
         in sentence
     iterations = study_iterations(_curves(), {"arcface_tuned": True}, 0.95)
     assert "still improving" in iterations_shown(iterations, pooled=False).columns

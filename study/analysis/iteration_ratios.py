@@ -48,11 +48,11 @@ def iterations_to_own_best(curves: pd.DataFrame, levels=LEVELS) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["method", "split", "seed", "level", "iterations", "previous"])
 
 
-def cell_log_ratios(curves: pd.DataFrame, levels=LEVELS) -> pd.DataFrame:
+def cell_log_ratios(curves: pd.DataFrame, levels=LEVELS, runs: pd.DataFrame | None = None) -> pd.DataFrame:
     """One cell's numbers per method and level: the median iterations over its runs, and log(method's iterations /
     Fixed AdaCos's) paired by split and seed with standard_error_floor's standard error and df (over splits, never
     below the seed noise); NaN log ratio for Fixed AdaCos itself or without a pair."""
-    runs = iterations_to_own_best(curves, levels)
+    runs = iterations_to_own_best(curves, levels) if runs is None else runs  # `runs`: already counted
     rows = []
     for (method, level), group in runs.groupby(["method", "level"], sort=False):
         reference = runs[(runs["method"] == REFERENCE_METHOD) & (runs["level"] == level)]
@@ -92,7 +92,7 @@ def study_iterations(curves: pd.DataFrame, still_improving: dict[str, bool], con
     plateau rule found it still improving (counted as the study's one cell)."""
     runs = iterations_to_own_best(curves, levels)
     rows = []
-    for row in cell_log_ratios(curves, levels).itertuples():
+    for row in cell_log_ratios(curves, levels, runs).itertuples():
         low = high = math.nan
         if row.method != REFERENCE_METHOD:
             own = runs[(runs["method"] == row.method) & (runs["level"] == row.level)]

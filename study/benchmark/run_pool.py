@@ -4,6 +4,7 @@ and the next call trains only what is missing."""
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import time
 from collections.abc import Callable, Sequence
@@ -33,3 +34,36 @@ def train_missing_runs(train_one: Callable[..., str], runs: Sequence[tuple], is_
         raise RuntimeError(f"{len(failed)} of {len(missing)} runs failed (each named above, first {failed[0]}); the "
                            "others are written: fix the cause and run the same command again, it trains only what is "
                            "missing")
+
+
+def train_as_the_cell(cells_dir, cell: str, method: str, split: int, rate: float, seed: int,
+                      epochs_factor: int = 1) -> tuple:
+    """One run trained as a benchmark cell's runs stage trains it (its params, data, class split, schedule and
+    checkpoint rule) at learning rate `rate`, seed `seed` and `epochs_factor` × its epochs, on one thread, with the
+    test objective scored at every evaluation: (the cell's params, the run's result)."""
+    import torch
+
+    from study.config import load_params
+    from study.sources import load_dataset
+    from study.splits import class_split
+    from study.training import train
+
+    torch.set_num_threads(1)
+    params = load_params(str(cells_dir / cell / "params.yaml"))
+    loss, values = params.runs.hyperparameters(method)
+    sets = class_split(load_dataset(params.data.dataset, cache_dir=params.data.cache_dir), params.data, split)
+    config = params.at_learning_rate(rate).train.replace(seed=seed, threads=1,
+                                                         epochs=params.train.epochs * epochs_factor)
+    result = train(sets, loss_name=loss, hyperparameters=values, model_config=params.model, config=config,
+                   image_size=params.data.image_size, curve_splits=("test",), progress=False)
+    return params, result
+
+
+def run_summary(result, objective: str) -> dict:
+    """A trained run as a check records it: status, length, the iteration val selected, seconds, and its val and test
+    scores there (NaN for a run that did not complete: the cells keep no checkpoint of a diverged run)."""
+    completed = result.status == "completed"
+    return {"status": result.status, "iterations": result.iterations, "selected_iteration": result.selected_iteration,
+            "seconds": result.seconds, "val_score": result.final.get(objective, math.nan) if completed else math.nan,
+            **{key: (value if completed else math.nan) for key, value in result.final.items()
+               if key.startswith("test_")}}

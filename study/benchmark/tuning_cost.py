@@ -24,6 +24,7 @@ from study.benchmark.cells import TABLES
 from study.benchmark.meta import RELATIVE_MARGIN
 from study.config import AnalysisConfig, price_share
 from study.report import new_figure, readable, save_figure
+from study.report.benchmark_form import crossing_text
 from study.report.palette import method_style
 from study.report.plotting import legend_below
 
@@ -75,14 +76,6 @@ def _percent(value: float) -> str:
     return "n/a" if not math.isfinite(value) else f"{100 * value:+.1f}%"
 
 
-def _crossing_text(what: str, facts: dict, trials: int) -> str:
-    if facts["n"] is None:
-        reach = f" (its CI allows it from n = {facts['low']})" if facts["low"] is not None else ""
-        return f"never reaches {what} within {trials} trials{reach}"
-    upper = facts["high"] if facts["high"] is not None else f"not shown within {trials}"
-    return f"crosses {what} at n = {facts['n']} [{facts['low']}, {upper}] trials"
-
-
 def tuning_cost_sentences(table: pd.DataFrame, crossings: dict) -> list[str]:
     """Two sentences, every number from `table` and `crossings`: where the pooled lead crosses zero and the margin,
     and what it is at the last n with the new-source prediction beside it."""
@@ -92,8 +85,8 @@ def tuning_cost_sentences(table: pd.DataFrame, crossings: dict) -> list[str]:
     extrapolated = "" if bool(table["control_measured"].all()) else (
         f"; beyond n = {int(table.loc[table['control_measured'], 'n'].max())} the control is extrapolated "
         f"({table.attrs.get('beyond_seeds', 'normal')} seed scores)")
-    zero = _crossing_text("zero", crossings["zero"], trials)
-    margin = _crossing_text(f"the {_percent(crossings['margin_value'])} margin", crossings["margin"], trials)
+    zero = crossing_text("zero", crossings["zero"], trials)
+    margin = crossing_text(f"the {_percent(crossings['margin_value'])} margin", crossings["margin"], trials)
     first = (f"Pooled over {int(last['sources'])} sources ({int(last['cells'])} cells), the search's expected lead "
              f"over as many Fixed AdaCos trainings (the best by val) {zero} and {margin}.")
     second = (f"At n = {int(last['n'])} it is {_percent(last['mean'])} of Fixed AdaCos's score "

@@ -58,12 +58,14 @@ def iterations_shown(table: pd.DataFrame, pooled: bool = True) -> pd.DataFrame:
     } for row in table.itertuples()])
 
 
-def _crossing(what: str, facts: dict, trials: int) -> str:
+def crossing_text(what: str, facts: dict, trials: int) -> str:
+    """Where a lead crosses `what` (study.analysis.tuning_lead.crossings' facts), with the interval its band gives,
+    in words: 'crosses zero at n = 3 [2, 5] trials', or 'never reaches zero within 10 trials'."""
     if facts["n"] is None:
-        allowed = f" (its interval allows it from n = {facts['low']})" if facts["low"] is not None else ""
-        return f"never reaches {what} within {trials} trials{allowed}"
+        reach = f" (its CI allows it from n = {facts['low']})" if facts["low"] is not None else ""
+        return f"never reaches {what} within {trials} trials{reach}"
     upper = facts["high"] if facts["high"] is not None else f"not shown within {trials}"
-    return f"reaches {what} at n = {facts['n']} [{facts['low']}, {upper}]"
+    return f"crosses {what} at n = {facts['n']} [{facts['low']}, {upper}] trials"
 
 
 def study_tuning_sentence(table: pd.DataFrame, margin: float) -> str:
@@ -78,8 +80,8 @@ def study_tuning_sentence(table: pd.DataFrame, margin: float) -> str:
     beyond = (f" Beyond n = {int(measured.max())} Fixed AdaCos's best of n is extrapolated from its seeds (normal "
               "seed scores)." if len(measured) < len(table) and len(measured) else "")
     return (f"Here the search's expected lead over as many Fixed AdaCos trainings (the best by val) "
-            f"{_crossing('zero', found['zero'], found['trials'])} and "
-            f"{_crossing(margin_words, found['margin'], found['trials'])}; at n = {int(last['n'])} it is "
+            f"{crossing_text('zero', found['zero'], found['trials'])} and "
+            f"{crossing_text(margin_words, found['margin'], found['trials'])}; at n = {int(last['n'])} it is "
             f"{_percent(last['mean'])} of Fixed AdaCos's score{interval}.{beyond}")
 
 
