@@ -17,12 +17,12 @@ from study import __version__
 def _known_names() -> str:
     from study.losses import LOSSES
     from study.models import model_names
-    from study.sources import DATASETS
+    from study.sources import SOURCES
 
     return (
         f"losses:   {', '.join(LOSSES)}\n"
         f"models:   {', '.join(model_names())}, timm/<model_name>\n"
-        f"datasets: {', '.join(DATASETS)} (prefixed ones take a path or name, e.g. idx:/usr/share/datasets/fashion-mnist)"
+        f"datasets: {', '.join(source.usage for source in SOURCES.values())}"
     )
 
 

@@ -53,7 +53,7 @@ def _spec_not_a_mapping(value: Any) -> Any:
     return value
 
 
-# A dataset spec, `<name>[:<argument>]` (study/sources' DATASETS).
+# A dataset spec, `<name>[:<argument>]` (study/sources' SOURCES).
 DatasetSpec = Annotated[Text, BeforeValidator(_spec_not_a_mapping)]
 
 

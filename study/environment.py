@@ -1,8 +1,10 @@
-"""The environment a study runs in, compared with the lock that pins it (constraints.txt at the repository root)."""
+"""The environment a study runs in: its packages, compared with the lock that pins them (constraints.txt at the
+repository root), and the machine (CPU, C library, memory)."""
 
 from __future__ import annotations
 
 import functools
+import math
 import os
 import platform
 from importlib import metadata
@@ -103,3 +105,23 @@ def kernel_capability() -> str:
 def machine_summary() -> str:
     """The CPU, torch's kernels and the C library: what moves a CPU study's last digits between machines."""
     return f"{cpu_model()} ({cpu_vendor()}), torch kernels {kernel_capability()}, {c_library()}"
+
+
+def machine_memory() -> int | None:
+    """Bytes of this machine's memory, within a container's limit; None where unknown."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+    except OSError:
+        return memory
+    return min(memory, int(limit)) if limit.isdigit() else memory
+
+
+def readable_bytes(count: float) -> str:
+    """A byte count as people say it: 3.2 GB, 640.0 TB."""
+    units = ("bytes", "KB", "MB", "GB", "TB")
+    power = min(int(math.log10(max(count, 1)) // 3), len(units) - 1)
+    return f"{count / 1000 ** power:,.1f} {units[power]}"

@@ -10,7 +10,6 @@ study will cost, refused beyond a documented bound unless STUDY_ALLOW_LARGE=1.
 from __future__ import annotations
 
 import inspect
-import math
 import os
 import sys
 import time
@@ -25,18 +24,11 @@ from PIL import Image
 
 from study.config import ConfigError, DataConfig, StudyParams, TrainConfig, load_params
 from study.database_url import SECRET_REFUSED, purge_advice
+from study.environment import machine_memory, readable_bytes
 from study.metrics import verification_metrics
 from study.results import JOURNAL
 from study.models import check_model
-from study.sources import DEFAULT_CACHE_DIR, ImageSet, load_dataset
-from study.sources.composed import composed_labels, parse_composed_spec
-from study.sources.digits import mnist5k_labels
-from study.sources.emoji import check_emoji_classes, emoji_labels, parse_emoji_spec
-from study.sources.glyphs import check_glyph_classes, max_glyph_classes, parse_glyph_spec
-from study.sources.idx import idx_labels
-from study.sources.spec import GeneratedSpec
-from study.sources.strokes import parse_stroke_spec, stroke_labels
-from study.sources.torchvision import check_torchvision_name
+from study.sources import ImageSet, labels_only, source_named
 from study.splits import class_split, rgb_image
 from study.stop_early import stop_early_problems
 from study.storage import check_storage
@@ -52,7 +44,6 @@ VALIDATED_TEXT = "params.yaml passed study/validation.py's checks\n"
 # without any stage running, and validate checks the folder again before prepare's output is deleted.
 SOURCE_LINK = Path("data/source")
 NO_SOURCE_FOLDER = "this dataset is not read from a folder: nothing to watch\n"
-FOLDER_SOURCES = ("folder", "idx")
 ADACOS_METHODS = ("fixed_adacos", "dynamic_adacos")
 MIN_ADACOS_CLASSES = 3  # AdaCos's s_f = √2·ln(C − 1) needs C ≥ 3
 
@@ -267,7 +258,7 @@ def planned_source(data: DataConfig) -> tuple[str, ImageSet] | None:
     """The source prepare will read and its labels, where they come cheaply (no image decoded or made); None for
     sources that must be downloaded or read whole, which prepare checks."""
     try:
-        source, image_set = data.dataset, _labels_only(data.dataset, data.cache_dir)
+        source, image_set = data.dataset, labels_only(data.dataset, data.cache_dir)
     except (RuntimeError, FileNotFoundError) as error:  # unavailable: prepare falls back, where it may
         if data.fallback is None:
             raise DataProblem(f"data.dataset: {error}") from None
@@ -287,59 +278,9 @@ def planned_splits(image_set: ImageSet, data: DataConfig, split: int) -> dict[st
 
 def _labels_only_as(key: str, spec: str, cache_dir: str | None) -> ImageSet | None:
     try:
-        return _labels_only(spec, cache_dir)
+        return labels_only(spec, cache_dir)
     except (ValueError, RuntimeError, OSError) as error:
         raise DataProblem(f"{key}: {error}") from None
-
-
-def _labels_only(spec: str, cache_dir: str | None) -> ImageSet | None:
-    name, _, argument = spec.strip().partition(":")
-    if name == "glyphs":  # the labels follow from the spec; the images (blank stand-ins here) are never rendered
-        return _glyph_labels(parse_glyph_spec(argument), cache_dir)
-    if name == "strokes":
-        spec = parse_stroke_spec(argument)
-        _check_generated_size(spec, channels=1)
-        return stroke_labels(spec)
-    if name == "emoji":
-        spec = parse_emoji_spec(argument)
-        check_emoji_classes(spec.num_classes)
-        _check_generated_size(spec, channels=3)
-        return emoji_labels(spec)
-    if name == "compose":  # the base's labels give the composed ones; nothing is composed here
-        spec = parse_composed_spec(argument)
-        base = _labels_only(spec.base, cache_dir)
-        if base is None:
-            raise ValueError(f"{spec}: the base {spec.base} is only downloaded by prepare; compose an offline base")
-        return composed_labels(spec, base)
-    if name == "idx":  # the label files, and the image files' headers and sizes
-        return idx_labels(argument)
-    if name == "mnist5k":  # its class sizes are fixed; parsing its CSV takes seconds
-        return mnist5k_labels(argument)
-    if name == "torchvision":  # the name resolves offline; the files are downloaded, or found, by prepare
-        check_torchvision_name(argument)
-        return None
-    # Small sets shipped with their packages; a folder's files are only listed; an unknown name gets its error.
-    return load_dataset(spec, cache_dir)
-
-
-def _glyph_labels(glyphs: GeneratedSpec, cache_dir: str | None) -> ImageSet:
-    """The labels of a glyphs spec, once its class count is checked against this install and its size against
-    this machine's memory; the images are blank stand-ins."""
-    check_glyph_classes(glyphs.num_classes, max_glyph_classes(cache_dir or DEFAULT_CACHE_DIR))
-    _check_generated_size(glyphs, channels=1)
-    labels = np.repeat(np.arange(glyphs.num_classes), glyphs.instances_per_class)
-    return ImageSet(labels, [str(k) for k in range(glyphs.num_classes)],
-                    images=torch.zeros((len(labels), 1, 1, 1), dtype=torch.uint8))
-
-
-def _check_generated_size(spec: GeneratedSpec, channels: int) -> None:
-    """A generated source (glyphs, strokes, emoji) is held in memory whole: refuse one larger than the machine's."""
-    count = spec.num_classes * spec.instances_per_class
-    needed, memory = count * channels * spec.image_side ** 2, machine_memory()
-    if memory is not None and needed > memory:
-        raise ValueError(f"{spec} makes {count:,} images of {spec.image_side}×{spec.image_side} pixels, "
-                         f"{_size(needed)} in memory, more than this machine's {_size(memory)}; ask for fewer "
-                         "instances per class")
 
 
 def _described(source: str, data: DataConfig) -> str:
@@ -413,7 +354,7 @@ def training_memory(device_name: str) -> tuple[int, str] | None:
     memory = device_memory(device)
     if memory is None:
         return None
-    return memory, f"this machine's {_size(memory)} of {'GPU ' if device.type == 'cuda' else ''}memory"
+    return memory, f"this machine's {readable_bytes(memory)} of {'GPU ' if device.type == 'cuda' else ''}memory"
 
 
 def memory_problems(params: StudyParams, splits: dict[str, ImageSet] | None,
@@ -428,32 +369,19 @@ def memory_problems(params: StudyParams, splits: dict[str, ImageSet] | None,
     classes = splits["train"].num_classes if splits else 2
     head = 2 * 4 * classes * size
     if head > memory:
-        problems.append(f"model.embedding_size: {size} needs at least {_size(head)} for the loss head alone ({classes} "
-                        f"training classes × {size} float32 weights, and their gradients), more than {within}; give "
-                        "a smaller size, e.g. 512")
+        problems.append(f"model.embedding_size: {size} needs at least {readable_bytes(head)} for the loss head alone "
+                        f"({classes} training classes × {size} float32 weights, and their gradients), more than "
+                        f"{within}; give a smaller size, e.g. 512")
     if params.data.image_size is not None:
         side, batch = params.data.image_size, max(params.train.batch_size, params.train.eval_batch_size)
         batch = min(batch, max(map(len, splits.values()))) if splits else batch
-        channels = 3 if params.data.dataset.startswith("folder:") else 1
+        channels = source_named(params.data.dataset)[0].channels
         images = 4 * batch * channels * side ** 2
         if images > memory:
             problems.append(f"data.image_size: {side}×{side} images, {batch} to a batch (train.batch_size, "
-                            f"train.eval_batch_size), take at least {_size(images)} as float32, more than {within}; "
-                            "give a smaller data.image_size, e.g. 224")
+                            f"train.eval_batch_size), take at least {readable_bytes(images)} as float32, more than "
+                            f"{within}; give a smaller data.image_size, e.g. 224")
     return problems
-
-
-def machine_memory() -> int | None:
-    """Bytes of this machine's memory, within a container's limit; None where unknown."""
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-    except OSError:
-        return memory
-    return min(memory, int(limit)) if limit.isdigit() else memory
 
 
 def device_memory(device: torch.device) -> int | None:
@@ -461,13 +389,6 @@ def device_memory(device: torch.device) -> int | None:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).total_memory
     return machine_memory()
-
-
-def _size(count: float) -> str:
-    """A byte count as people say it: 3.2 GB, 640.0 TB."""
-    units = ("bytes", "KB", "MB", "GB", "TB")
-    power = min(int(math.log10(max(count, 1)) // 3), len(units) - 1)
-    return f"{count / 1000 ** power:,.1f} {units[power]}"
 
 
 # While a large folder's image files are checked, a line every this many seconds says how far it got.
@@ -552,16 +473,8 @@ def check_training_split(train: ImageSet, params: StudyParams, source: str) -> N
 def _source_folder(data: DataConfig) -> Path | None:
     """The folder prepare reads a folder:/idx: dataset from; None for other sources and for a folder it falls back
     from (missing, or without IDX files: DVC would otherwise hash whatever that folder is, /etc say)."""
-    name, _, argument = data.dataset.strip().partition(":")
-    if name not in FOLDER_SOURCES:
-        return None
-    if name == "idx":
-        try:
-            idx_labels(argument)
-        except FileNotFoundError:
-            return None
-    folder = Path(argument).expanduser().resolve()
-    return folder if folder.is_dir() else None
+    source, argument = source_named(data.dataset)
+    return source.folder(argument) if source.folder is not None else None
 
 
 def link_source(data: DataConfig, link: Path = SOURCE_LINK) -> None:

@@ -8,7 +8,7 @@ from study.sources import load_dataset, source_of
 from study.sources.composed import compose, composed_labels, parse_composed_spec
 from study.sources.image_set import ImageSet
 from study.splits import split_dataset
-from study.validation import _labels_only
+from study.sources import labels_only
 
 
 def numbered_base(classes=4, per_class=5, side=3):
@@ -71,7 +71,7 @@ def test_labels_only_match_the_composed_set():
 def test_double_mnist_from_mnist5k_has_100_classes_and_splits_by_class():
     double = load_dataset("compose:2:4:mnist5k")
     assert double.num_classes == 100 and double.images.shape == (400, 1, 28, 56)
-    assert np.array_equal(_labels_only("compose:2:4:mnist5k", None).labels, double.labels)
+    assert np.array_equal(labels_only("compose:2:4:mnist5k", None).labels, double.labels)
     splits = split_dataset(double, "open", (0.5, 0.25, 0.25), seed=0)
     names = [set(splits[part].class_names) for part in ("train", "val", "test")]
     assert [len(n) for n in names] == [50, 25, 25] and not (names[0] & names[1] or names[0] & names[2])

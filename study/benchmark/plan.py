@@ -18,12 +18,11 @@ import yaml
 from study.config import StudyParams
 from study.presets import PRESET_DIR, build_preset
 from study.results import PREPARED_DIR, REPORT_DIR, write_bytes
-from study.sources import source_of
+from study.sources import SOURCES, source_of
 from study.sweep import class_count_params
 from study.sweep.pipelines import MANIFEST_NAME
 from study.training import planned_iterations as iterations
-from study.validation import (FOLDER_SOURCES, DataProblem, declared_problems, planned_source, planned_splits,
-                              study_cost)
+from study.validation import DataProblem, declared_problems, planned_source, planned_splits, study_cost
 
 BENCHMARK_PRESETS = PRESET_DIR / "benchmark"
 FULL_PLAN = BENCHMARK_PRESETS / "full.yaml"
@@ -154,7 +153,8 @@ def _with_absolute_folder(spec: str) -> str:
     if name == "compose" and argument.count(":") >= 2:
         parts, instances, base = argument.split(":", 2)
         return f"{name}:{parts}:{instances}:{_with_absolute_folder(base)}"
-    if name in FOLDER_SOURCES and argument and not Path(argument).expanduser().is_absolute():
+    reads_folder = name in SOURCES and SOURCES[name].folder is not None
+    if reads_folder and argument and not Path(argument).expanduser().is_absolute():
         return f"{name}:{os.path.abspath(argument)}"
     return spec
 

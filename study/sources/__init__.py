@@ -1,5 +1,6 @@
-"""The image sources: every one a module of this package, all meeting at `ImageSet`, looked up by the name that
-opens a dataset spec in params.yaml (`data.dataset`).
+"""The image sources: every one a module of this package that declares a `Source` (study/sources/source.py: its
+spec, its images as an `ImageSet`, its labels without images), registered in `SOURCES` under the name that opens a
+dataset spec in params.yaml (`data.dataset`).
 
 Real images: `digits` and `mnist5k` (shipped with Python packages), `idx:<folder>` (MNIST-layout IDX files),
 `folder:<path>` (one sub-folder of images per class), `torchvision:<Name>`. Generated offline, with as many classes
@@ -10,67 +11,55 @@ as asked: `glyphs`, `strokes`, `emoji` (they share `spec` and `cache`). Composed
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
 
-from study.sources.composed import compose, parse_composed_spec
-from study.sources.digits import load_digits, load_mnist5k
-from study.sources.emoji import load_emoji
-from study.sources.folder import load_folder
-from study.sources.glyphs import load_glyphs
-from study.sources.idx import load_idx
+from study.sources.composed import composed_source
+from study.sources.digits import DIGITS, MNIST5K
+from study.sources.emoji import EMOJI
+from study.sources.folder import FOLDER
+from study.sources.glyphs import GLYPHS
+from study.sources.idx import IDX
 from study.sources.image_set import ImageSet
-from study.sources.strokes import load_strokes
-from study.sources.torchvision import load_torchvision
+from study.sources.source import Source
+from study.sources.strokes import STROKES
+from study.sources.torchvision import TORCHVISION
 
-__all__ = ["ImageSet", "DATASETS", "DEFAULT_CACHE_DIR", "load_dataset", "source_of", "is_synthetic_source"]
+__all__ = ["ImageSet", "Source", "SOURCES", "DEFAULT_CACHE_DIR", "source_named", "load_dataset", "labels_only",
+           "source_of", "is_synthetic_source"]
 
 DEFAULT_CACHE_DIR = "~/.cache/study"  # torchvision downloads go in torchvision/, a generated source in its own folder
 
 
-def _load_composed(argument: str, cache_dir: Path) -> ImageSet:
-    spec = parse_composed_spec(argument)
-    return compose(spec, load_dataset(spec.base, str(cache_dir)))
+def source_named(spec: str) -> tuple[Source, str]:
+    """The source a dataset spec names and its argument (the part after '<name>:'); a ValueError lists the known."""
+    name, _, argument = spec.strip().partition(":")
+    if name not in SOURCES:
+        takes = [source.usage for source in SOURCES.values() if ":" in source.usage]
+        raise ValueError(f"unknown dataset '{spec}'; known: {', '.join(SOURCES)} (some take an argument: "
+                         + ", ".join(f"'{usage}'" for usage in takes) + ")")
+    return SOURCES[name], argument
 
 
-# The spec's part before ':' selects the loader; the part after it is the loader's argument.
-DATASETS: dict[str, Callable[[str, Path], ImageSet]] = {
-    "digits": load_digits,
-    "mnist5k": load_mnist5k,
-    "idx": load_idx,
-    "torchvision": load_torchvision,
-    "folder": load_folder,
-    "glyphs": load_glyphs,
-    "strokes": load_strokes,
-    "emoji": load_emoji,
-    "compose": _load_composed,
-}
+# The registry: the spec's part before ':' names the source.
+SOURCES: dict[str, Source] = {source.name: source for source in (
+    DIGITS, MNIST5K, IDX, TORCHVISION, FOLDER, GLYPHS, STROKES, EMOJI, composed_source(source_named))}
 
 
 def load_dataset(spec: str, cache_dir: str | None = None) -> ImageSet:
     """Load the image source named by `spec`, e.g. 'digits' or 'idx:/path/to/folder'."""
-    name, _, argument = spec.strip().partition(":")
-    if name not in DATASETS:
-        raise ValueError(
-            f"unknown dataset '{spec}'; known: {', '.join(DATASETS)} "
-            f"(idx, torchvision, folder, glyphs, strokes and emoji take an argument: 'idx:<folder>', "
-            f"'torchvision:<Name>', 'folder:<path>', 'glyphs:<num_classes>', 'strokes:<num_classes>', "
-            f"'emoji:<num_classes>', "
-            f"'compose:<parts>:<per class>:<base>')"
-        )
-    return DATASETS[name](argument, Path(cache_dir or DEFAULT_CACHE_DIR))
+    source, argument = source_named(spec)
+    return source.load(argument, Path(cache_dir or DEFAULT_CACHE_DIR))
 
 
-# Generated sources: everything else (a package's images, an IDX or image folder) is real images.
-SYNTHETIC_SOURCES = ("glyphs", "strokes", "emoji")
+def labels_only(spec: str, cache_dir: str | None = None) -> ImageSet | None:
+    """The labels `load_dataset(spec)` gives, with blank stand-in images, where they come without decoding or making
+    an image (the spec, class count and size checked on the way); None where only loading can tell."""
+    source, argument = source_named(spec)
+    return source.labels(argument, Path(cache_dir or DEFAULT_CACHE_DIR))
 
 
 def is_synthetic_source(source: str) -> bool:
     """Whether a source (as `source_of` names it) is generated rather than real images."""
-    return source in SYNTHETIC_SOURCES
-
-
-# Sources whose images are one base set under another name: configurations of one base set are not independent.
-_SOURCE_ALIASES = {"mnist5k": "mnist", "torchvision:MNIST": "mnist", "torchvision:FashionMNIST": "fashion-mnist"}
+    return source in SOURCES and SOURCES[source].generated
 
 
 def source_of(spec: str) -> str:
@@ -78,15 +67,5 @@ def source_of(spec: str) -> str:
 
     A composed set is its base's source ('compose:2:60:mnist5k' is 'mnist', like 'mnist5k'); an IDX or image folder
     is named by its folder ('idx:/usr/share/datasets/fashion-mnist' is 'fashion-mnist'); a generator by its name."""
-    spec = spec.strip()
-    name, _, argument = spec.partition(":")
-    if name == "compose":
-        return source_of(parse_composed_spec(argument).base)
-    if spec in _SOURCE_ALIASES or name in _SOURCE_ALIASES:
-        return _SOURCE_ALIASES.get(spec, _SOURCE_ALIASES.get(name))
-    if name in ("idx", "folder"):
-        return Path(argument.rstrip("/")).name or argument
-    if name == "torchvision":
-        return argument.lower()
-    return name
-
+    source, argument = source_named(spec)
+    return source.source_of(argument)

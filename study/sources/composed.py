@@ -25,11 +25,14 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
 
 from study.sources.image_set import ImageSet
+from study.sources.source import Source, blank_images
 
 COMPOSE_SEED = 19990817  # any fixed number; changing it changes every composed image
 MAX_PARTS = 3
@@ -87,9 +90,8 @@ def check_size(spec: ComposedSpec, base_classes: int) -> int:
 def composed_labels(spec: ComposedSpec, base: ImageSet) -> ImageSet:
     """The composed set's labels, with blank 1-pixel stand-ins for its images (validate never composes)."""
     classes = check_size(spec, base.num_classes)
-    labels = np.repeat(np.arange(classes), spec.instances_per_class)
-    return ImageSet(labels, composed_class_names(spec, list(base.class_names)),
-                    images=torch.zeros((len(labels), 1, 1, 1), dtype=torch.uint8))
+    return blank_images(np.repeat(np.arange(classes), spec.instances_per_class),
+                        composed_class_names(spec, list(base.class_names)))
 
 
 def _draws(members: np.ndarray, count: int, class_index: int, position: int) -> np.ndarray:
@@ -116,3 +118,26 @@ def compose(spec: ComposedSpec, base: ImageSet) -> ImageSet:
         images.append(torch.cat([base.images[indices] for indices in chosen], dim=-1))  # side by side: width
     labels = np.repeat(np.arange(classes), count)
     return ImageSet(labels, composed_class_names(spec, list(base.class_names)), images=torch.cat(images))
+
+
+def composed_source(lookup: Callable[[str], tuple[Source, str]]) -> Source:
+    """The compose source, reading its base through `lookup` (the registry's: a spec's source and argument)."""
+
+    def load(argument: str, cache_dir: Path) -> ImageSet:
+        spec = parse_composed_spec(argument)
+        base, base_argument = lookup(spec.base)
+        return compose(spec, base.load(base_argument, cache_dir))
+
+    def labels(argument: str, cache_dir: Path) -> ImageSet:  # the base's labels give the composed ones
+        spec = parse_composed_spec(argument)
+        base, base_argument = lookup(spec.base)
+        base_labels = base.labels(base_argument, cache_dir)
+        if base_labels is None:
+            raise ValueError(f"{spec}: the base {spec.base} is only downloaded by prepare; compose an offline base")
+        return composed_labels(spec, base_labels)
+
+    def data_source(argument: str) -> str:  # everything composed from one base set is that one source
+        base, base_argument = lookup(parse_composed_spec(argument).base)
+        return base.source_of(base_argument)
+
+    return Source("compose", "compose:<parts>:<per class>:<base>", load, labels, data_source=data_source)

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from study.sources.image_set import ImageSet
+from study.sources.source import Source, blank_images
 from study.sources.spec import no_argument
 
 
@@ -41,9 +42,12 @@ def load_mnist5k(argument: str, cache_dir: Path) -> ImageSet:
     return ImageSet(labels, _digit_names(), images=torch.from_numpy(pixels))
 
 
-def mnist5k_labels(argument: str) -> ImageSet:
-    """mnist5k's class sizes, with blank 1-pixel stand-ins for its images: parsing its CSV takes seconds."""
+def mnist5k_labels(argument: str, cache_dir: Path | None = None) -> ImageSet:
+    """mnist5k's class sizes, with blank stand-ins for its images: parsing its CSV takes seconds."""
     no_argument("mnist5k", argument)
-    labels = np.repeat(np.arange(10), MNIST5K_IMAGES_PER_CLASS)
-    return ImageSet(labels, _digit_names(), images=torch.zeros((len(labels), 1, 1, 1), dtype=torch.uint8))
+    return blank_images(np.repeat(np.arange(10), MNIST5K_IMAGES_PER_CLASS), _digit_names())
 
+
+DIGITS = Source("digits", "digits", load_digits, labels=load_digits)  # 1,797 small images: loaded whole at once
+MNIST5K = Source("mnist5k", "mnist5k", load_mnist5k, labels=mnist5k_labels,
+                 data_source=lambda argument: "mnist")  # a sample of MNIST, as torchvision:MNIST is all of it

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Iterator
 
 from study.sources.image_set import ImageSet
+from study.sources.source import Source
 from study.sources.spec import needs_argument
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
@@ -91,3 +92,18 @@ def load_folder(argument: str, cache_dir: Path) -> ImageSet:
         labels += [label] * len(files)
     return ImageSet(labels, [d.name for d in class_dirs], paths=paths)
 
+
+def named_folder(argument: str) -> Path | None:
+    """The folder `argument` names, made absolute; None where there is no such folder."""
+    folder = Path(argument).expanduser().resolve()
+    return folder if folder.is_dir() else None
+
+
+def folder_name(argument: str) -> str:
+    """A folder's source by its name: 'idx:/usr/share/datasets/fashion-mnist' is 'fashion-mnist'."""
+    return Path(argument.rstrip("/")).name or argument
+
+
+# Listing a folder reads no image: its labels are its load.
+FOLDER = Source("folder", "folder:<path>", load_folder, labels=load_folder, channels=3,  # read as RGB
+                folder=named_folder, data_source=folder_name)

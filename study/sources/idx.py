@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from study.sources.folder import refuse_special_files
+from study.sources.folder import folder_name, named_folder, refuse_special_files
 from study.sources.image_set import ImageSet
+from study.sources.source import Source
 from study.sources.spec import needs_argument
 
 
@@ -137,7 +138,7 @@ def load_idx(argument: str, cache_dir: Path) -> ImageSet:
     return _idx_set(labels, torch.from_numpy(np.concatenate(images)))
 
 
-def idx_labels(argument: str) -> ImageSet:
+def idx_labels(argument: str, cache_dir: Path | None = None) -> ImageSet:
     """An IDX folder's labels, each file's size checked, with blank 1-pixel stand-ins for its images (none is read)."""
     labels = []
     for image_file, label_file in _idx_pairs(argument):
@@ -145,3 +146,14 @@ def idx_labels(argument: str) -> ImageSet:
         labels.append(_idx_labels(image_file, label_file, shape, dtype))
     return _idx_set(labels, torch.zeros((sum(map(len, labels)), 1, 1, 1), dtype=torch.uint8))
 
+
+def idx_folder(argument: str) -> Path | None:
+    """The folder an IDX source reads, where it holds IDX files; None otherwise (nothing to watch)."""
+    try:
+        idx_labels(argument)
+    except FileNotFoundError:
+        return None
+    return named_folder(argument)
+
+
+IDX = Source("idx", "idx:<folder>", load_idx, labels=idx_labels, folder=idx_folder, data_source=folder_name)

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from study.sources.image_set import ImageSet
+from study.sources.source import Source
 from study.sources.spec import needs_argument
 
 
@@ -106,3 +107,15 @@ def load_torchvision(argument: str, cache_dir: Path) -> ImageSet:
     if len(class_names) <= labels.max():
         class_names = [str(label) for label in range(int(labels.max()) + 1)]
     return ImageSet(labels, class_names, images=torch.cat([images for images, _ in arrays]))
+
+
+def _name_only(argument: str, cache_dir: Path | None = None) -> None:
+    """The name checked offline; the labels come only with the files, which prepare downloads or finds."""
+    check_torchvision_name(argument)
+
+
+# Sets of one base under another name are one source: configurations of one base set are not independent.
+_SOURCE_NAMES = {"MNIST": "mnist", "FashionMNIST": "fashion-mnist"}
+
+TORCHVISION = Source("torchvision", "torchvision:<Name>", load_torchvision, labels=_name_only,
+                     data_source=lambda argument: _SOURCE_NAMES.get(argument, argument.lower()))

@@ -1,0 +1,58 @@
+"""The one interface every image source meets, as params.yaml names it: `<name>` or `<name>:<argument>`.
+
+A source answers for its own spec: how it is written, how its images load, and its labels without decoding or making
+a single image (what validation reads before any stage deletes an output: the spec parsed, the class count checked
+against this install, a generated set's size against this machine's memory). Each module of this package declares
+its sources as `Source` values; `study.sources.SOURCES` is the registry that looks them up by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from study.environment import machine_memory, readable_bytes
+from study.sources.image_set import ImageSet
+from study.sources.spec import GeneratedSpec
+
+
+@dataclass(frozen=True)
+class Source:
+    """An image source. `load` and `labels` take the spec's argument (the part after '<name>:') and the cache folder.
+
+    `labels` gives the labels and class names `load` would, with blank 1×1 stand-in images; None where only loading
+    can tell (a download). `folder` gives the folder the images are read from (None where it is missing or unusable,
+    so nothing is watched); it is None for a source that reads no folder of the user's. `data_source` names the
+    independent source of the images, what pooling across data sets groups by; None: the source's name."""
+
+    name: str
+    usage: str  # the spec as written, e.g. 'glyphs:<num_classes>'
+    load: Callable[[str, Path], ImageSet]
+    labels: Callable[[str, Path], ImageSet | None]
+    generated: bool = False
+    channels: int = 1  # of its images as training reads them (a lower bound where it varies)
+    folder: Callable[[str], Path | None] | None = None
+    data_source: Callable[[str], str] | None = None
+
+    def source_of(self, argument: str) -> str:
+        return self.data_source(argument) if self.data_source is not None else self.name
+
+
+def blank_images(labels: np.ndarray, class_names: list[str], channels: int = 1) -> ImageSet:
+    """An ImageSet of `labels` whose images are blank 1×1 stand-ins: what `Source.labels` returns."""
+    labels = np.asarray(labels)
+    return ImageSet(labels, class_names, images=torch.zeros((len(labels), channels, 1, 1), dtype=torch.uint8))
+
+
+def check_generated_size(spec: GeneratedSpec, channels: int) -> None:
+    """A generated source is held in memory whole: a ValueError for one larger than the machine's memory."""
+    count = spec.num_classes * spec.instances_per_class
+    needed, memory = count * channels * spec.image_side ** 2, machine_memory()
+    if memory is not None and needed > memory:
+        raise ValueError(f"{spec} makes {count:,} images of {spec.image_side}×{spec.image_side} pixels, "
+                         f"{readable_bytes(needed)} in memory, more than this machine's {readable_bytes(memory)}; "
+                         "ask for fewer instances per class")
