@@ -26,11 +26,7 @@ import torch
 
 from study.cautions import cautions, scale_range_note
 from study.config import StudyParams
-from study.sources import ImageSet, load_dataset
-from study.sources.composed import parse_composed_spec
-from study.sources.emoji import parse_emoji_spec
-from study.sources.glyphs import parse_glyph_spec
-from study.sources.strokes import parse_stroke_spec
+from study.sources import ImageSet, image_shape
 from study.training import evaluate, evaluation_schedule, planned_iterations, resolve_device, train
 from study.validation import Cost, DataProblem, planned_source, planned_splits
 from study.workers import available_cores, runs_at_once, threads_per_run
@@ -170,24 +166,12 @@ def first_split(params: StudyParams) -> tuple[str, dict[str, ImageSet]] | None:
 
 
 def native_shape(spec: str, stand_in: ImageSet, cache_dir: str | None) -> tuple[int, int] | None:
-    """(H, W) of the images `spec` makes, from its spec where validate holds blank stand-ins; None for a folder of
-    files (resized to data.image_size) and for sources known only once downloaded."""
-    name, _, argument = spec.strip().partition(":")
+    """(H, W) of the images `spec` makes: the images themselves where validate holds them, else the source's answer
+    from its spec (study.sources.image_shape); None for a folder of files (resized to data.image_size) and for
+    sources known only once downloaded."""
     if stand_in.images is not None and stand_in.images.shape[-1] > 1:  # the images themselves (digits)
         return tuple(stand_in.images.shape[-2:])
-    parsers = {"glyphs": parse_glyph_spec, "strokes": parse_stroke_spec, "emoji": parse_emoji_spec}
-    if name in parsers:
-        side = parsers[name](argument).image_side
-        return side, side
-    if name == "mnist5k":
-        return 28, 28
-    if name == "compose":  # parts side by side
-        composed = parse_composed_spec(argument)
-        base = native_shape(composed.base, stand_in, cache_dir)
-        return None if base is None else (base[0], base[1] * composed.parts)
-    if name in ("digits", "idx"):  # read whole in a second or so: only its shape is kept
-        return tuple(load_dataset(spec, cache_dir).images.shape[-2:])
-    return None
+    return image_shape(spec, cache_dir)
 
 
 def stand_ins(splits: dict[str, ImageSet], shape: tuple[int, int] | None, train_images: int) -> dict[str, ImageSet]:

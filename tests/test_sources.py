@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 import study.sources.source as source_module
-from study.sources import SOURCES, labels_only, load_dataset, source_named, source_of
+from study.sources import SOURCES, image_shape, labels_only, load_dataset, source_named, source_of
 from study.sources.emoji import FONT_PATH, INSTALL_HINT
 from study.config import StudyParams
 from study.validation import data_problems
@@ -57,6 +57,15 @@ def test_every_sources_labels_are_the_labels_its_load_gives(tmp_path):
         planned, loaded = labels_only(spec, cache), load_dataset(spec, cache)
         assert np.array_equal(planned.labels, loaded.labels), spec
         assert planned.num_classes == loaded.num_classes, spec
+
+
+def test_every_sources_shape_is_the_shape_of_its_images(tmp_path):
+    cache = str(tmp_path / "cache")
+    for spec in _specs(tmp_path):
+        loaded = load_dataset(spec, cache)
+        expected = None if loaded.images is None else tuple(loaded.images.shape[-2:])  # files: any size
+        assert image_shape(spec, cache) == expected, spec
+    assert image_shape("torchvision:MNIST") is None  # known once downloaded
 
 
 def test_labels_come_without_images(tmp_path):

@@ -24,7 +24,7 @@ from study.sources.strokes import STROKES
 from study.sources.torchvision import TORCHVISION
 
 __all__ = ["ImageSet", "Source", "SOURCES", "DEFAULT_CACHE_DIR", "source_named", "load_dataset", "labels_only",
-           "source_of", "is_synthetic_source"]
+           "image_shape", "source_of", "is_synthetic_source"]
 
 DEFAULT_CACHE_DIR = "~/.cache/study"  # torchvision downloads go in torchvision/, a generated source in its own folder
 
@@ -55,6 +55,13 @@ def labels_only(spec: str, cache_dir: str | None = None) -> ImageSet | None:
     an image (the spec, class count and size checked on the way); None where only loading can tell."""
     source, argument = source_named(spec)
     return source.labels(argument, Path(cache_dir or DEFAULT_CACHE_DIR))
+
+
+def image_shape(spec: str, cache_dir: str | None = None) -> tuple[int, int] | None:
+    """(height, width) of the images `spec` makes, without making or decoding one; None for image files of any size
+    (resized to data.image_size) and where only loading can tell."""
+    source, argument = source_named(spec)
+    return source.shape(argument, Path(cache_dir or DEFAULT_CACHE_DIR))
 
 
 def is_synthetic_source(source: str) -> bool:

@@ -136,8 +136,14 @@ def composed_source(lookup: Callable[[str], tuple[Source, str]]) -> Source:
             raise ValueError(f"{spec}: the base {spec.base} is only downloaded by prepare; compose an offline base")
         return composed_labels(spec, base_labels)
 
+    def shape(argument: str, cache_dir: Path) -> tuple[int, int] | None:  # the parts side by side
+        spec = parse_composed_spec(argument)
+        base, base_argument = lookup(spec.base)
+        base_shape = base.shape(base_argument, cache_dir)
+        return None if base_shape is None else (base_shape[0], base_shape[1] * spec.parts)
+
     def data_source(argument: str) -> str:  # everything composed from one base set is that one source
         base, base_argument = lookup(parse_composed_spec(argument).base)
         return base.source_of(base_argument)
 
-    return Source("compose", "compose:<parts>:<per class>:<base>", load, labels, data_source=data_source)
+    return Source("compose", "compose:<parts>:<per class>:<base>", load, labels, shape=shape, data_source=data_source)

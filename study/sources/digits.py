@@ -48,6 +48,7 @@ def mnist5k_labels(argument: str, cache_dir: Path | None = None) -> ImageSet:
     return blank_images(np.repeat(np.arange(10), MNIST5K_IMAGES_PER_CLASS), _digit_names())
 
 
-DIGITS = Source("digits", "digits", load_digits, labels=load_digits)  # 1,797 small images: loaded whole at once
-MNIST5K = Source("mnist5k", "mnist5k", load_mnist5k, labels=mnist5k_labels,
+DIGITS = Source("digits", "digits", load_digits, labels=load_digits,  # 1,797 small images: loaded whole at once
+                shape=lambda argument, cache_dir: (8, 8))
+MNIST5K = Source("mnist5k", "mnist5k", load_mnist5k, labels=mnist5k_labels, shape=lambda argument, cache_dir: (28, 28),
                  data_source=lambda argument: "mnist")  # a sample of MNIST, as torchvision:MNIST is all of it

@@ -288,7 +288,8 @@ def _checked_labels(argument: str, cache_dir: str | os.PathLike | None = None) -
     return emoji_labels(spec)
 
 
-EMOJI = Source("emoji", "emoji:<num_classes>", load_emoji, labels=_checked_labels, generated=True, channels=3)
+EMOJI = Source("emoji", "emoji:<num_classes>", load_emoji, labels=_checked_labels, generated=True, channels=3,
+               shape=lambda argument, cache_dir: parse_emoji_spec(argument).shape)
 
 
 # ---------------------------------------------------------------------------------------

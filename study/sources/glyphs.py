@@ -348,7 +348,8 @@ def glyph_labels(argument: str, cache_dir: str | os.PathLike | None = None) -> I
                         [str(k) for k in range(spec.num_classes)])
 
 
-GLYPHS = Source("glyphs", "glyphs:<num_classes>", load_glyphs, labels=glyph_labels, generated=True)
+GLYPHS = Source("glyphs", "glyphs:<num_classes>", load_glyphs, labels=glyph_labels, generated=True,
+                shape=lambda argument, cache_dir: parse_glyph_spec(argument).shape)
 
 
 # ---------------------------------------------------------------------------------------

@@ -156,4 +156,11 @@ def idx_folder(argument: str) -> Path | None:
     return named_folder(argument)
 
 
-IDX = Source("idx", "idx:<folder>", load_idx, labels=idx_labels, folder=idx_folder, data_source=folder_name)
+def idx_shape(argument: str, cache_dir: Path | None = None) -> tuple[int, int]:
+    """(height, width) of an IDX folder's images, from its first image file's header."""
+    image_file, _ = _idx_pairs(argument)[0]
+    return tuple(_idx_layout(image_file)[1][-2:])
+
+
+IDX = Source("idx", "idx:<folder>", load_idx, labels=idx_labels, shape=idx_shape, folder=idx_folder,
+             data_source=folder_name)

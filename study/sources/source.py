@@ -22,17 +22,21 @@ from study.sources.spec import GeneratedSpec
 
 @dataclass(frozen=True)
 class Source:
-    """An image source. `load` and `labels` take the spec's argument (the part after '<name>:') and the cache folder.
+    """An image source. `load`, `labels` and `shape` take the spec's argument (the part after '<name>:') and the
+    cache folder.
 
     `labels` gives the labels and class names `load` would, with blank 1×1 stand-in images; None where only loading
-    can tell (a download). `folder` gives the folder the images are read from (None where it is missing or unusable,
-    so nothing is watched); it is None for a source that reads no folder of the user's. `data_source` names the
-    independent source of the images, what pooling across data sets groups by; None: the source's name."""
+    can tell (a download). `shape` gives the (height, width) of its images from its spec or a file's header; None for
+    image files of any size (resized to data.image_size) and where only loading can tell. `folder` gives the folder
+    the images are read from (None where it is missing or unusable, so nothing is watched); it is None for a source
+    that reads no folder of the user's. `data_source` names the independent source of the images, what pooling
+    across data sets groups by; None: the source's name."""
 
     name: str
     usage: str  # the spec as written, e.g. 'glyphs:<num_classes>'
     load: Callable[[str, Path], ImageSet]
     labels: Callable[[str, Path], ImageSet | None]
+    shape: Callable[[str, Path], tuple[int, int] | None] = lambda argument, cache_dir: None
     generated: bool = False
     channels: int = 1  # of its images as training reads them (a lower bound where it varies)
     folder: Callable[[str], Path | None] | None = None

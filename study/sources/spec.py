@@ -34,6 +34,10 @@ class GeneratedSpec:
     def __str__(self) -> str:
         return f"{self.source}:{self.num_classes}:{self.instances_per_class}:{self.image_side}"
 
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.image_side, self.image_side
+
 
 def parse_generated_spec(source: str, argument: str, *, default_side: int, example: str,
                          max_classes: int | None = None) -> GeneratedSpec:

@@ -250,7 +250,8 @@ def _checked_labels(argument: str, cache_dir: str | os.PathLike | None = None) -
     return stroke_labels(spec)
 
 
-STROKES = Source("strokes", "strokes:<num_classes>", load_strokes, labels=_checked_labels, generated=True)
+STROKES = Source("strokes", "strokes:<num_classes>", load_strokes, labels=_checked_labels, generated=True,
+                 shape=lambda argument, cache_dir: parse_stroke_spec(argument).shape)
 
 
 # ---------------------------------------------------------------------------------------
