@@ -38,47 +38,27 @@ from study.analysis import differences_to_fixed_adacos  # noqa: E402
 from study.analysis.convergence import PLATEAU_RISE, plateau_table  # noqa: E402
 from study.analysis.headline import headline_cells  # noqa: E402
 from study.benchmark.run_pool import run_summary, train_as_the_cell, train_missing_runs  # noqa: E402
+from study.benchmark.trained_on import FACTORS, plateau_rise, run_path, run_scores, taken_length, written  # noqa: E402
 from study.config import load_params  # noqa: E402
 from study.results import write_bytes  # noqa: E402
 
 CELLS = REPO / "benchmarks" / "cells"
 OUT = REPO / "benchmarks" / "results"
 AGGREGATE = REPO / "reports" / "benchmark" / "tables" / "cells.csv"
-FACTORS = (2, 4)  # the declared lengths, × the cell's iterations; 4× is the cap
 
 
 def still_improving(aggregate: Path = AGGREGATE) -> list[tuple[str, str]]:
-    """(cell, method) of every untuned method the converged headline pools although it was still improving."""
+    """(cell, method) of every untuned method the converged headline pools although its cell's own runs were still
+    improving: flagged so, or read from the longer runs already (length_factor > 1)."""
     rows = headline_cells(pd.read_csv(aggregate))
-    rows = rows[rows["still_improving"].astype(bool) & ~rows["tuned"].astype(bool)]
+    longer = rows["length_factor"].astype(int) > 1 if "length_factor" in rows else False
+    rows = rows[(rows["still_improving"].astype(bool) | longer) & ~rows["tuned"].astype(bool)]
     rows = rows.sort_values(["iterations", "cell"], kind="stable")  # the cheapest runs land first
     return list(dict.fromkeys(zip(rows["cell"], rows["method"])))
 
 
 def cell_runs(cells_dir: Path, cell: str) -> pd.DataFrame:
     return pd.read_csv(cells_dir / cell / "reports" / "tables" / "run_scores.csv")
-
-
-def run_path(out: Path, cell: str, method: str, factor: int, split: int, seed: int) -> Path:
-    return out / "defaults_to_convergence" / cell / f"{method}_x{factor}_split{split}_seed{seed}.json"
-
-
-def written(out: Path, cell: str, method: str, factor: int) -> list[dict]:
-    return [json.loads(path.read_text()) for path in
-            sorted((out / "defaults_to_convergence" / cell).glob(f"{method}_x{factor}_split*_seed*.json"))]
-
-
-def learning_curves(runs: list[dict]) -> pd.DataFrame:
-    """The runs' curves in the long form plateau_table reads (method, split, seed, iteration, val, test)."""
-    return pd.DataFrame([{"method": run["method"], "split": run["split"], "seed": run["seed"], **point}
-                         for run in runs for point in run["curve"]],
-                        columns=["method", "split", "seed", "iteration", "val", "test"])
-
-
-def converged_at(runs: list[dict], method: str) -> bool:
-    """The plateau rule on the mean over the runs (plateau_table), as a cell's report reads it."""
-    table = plateau_table(learning_curves(runs), [method])
-    return bool(len(table) and table["converged"].iloc[0])
 
 
 def planned(cells_dir: Path, out: Path, pairs: list[tuple[str, str]]) -> list[tuple]:
@@ -91,7 +71,7 @@ def planned(cells_dir: Path, out: Path, pairs: list[tuple[str, str]]) -> list[tu
         keys = [(int(row.split), float(row.lr), int(row.seed)) for row in own.itertuples()]
         runs += [(cell, method, 2, *key) for key in keys]
         done = written(out, cell, method, 2)
-        if len(done) == len(keys) and not converged_at(done, method):
+        if len(done) == len(keys) and not plateau_rise(done, method) < PLATEAU_RISE:
             runs += [(cell, method, 4, *key) for key in keys]
     return runs
 
@@ -132,10 +112,8 @@ def summary_rows(cells_dir: Path, out: Path, pairs: list[tuple[str, str]]) -> pd
                 runs = len(done)
                 if not done:
                     continue
-                converged = converged_at(done, method)
-                new = pd.DataFrame([{key: run[key] for key in run if key not in ("curve", "factor", "configuration")}
-                                    for run in done])
-                adjusted = pd.concat([scores[scores["method"] != method], new], ignore_index=True)
+                converged = bool(plateau_rise(done, method) < PLATEAU_RISE)
+                adjusted = pd.concat([scores[scores["method"] != method], run_scores(done)], ignore_index=True)
             difference = differences_to_fixed_adacos(adjusted, metric).set_index("method").loc[method]
             lengths.append({"cell": cell, "method": method, "factor": factor, "runs": runs, "planned": planned_runs,
                             "converged": converged, "relative": difference["relative"],
@@ -143,11 +121,9 @@ def summary_rows(cells_dir: Path, out: Path, pairs: list[tuple[str, str]]) -> pd
                             "high": difference["high"] / difference["reference_test_mean"],
                             "difference": difference["difference"], "standard_error": difference["standard_error"],
                             "df": difference["df"]})
-        whole = [row for row in lengths if row["factor"] > 1 and row["runs"] == planned_runs]
-        taken = next((row for row in whole if row["converged"]), None) or (
-            whole[-1] if whole and whole[-1]["factor"] == FACTORS[-1] else None)
+        taken = taken_length(out, cell, method, planned_runs)
         for row in lengths:
-            row["taken"] = row is taken
+            row["taken"] = taken is not None and row["factor"] == taken[0]
         rows += lengths
     return pd.DataFrame(rows)
 

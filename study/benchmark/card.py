@@ -122,10 +122,14 @@ def benchmark_card(arcface: dict, wins: list[dict], rows: pd.DataFrame, default:
     sentences = [first]
     if default is not None and math.isfinite(default.get("mean", math.nan)):
         unconverged = len(default.get("unconverged_cells") or [])
+        trained_on = default.get("trained_on_cells") or {}
+        lengths = " or ".join(f"{factor}×" for factor in sorted(set(trained_on.values())))
         sentences.append(
             f"ArcFace at its defaults (s = 64, m = 0.5) scores {pct(default['mean'])} "
             f"{pct_interval(default['low'], default['high'])} (a new source: "
             f"{pct_interval(default['prediction_low'], default['prediction_high'])})"
+            + (f", trained to convergence ({lengths} the cell's iterations) in {len(trained_on)} of "
+               f"{default['configurations']} cells" if trained_on else "")
             + (f", still improving in {unconverged} of {default['configurations']} cells" if unconverged else "")
             + ".")
     classes = headline_cells(rows).query("method == 'arcface_tuned'")["train_classes"]

@@ -18,6 +18,7 @@ from study.analysis.iteration_ratios import (COLUMNS, EQUIVALENCE_BAND, LEVELS, 
                                              equivalence, iterations_to_own_best)
 from study.analysis.headline import headline_cells
 from study.analysis.pooling import pool_across_sources
+from study.benchmark.trained_on import results_beside, with_longer_curves
 from study.report import method_name, method_style, new_figure, readable, save_figure
 from study.report.plotting import FIGURE_WIDTH, legend_below
 
@@ -33,7 +34,8 @@ def headline_log_ratios(rows: pd.DataFrame, cells_dir: Path, levels=LEVELS) -> p
         path = Path(cells_dir) / cell / CURVES_TABLE
         if not path.exists():
             raise FileNotFoundError(f"{path}: the headline cell {cell} has no learning curves to count iterations on")
-        table = cell_log_ratios(pd.read_csv(path), levels)
+        # a method trained on to convergence counts its iterations on the longer runs its scores come from
+        table = cell_log_ratios(with_longer_curves(pd.read_csv(path), group, results_beside(cells_dir)), levels)
         improving = dict(zip(group["method"], group["still_improving"].astype(bool)))
         table = table[table["method"].isin({*improving, REFERENCE_METHOD})]
         tables.append(table.assign(cell=cell, source=group["source"].iloc[0],

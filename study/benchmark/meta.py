@@ -143,8 +143,12 @@ def pooled_method(every: pd.DataFrame, method: str, confidence: float) -> dict:
                                  for row in headline.itertuples()],
              "short_converged": int(short["converged"].astype(bool).sum()),
              "still_improving_cells": sorted(set(scopes["long_"]["cell"]) - set(headline["cell"])),
-             # headline cells pooled although this method was still improving there (flagged, never replaced)
+             # headline cells pooled although this method was still improving there (flagged): after the longer
+             # runs the declared rule trains (study.benchmark.trained_on), only where it was still at the cap
              "unconverged_cells": sorted(headline.loc[headline["still_improving"].astype(bool), "cell"]),
+             # headline cells whose runs of this method are those longer runs: × the cell's iterations
+             "trained_on_cells": {row.cell: int(row.length_factor) for row in headline.itertuples()
+                                  if getattr(row, "length_factor", 1) > 1},
              "rate_chosen_cells": int(rate_chosen(headline).sum()),
              "reference_mean": float((headline if len(headline) else short)["reference_test_mean"].mean())}
     for prefix, subset in scopes.items():

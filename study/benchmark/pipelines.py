@@ -17,6 +17,7 @@ from optuna.trial import TrialState
 from study.benchmark.fingerprint import FINGERPRINT_FILE, REPORT_INPUTS, dvc_md5, source_changed, write_fingerprint
 from study.benchmark.long_cell import LEARNING_CURVE_CELL, LEARNING_CURVE_CELL_ON_GPU, LEARNING_CURVE_INPUTS
 from study.benchmark.plan import FULL_PLAN, NAME, QUICK_PLAN, BenchmarkPlan, load_plan, longer_of_problem
+from study.benchmark.trained_on import FOLDER as TRAINED_ON
 from study.many_studies import (Log, Project, StudiesError, open_project, reproduce, to_stderr, write_aggregate,
                                 write_generated, write_study)
 from study.results import JOURNAL
@@ -93,6 +94,8 @@ def write_benchmark_aggregate(project: Project, plan: BenchmarkPlan) -> Path:
                for path in sorted((project.root.parent / "results" / "budget_matched").glob("*_gap.csv"))]
     if (project.root.parent / "results" / "learning_rate" / "runs.csv").is_file():  # the learning-rate check
         inputs.append("../results/learning_rate/runs.csv")
+    if (project.root.parent / "results" / TRAINED_ON).is_dir():  # methods trained on to convergence (the rule's runs)
+        inputs.append(f"../results/{TRAINED_ON}")
     return write_aggregate(project, command, inputs, AGGREGATE_MODULES, REPORT_OUTS, persist=True)
 
 

@@ -29,6 +29,7 @@ from study.benchmark.meta import (RELATIVE_MARGIN, UNTUNED, best_untuned,
                                   tuner_table, wins_beyond_short_training)
 from study.benchmark.card import benchmark_card, exchange_rate, extra_trainings
 from study.benchmark.learning_rate import learning_rate_sentences
+from study.benchmark.trained_on import results_beside, with_longer_runs
 from study.benchmark.shown import (absolute_by_source, absolute_shown, cells_shown, convergence_shown, cost_shown, findings_shown,
                                    length_shown, methods_shown, moderators_shown, plateau_stop_shown, published_shown,
                                    sources_shown, tuners_shown)
@@ -70,7 +71,8 @@ def read_cells(plan: dict, cells_dir: Path, label: str | None = None) -> pd.Data
             rows += cell_rows(cell, directory)
     if not rows:
         return pd.DataFrame()
-    rows = pd.DataFrame(rows)
+    # A method the declared rule trained on to convergence reads those runs (benchmarks/results beside the cells).
+    rows = with_longer_runs(pd.DataFrame(rows), cells_dir, results_beside(cells_dir))
     data = rows["longer_of"].where(rows["longer_of"].notna(), rows["configuration"])
     return (rows.assign(data=data).sort_values(list(CELL_ORDER), kind="stable", na_position="last")
             .drop(columns="data").reset_index(drop=True))

@@ -150,7 +150,9 @@ def cells_shown(rows: pd.DataFrame, links: dict[str, str]) -> pd.DataFrame:
     """One row per cell and method, as the reader sees it."""
     return pd.DataFrame([{
         "cell": row.cell, "method": method_name(row.method), "source": f"{row.source} ({'real' if row.real else 'synthetic'})",
-        "C": f"{int(row.train_classes):,}", "iterations": fmt.iteration_number(row.iterations),
+        "C": f"{int(row.train_classes):,}", "iterations": fmt.iteration_number(row.iterations) + (
+            f" (this method {fmt.iteration_number(row.iterations * row.length_factor)}: trained on to converge)"
+            if getattr(row, "length_factor", 1) > 1 else ""),
         "Fixed AdaCos": fmt.score(row.reference_test_mean) + (" (near floor)" if row.near_floor else ""),
         "− Fixed AdaCos [95% CI]": f"{fmt.signed(row.difference)} {fmt.interval(row.low, row.high)}",
         "% of its score": pct(row.relative),
