@@ -87,3 +87,20 @@ def test_without_the_folder_every_row_reads_its_own_runs(tmp_path):
     rows = pd.DataFrame([{"cell": CELL, "method": METHOD, "relative": 0.02}])
     read = with_longer_runs(rows, tmp_path, tmp_path / "results")
     assert read["length_factor"].tolist() == [1] and read["own_relative"].tolist() == [0.02]
+
+
+def test_the_details_show_both_lengths_of_a_method_trained_on(tmp_path):
+    from study.benchmark.shown import trained_on_shown
+
+    cells, results = tmp_path / "cells", tmp_path / "results"
+    (cells / CELL / "reports" / "tables").mkdir(parents=True)
+    own_scores().to_csv(cells / CELL / "reports" / "tables" / "run_scores.csv", index=False)
+    write_runs(results, 2, 0.0, LONGER)
+    rows = pd.DataFrame([{"cell": CELL, "method": METHOD, "metric": METRIC, "confidence": 0.95, "relative": -0.17,
+                          "iterations": 3720, "reference_test_mean": 0.61, "reference_converged": True,
+                          "converged": False, "method_rise": 0.04}])
+    shown = trained_on_shown(with_longer_runs(rows, cells, results))
+    assert len(shown) == 1 and shown["trained on to"].iloc[0] == "7,440 (2×)"
+    assert shown["− Fixed AdaCos there"].iloc[0] == "-17.0%" and shown["rise there"].iloc[0] == "+4.00%"
+    assert shown["converged (< 1%)"].iloc[0] == "yes"
+    assert trained_on_shown(rows).empty  # no length_factor column: nothing trained on

@@ -32,7 +32,7 @@ from study.benchmark.learning_rate import learning_rate_sentences
 from study.benchmark.trained_on import results_beside, with_longer_runs
 from study.benchmark.shown import (absolute_by_source, absolute_shown, cells_shown, convergence_shown, cost_shown, findings_shown,
                                    length_shown, methods_shown, moderators_shown, plateau_stop_shown, published_shown,
-                                   sources_shown, tuners_shown)
+                                   sources_shown, trained_on_shown, tuners_shown)
 from study.report.benchmark_form import iterations_shown, tuning_cost_shown
 from study.analysis.moderators import moderator_sentence, with_images_per_class
 from study.analysis.moderators import moderator_table as moderators_of
@@ -335,7 +335,11 @@ def _write_benchmark_report(plan: dict, rows: pd.DataFrame, cells_dir: Path, rep
                                              "of Fixed AdaCos's score per source, short regime against converged "
                                              "cells (means over each source's configurations)"),
                    Table(convergence_shown(rows), "Convergence per cell by the plateau rule of docs/analysis.md "
-                                                  "(declared before the converged runs)")]),
+                                                  "(declared before the converged runs)"),
+                   Table(trained_on_shown(rows), "Methods still improving in a headline cell, trained on alone at "
+                                                 "its splits, seeds and val-chosen rates as docs/analysis.md "
+                                                 "declares (2×, then at most 4× its iterations): the pooled rows "
+                                                 "read the longer runs")]),
                Section("Published comparisons", _published_blocks(pooled))]
     if len(tuners):
         details.append(Section("Tuners at equal trials and iterations", [

@@ -11,6 +11,7 @@ import pandas as pd
 
 import study.report.formats as fmt
 from study.analysis import published_beside_prediction
+from study.analysis.convergence import PLATEAU_RISE
 from study.analysis.headline import headline_cells, rate_chosen
 from study.analysis.published_comparisons import InsideByChance, inside_by_chance
 from study.benchmark.meta import (RELATIVE_MARGIN, SCOPES, length_by_source)
@@ -73,6 +74,22 @@ def convergence_shown(rows: pd.DataFrame) -> pd.DataFrame:
         "tuned ArcFace": fmt.rise(row.method_rise), "both converged (< 1%)": "yes" if row.converged else "no",
         "read from": "every run's curve" if row.plateau_basis == "runs" else "the mean val curve over runs",
     } for row in tuned.itertuples()])
+
+
+def trained_on_shown(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per headline cell and method trained on to convergence (study.benchmark.trained_on): the cell's own runs
+    against the longer ones the pooled rows read, each with the plateau rule's rise and its difference to Fixed
+    AdaCos in % of Fixed AdaCos's score."""
+    longer = rows[rows["length_factor"].astype(int) > 1] if "length_factor" in rows else rows.iloc[:0]
+    return pd.DataFrame([{
+        "cell": row.cell, "method": method_name(row.method),
+        "cell's length": fmt.iteration_number(row.iterations), "rise there": fmt.rise(row.own_rise),
+        "− Fixed AdaCos there": pct(row.own_relative),
+        "trained on to": f"{fmt.iteration_number(row.iterations * row.length_factor)} ({int(row.length_factor)}×)",
+        "rise": fmt.rise(row.method_rise), f"converged (< {PLATEAU_RISE:.0%})": "yes" if row.method_rise < PLATEAU_RISE else "no, at the cap",
+        "− Fixed AdaCos, read": f"{pct(row.relative)} "
+                                f"{pct_interval(row.low / row.reference_test_mean, row.high / row.reference_test_mean)}",
+    } for row in longer.itertuples()])
 
 
 def published_shown(pooled: pd.DataFrame) -> tuple[pd.DataFrame, str, InsideByChance]:
