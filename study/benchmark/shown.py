@@ -86,7 +86,8 @@ def trained_on_shown(rows: pd.DataFrame) -> pd.DataFrame:
         "cell's length": fmt.iteration_number(row.iterations), "rise there": fmt.rise(row.own_rise),
         "− Fixed AdaCos there": pct(row.own_relative),
         "trained on to": f"{fmt.iteration_number(row.iterations * row.length_factor)} ({int(row.length_factor)}×)",
-        "rise": fmt.rise(row.method_rise), f"converged (< {PLATEAU_RISE:.0%})": "yes" if row.method_rise < PLATEAU_RISE else "no, at the cap",
+        "rise": fmt.rise(row.method_rise),
+        f"converged (< {PLATEAU_RISE:.0%})": "yes" if row.method_rise < PLATEAU_RISE else "no, at the cap",
         "− Fixed AdaCos, read": f"{pct(row.relative)} "
                                 f"{pct_interval(row.low / row.reference_test_mean, row.high / row.reference_test_mean)}",
     } for row in longer.itertuples()])

@@ -88,8 +88,8 @@ def with_longer_curves(curves: pd.DataFrame, cell_rows: pd.DataFrame, results: P
 def with_longer_runs(rows: pd.DataFrame, cells_dir: Path, results: Path) -> pd.DataFrame:
     """The cells' rows, each method trained on to convergence reading the length the rule takes: its difference to
     the cell's own Fixed AdaCos runs (paired by split and seed), its mean score, rise and convergence, and
-    `length_factor` (1: the cell's own runs) beside `own_relative` and `own_rise` (the cell's own runs'). The rate-choice bound
-    stays the cell's own: the longer runs repeat its seeds at the rate val chose there."""
+    `length_factor` (1: the cell's own runs) beside `own_relative` and `own_rise` (the cell's own runs'). The
+    rate-choice bound stays the cell's own: the longer runs repeat its seeds at the rate val chose there."""
     rows = rows.assign(length_factor=1, own_relative=rows["relative"],
                        own_rise=rows["method_rise"] if "method_rise" in rows else math.nan)
     folder = Path(results) / FOLDER
