@@ -18,6 +18,7 @@ from study.learning_rates import choose_rate, split_searched
 from study.results import JOURNAL, prepared_dir, read_json, runs_dir, search_dir, tuned_method, write_csv
 from study.runs import collect_runs, done_seeds, open_runs, packed_service, serve_runs
 from study.splits import load_splits
+from study.progress import announce
 from study.storage import open_storage, storage_url
 from study.workers import ends_cleanly, packed
 
@@ -33,6 +34,7 @@ def main() -> None:
         params = load_params()
         with ends_cleanly(params.search, JOURNAL):  # a storage fault: one message naming the path or URL and the fix
             storage = open_storage(params.search, JOURNAL)
+            announce(params, storage)  # the whole study's progress after each training
             for split in params.data.split_seeds():
                 run_split(args, params.for_split(split), storage, split)
 

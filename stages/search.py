@@ -8,6 +8,7 @@ from pathlib import Path
 from study.config import load_params
 from study.interruptions import Interrupted, ends_as_interrupted
 from study.results import JOURNAL, prepared_dir, search_dir, write_csv, write_json
+from study.progress import announce
 from study.search import FINISHED, best_trial, count_trials, history_table, run_searches, trials_table
 from study.splits import load_splits
 from study.storage import open_storage
@@ -23,6 +24,7 @@ def main() -> None:
         params = load_params()
         with ends_cleanly(params.search, JOURNAL):  # a storage fault: one message naming the path or URL and the fix
             storage = open_storage(params.search, JOURNAL)
+            announce(params, storage)  # the whole study's progress after each training
             if params.search.stop_early is not None:
                 search_in_rounds(loss, params, storage)
                 return

@@ -56,6 +56,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from study.storage import MAX_RETRIES, StorageFault, is_storage_fault, open_storage, retry_callback, storage_faults
 from study.interruptions import INTERRUPTING_SIGNALS, Interrupted, end_by, interruptible
+from study.progress import after_training
 
 # Statuses of trials that trained nothing worth counting (see the module's docstring).
 INTERRUPTED, NOT_RUN = "interrupted", "not run"
@@ -393,10 +394,13 @@ def serve(study: optuna.Study, run_trial: Callable[[optuna.Trial], float], budge
         waiting_said = False
         if identity is not None:
             claim_identity(study, identity)
+        before = len(trained)
         study.optimize(reserved, n_trials=1, catch=(NotRun,))
         if storage_failed:
             raise storage_failed[0]  # study/storage.py's storage_faults says what failed, and the fix, in one line
         started += 1
+        if len(trained) > before:
+            after_training()  # the whole study's progress, where a stage announced it (study/progress.py)
     return len(trained)
 
 

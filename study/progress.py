@@ -1,0 +1,83 @@
+"""One line of the whole study's progress, said after each training a stage finishes: how many of the study's
+trainings are done (every stage's, every worker's: counted in the trial storage they share) and when the rest is
+expected to end, at the pace of the trainings done so far.
+
+The search and runs stages announce the study they serve (`announce`: its whole params, before any class split is
+taken apart, and its storage); study/workers.py's `serve` then calls `after_training`. A worker that was not announced
+(`study worker`, a stage's packed workers) says nothing: the stage that started it says it for all of them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import statistics
+from dataclasses import dataclass
+
+import optuna
+from optuna.trial import TrialState
+
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)  # FAIL: only a diverged training counts
+KINDS = ("search/", "final/")  # the studies of trainings (study/study_names.py); a name with '@' is one moved aside
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A study's trainings done of `total`, and the wall seconds each of those took."""
+
+    done: int
+    total: int
+    seconds: tuple[float, ...]
+
+    def line(self, at_once: int, now: datetime.datetime) -> str:
+        """'study: 23 of 88 trainings done; about 17 min left at 31 s a training, 2 at once (ends about 12:47)'."""
+        from study.price import duration
+
+        said = f"study: {min(self.done, self.total):,} of {self.total:,} trainings done"
+        left = max(self.total - self.done, 0)
+        if left == 0 or not self.seconds:
+            return said
+        pace = statistics.median(self.seconds)
+        remaining = left * pace / max(at_once, 1)
+        end = now + datetime.timedelta(seconds=remaining)
+        return (f"{said}; about {duration(remaining)} left at {duration(pace)} a training, {at_once} at once "
+                f"(ends about {end:%H:%M}{'' if end.date() == now.date() else f' on {end:%d %b}'})")
+
+
+def study_progress(storage: optuna.storages.BaseStorage, namespace: str, total: int) -> Progress:
+    """The trainings done in the studies of one study (their names begin with `namespace`) of `storage`."""
+    seconds = []
+    for study in storage.get_all_studies():
+        name = study.study_name
+        if not name.startswith(namespace) or "@" in name or not name[len(namespace):].startswith(KINDS):
+            continue
+        for trial in storage.get_all_trials(storage.get_study_id_from_name(name), deepcopy=False, states=FINISHED):
+            trained = trial.state != TrialState.FAIL or trial.user_attrs.get("status") == "diverged"
+            if trained and trial.datetime_start is not None and trial.datetime_complete is not None:
+                seconds.append((trial.datetime_complete - trial.datetime_start).total_seconds())
+    return Progress(len(seconds), total, tuple(seconds))
+
+
+_ANNOUNCED: dict = {}
+
+
+def announce(params, storage: optuna.storages.BaseStorage, root=".") -> None:
+    """Say the progress of the study in `root` after each training this process finishes: `params` are the whole
+    study's (every class split)."""
+    from study.study_names import namespace
+    from study.validation import study_cost
+    from study.workers import runs_at_once
+
+    _ANNOUNCED.update(storage=storage, namespace=namespace(params, root), total=study_cost(params, None).trainings,
+                      at_once=runs_at_once(params.train))
+
+
+def after_training() -> None:
+    """Print the study's progress line, where a stage announced its study; a storage that fails here says nothing
+    (the training that just finished is kept; the next storage call says what failed)."""
+    if not _ANNOUNCED:
+        return
+    try:
+        progress = study_progress(_ANNOUNCED["storage"], _ANNOUNCED["namespace"], _ANNOUNCED["total"])
+    except Exception:  # noqa: BLE001 - progress is never worth a failed stage
+        return
+    print(progress.line(_ANNOUNCED["at_once"], datetime.datetime.now()), flush=True)
