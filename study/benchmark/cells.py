@@ -265,6 +265,23 @@ def cell_rows(facts: dict, directory: str | Path) -> list[dict]:
     return rows
 
 
+def search_trials(rows: pd.DataFrame, cells_dir: str | Path, loss: str) -> pd.DataFrame:
+    """Every finished trial of `loss`'s random searches over the cells of `rows` (cell, split, s, value), with s_f at
+    the cell's training class count: what study.analysis.scale_bands reads. Random search only: a sampler that
+    learns would draw fewer trials where the scale failed before."""
+    searched = rows[(rows["method"] == f"{loss}_tuned") & (rows["sampler"] == "random")].drop_duplicates("cell")
+    tables = []
+    for row in searched.itertuples():
+        if int(row.train_classes) < 3:  # s_f = √2·ln(C − 1) needs C ≥ 3
+            continue
+        landscape = read_csv(Path(cells_dir) / row.cell / TABLES / "landscape.csv", "report")
+        mine = landscape[(landscape["loss"] == loss) & (landscape["state"] == "COMPLETE")]
+        tables.append(mine[["split", "s", "value"]].assign(cell=row.cell,
+                                                           s_f=fixed_adacos_scale(int(row.train_classes))))
+    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=["split", "s", "value", "cell",
+                                                                                     "s_f"])
+
+
 def tuning_curve(directory: str | Path, loss: str) -> pd.DataFrame:
     """A cell's selection-aware tuning curve of one searched loss: n, expected test, its band, device-seconds."""
     curves = read_csv(Path(directory) / TABLES / "tuning_curves.csv", "report")

@@ -14,7 +14,8 @@ import pandas as pd
 
 import study.report.formats as fmt
 from study.analysis import SOURCES_METHOD
-from study.benchmark.cells import cell_rows, convergence_iterations, learning_curves, tuning_curve
+from study.analysis.scale_bands import STALLED, scale_bands
+from study.benchmark.cells import cell_rows, convergence_iterations, learning_curves, search_trials, tuning_curve
 from study.analysis import published_beside_prediction
 from study.analysis.design import design_limits
 from study.analysis.headline import headline_cells
@@ -32,7 +33,7 @@ from study.benchmark.learning_rate import learning_rate_sentences
 from study.benchmark.trained_on import results_beside, with_longer_runs
 from study.benchmark.shown import (absolute_by_source, absolute_shown, cells_shown, convergence_shown, cost_shown, findings_shown,
                                    length_shown, methods_shown, moderators_shown, plateau_stop_shown, published_shown,
-                                   sources_shown, trained_on_shown, tuners_shown)
+                                   scale_bands_shown, sources_shown, trained_on_shown, tuners_shown)
 from study.report.benchmark_form import iterations_shown, tuning_cost_shown
 from study.analysis.moderators import moderator_sentence, with_images_per_class
 from study.analysis.moderators import moderator_table as moderators_of
@@ -249,10 +250,11 @@ def _write_benchmark_report(plan: dict, rows: pd.DataFrame, cells_dir: Path, rep
     iterations = pooled_iterations(rows, cells_dir, confidence)
     moderated = with_images_per_class(tuned_headline, cells_dir)
     moderator_table = moderators_of(moderated, confidence)
+    scales = scale_bands(search_trials(rows, cells_dir, "arcface"), confidence)
     (out_dir / "tables").mkdir(parents=True, exist_ok=True)
     tables = {"cells": rows, "pooled": pooled, "tuners": tuners, "longer": longer, "pooled_coverage": coverage,
               "advise_replay": replayed, "costs": costs, "plateau_stop": stops, "tuning_cost": pooled_curve,
-              "convergence_iterations": iterations, "moderators": moderator_table}
+              "convergence_iterations": iterations, "moderators": moderator_table, "scale_bands": scales}
     written = {name: Path("tables") / f"{name}.csv" for name in tables}
     for name, table in tables.items():
         write_csv(table, out_dir / written[name])
@@ -326,7 +328,10 @@ def _write_benchmark_report(plan: dict, rows: pd.DataFrame, cells_dir: Path, rep
                    "variance s explains against m. The MLRC rows are Musgrave et al. (2020)'s published ArcFace "
                    "values (ImageNet-pretrained BN-Inception, 128-d embeddings), for whether tuning moves s the same "
                    "way here.",
-                   Table(findings_shown(rows), "ArcFace's best (s, m) per configuration")]),
+                   Table(findings_shown(rows), "ArcFace's best (s, m) per configuration"),
+                   Table(scale_bands_shown(scales, confidence), "Every trial of the random ArcFace searches by its s "
+                         f"in units of s_f at its cell's class count: how many stalled, ending below "
+                         f"{STALLED:.0%} of the best val of its class split's search (tables/scale_bands.csv)")]),
                Section("Trends and training length", [
                    slope_sentence(slope), *longer_sentences(longer),
                    *learning_rate_sentences(cells_dir.resolve().parent / "results"), *rate_edge_sentences(rows),

@@ -164,6 +164,17 @@ def findings_shown(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(shown)
 
 
+def scale_bands_shown(bands: pd.DataFrame, confidence: float) -> pd.DataFrame:
+    """study.analysis.scale_bands as the reader sees it: a band per row, its stalled trials as a count and a rate."""
+    return pd.DataFrame([{
+        "s / s_f": f"({row.low:g}, {row.high:g}]" if math.isfinite(row.high) else f"over {row.low:g}",
+        "trials (cells)": f"{row.trials:,} ({row.cells})",
+        f"stalled [{confidence:.0%} interval]": "—" if not row.trials else
+        f"{row.stalled} ({row.stalled_share:.0%} [{row.stalled_low:.0%}, {row.stalled_high:.0%}])",
+        "median val, share of the split's best": "—" if not row.trials else f"{row.median_share_of_best:.0%}",
+    } for row in bands.itertuples()])
+
+
 def cells_shown(rows: pd.DataFrame, links: dict[str, str]) -> pd.DataFrame:
     """One row per cell and method, as the reader sees it."""
     return pd.DataFrame([{

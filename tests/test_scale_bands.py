@@ -1,0 +1,37 @@
+"""Tests for study.analysis.scale_bands: trials counted into their s / s_f band, stalled against their own split's
+best, and the Wilson interval checked against its closed form."""
+
+import math
+
+import pandas as pd
+import pytest
+from scipy import stats
+
+from study.analysis.scale_bands import BANDS, scale_bands
+
+
+def wilson(stalled: int, count: int, confidence: float = 0.95) -> tuple[float, float]:
+    z = stats.norm.ppf(0.5 + confidence / 2)
+    p = stalled / count
+    centre = (p + z * z / (2 * count)) / (1 + z * z / count)
+    half = z * math.sqrt(p * (1 - p) / count + z * z / (4 * count * count)) / (1 + z * z / count)
+    return centre - half, centre + half
+
+
+def test_trials_fall_in_their_band_and_stall_against_their_own_splits_best():
+    trials = pd.DataFrame([  # s_f = 2 in cell a, 4 in cell b; each split's best is its own
+        ("a", 0, 1.0, 0.80, 2.0), ("a", 0, 3.0, 0.70, 2.0), ("a", 0, 10.0, 0.30, 2.0), ("a", 0, 12.0, 0.50, 2.0),
+        ("a", 0, 40.0, 0.10, 2.0), ("a", 1, 11.0, 0.15, 2.0), ("a", 1, 3.5, 0.39, 2.0),
+        ("b", 0, 20.0, 0.30, 4.0), ("b", 0, 4.0, 0.90, 4.0), ("b", 0, 0.5, float("nan"), 4.0),
+    ], columns=["cell", "split", "s", "value", "s_f"])
+    bands = scale_bands(trials).set_index("low")
+    assert len(bands) == len(BANDS) - 1 and bands["trials"].sum() == 9  # the NaN trial is left out
+    assert bands.loc[0.25, ["trials", "stalled"]].tolist() == [1, 0]  # a/0 at 0.5×
+    assert bands.loc[0.5, ["trials", "stalled", "cells"]].tolist() == [1, 0, 1]  # b at 1×: a band holds its top
+    assert bands.loc[1.0, ["trials", "stalled", "cells"]].tolist() == [2, 0, 1]  # a/0 1.5×, a/1 1.75× (its best)
+    # a/0 5× (0.30 of 0.80: stalled), a/0 6× (0.625: not), a/1 5.5× (0.15 of 0.39: stalled), b 5× (0.33: stalled)
+    assert bands.loc[4.0, ["trials", "stalled", "cells"]].tolist() == [4, 3, 2]
+    assert bands.loc[16.0, ["trials", "stalled"]].tolist() == [1, 1]
+    assert (bands.loc[4.0, "stalled_low"], bands.loc[4.0, "stalled_high"]) == pytest.approx(wilson(3, 4))
+    assert bands.loc[4.0, "median_share_of_best"] == pytest.approx((0.3 / 0.8 + 0.15 / 0.39) / 2)
+    assert bands.loc[8.0, "trials"] == 0 and math.isnan(bands.loc[8.0, "stalled_share"])
