@@ -19,8 +19,10 @@ from study.results import JOURNAL, prepared_dir, read_json, runs_dir, search_dir
 from study.runs import collect_runs, done_seeds, open_runs, packed_service, serve_runs
 from study.splits import load_splits
 from study.progress import announce
+from study.study_names import namespace
+from study.validation import study_cost
 from study.storage import open_storage, storage_url
-from study.workers import ends_cleanly, packed
+from study.workers import ends_cleanly, packed, runs_at_once
 
 
 def main() -> None:
@@ -34,7 +36,8 @@ def main() -> None:
         params = load_params()
         with ends_cleanly(params.search, JOURNAL):  # a storage fault: one message naming the path or URL and the fix
             storage = open_storage(params.search, JOURNAL)
-            announce(params, storage)  # the whole study's progress after each training
+            # the whole study's progress after each training: every class split's trainings
+            announce(storage, namespace(params, "."), study_cost(params, None).trainings, runs_at_once(params.train))
             for split in params.data.split_seeds():
                 run_split(args, params.for_split(split), storage, split)
 

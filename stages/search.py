@@ -12,7 +12,9 @@ from study.progress import announce
 from study.search import FINISHED, best_trial, count_trials, history_table, run_searches, trials_table
 from study.splits import load_splits
 from study.storage import open_storage
-from study.workers import ends_cleanly
+from study.study_names import namespace
+from study.validation import study_cost
+from study.workers import ends_cleanly, runs_at_once
 
 
 def main() -> None:
@@ -24,7 +26,8 @@ def main() -> None:
         params = load_params()
         with ends_cleanly(params.search, JOURNAL):  # a storage fault: one message naming the path or URL and the fix
             storage = open_storage(params.search, JOURNAL)
-            announce(params, storage)  # the whole study's progress after each training
+            # the whole study's progress after each training: every class split's trainings
+            announce(storage, namespace(params, "."), study_cost(params, None).trainings, runs_at_once(params.train))
             if params.search.stop_early is not None:
                 search_in_rounds(loss, params, storage)
                 return

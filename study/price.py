@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from study.cautions import cautions, scale_range_note
+from study.progress import duration
 from study.config import StudyParams
 from study.sources import ImageSet, image_shape
 from study.training import evaluate, evaluation_schedule, planned_iterations, resolve_device, train
@@ -129,17 +130,6 @@ class Price:
                          + (f"cheaper, the same question: {self.cheaper[0]} ({self.cheaper[1]})" if self.cheaper else
                             "no design of the same question fits: train shorter (train.max_iterations) or on a GPU"))
         return lines
-
-
-def duration(seconds: float) -> str:
-    """Seconds as people say them: 42 s, 7.1 min, 3.2 h, 2.5 days."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.1f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} days"
 
 
 def process_age() -> float:

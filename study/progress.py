@@ -20,6 +20,17 @@ FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)  # FAIL: on
 KINDS = ("search/", "final/")  # the studies of trainings (study/study_names.py); a name with '@' is one moved aside
 
 
+def duration(seconds: float) -> str:
+    """Seconds as people say them: 42 s, 7.1 min, 3.2 h, 2.5 days."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
 @dataclass(frozen=True)
 class Progress:
     """A study's trainings done of `total`, and the wall seconds each of those took."""
@@ -30,8 +41,6 @@ class Progress:
 
     def line(self, at_once: int, now: datetime.datetime) -> str:
         """'study: 23 of 88 trainings done; about 17 min left at 31 s a training, 2 at once (ends about 12:47)'."""
-        from study.price import duration
-
         said = f"study: {min(self.done, self.total):,} of {self.total:,} trainings done"
         left = max(self.total - self.done, 0)
         if left == 0 or not self.seconds:
@@ -60,15 +69,10 @@ def study_progress(storage: optuna.storages.BaseStorage, namespace: str, total: 
 _ANNOUNCED: dict = {}
 
 
-def announce(params, storage: optuna.storages.BaseStorage, root=".") -> None:
-    """Say the progress of the study in `root` after each training this process finishes: `params` are the whole
-    study's (every class split)."""
-    from study.study_names import namespace
-    from study.validation import study_cost
-    from study.workers import runs_at_once
-
-    _ANNOUNCED.update(storage=storage, namespace=namespace(params, root), total=study_cost(params, None).trainings,
-                      at_once=runs_at_once(params.train))
+def announce(storage: optuna.storages.BaseStorage, namespace: str, total: int, at_once: int) -> None:
+    """Say the progress of a study after each training this process finishes: its `total` trainings (every class
+    split's), its studies' names beginning with `namespace` in `storage`, `at_once` runs training at a time."""
+    _ANNOUNCED.update(storage=storage, namespace=namespace, total=total, at_once=at_once)
 
 
 def after_training() -> None:

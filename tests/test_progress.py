@@ -10,6 +10,9 @@ from optuna.trial import TrialState, create_trial
 
 from study import progress, workers
 from study.config import StudyParams
+from study.study_names import namespace
+from study.validation import study_cost
+from study.workers import runs_at_once
 
 START = datetime.datetime(2026, 12, 6, 12, 0, 0)
 
@@ -63,7 +66,8 @@ def test_a_served_training_says_the_whole_studys_progress(storage, capsys, monke
                                     "search": {"n_trials": 3},
                                     "runs": {"seeds": [0, 1], "methods": ["fixed_adacos"]}})
     monkeypatch.setattr(progress, "_ANNOUNCED", {})
-    progress.announce(params, storage)  # its own journal: no namespace, so none of the 'cell/' trainings count
+    # its own journal: no namespace, so none of the 'cell/' trainings count
+    progress.announce(storage, namespace(params, "."), study_cost(params, None).trainings, runs_at_once(params.train))
     study = optuna.create_study(storage=storage, study_name="search/arcface/split0")
     workers.serve(study, lambda trial: 0.5, workers.TrialCount(2, (TrialState.COMPLETE,)))
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("study: ")]
