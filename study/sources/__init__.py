@@ -3,7 +3,8 @@ spec, its images as an `ImageSet`, its labels without images), registered in `SO
 dataset spec in params.yaml (`data.dataset`).
 
 Real images: `digits` and `mnist5k` (shipped with Python packages), `idx:<folder>` (MNIST-layout IDX files),
-`folder:<path>` (one sub-folder of images per class), `torchvision:<Name>`. Generated offline, with as many classes
+`folder:<path>` (one sub-folder of images per class), `torchvision:<Name>`; drawn by people: `wesnoth` (a game's
+unit sprites, from a Debian package). Generated offline, with as many classes
 as asked: `glyphs`, `strokes`, `emoji` (they share `spec` and `cache`). Composed from a real set's images:
 `compose:<parts>:<per class>:<base>`.
 """
@@ -22,6 +23,7 @@ from study.sources.image_set import ImageSet
 from study.sources.source import Source
 from study.sources.strokes import STROKES
 from study.sources.torchvision import TORCHVISION
+from study.sources.wesnoth import WESNOTH
 
 __all__ = ["ImageSet", "Source", "SOURCES", "DEFAULT_CACHE_DIR", "source_named", "load_dataset", "labels_only",
            "image_shape", "source_of", "is_synthetic_source"]
@@ -41,7 +43,7 @@ def source_named(spec: str) -> tuple[Source, str]:
 
 # The registry: the spec's part before ':' names the source.
 SOURCES: dict[str, Source] = {source.name: source for source in (
-    DIGITS, MNIST5K, IDX, TORCHVISION, FOLDER, GLYPHS, STROKES, EMOJI, composed_source(source_named))}
+    DIGITS, MNIST5K, IDX, TORCHVISION, FOLDER, WESNOTH, GLYPHS, STROKES, EMOJI, composed_source(source_named))}
 
 
 def load_dataset(spec: str, cache_dir: str | None = None) -> ImageSet:
