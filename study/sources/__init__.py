@@ -3,8 +3,8 @@ spec, its images as an `ImageSet`, its labels without images), registered in `SO
 dataset spec in params.yaml (`data.dataset`).
 
 Real images: `digits` and `mnist5k` (shipped with Python packages), `idx:<folder>` (MNIST-layout IDX files),
-`folder:<path>` (one sub-folder of images per class), `torchvision:<Name>`; drawn by people: `wesnoth` (a game's
-unit sprites, from a Debian package). Generated offline, with as many classes
+`folder:<path>` (one sub-folder of images per class), `torchvision:<Name>`; drawn or modelled by people: `wesnoth`
+(a game's unit sprites) and `freedroid` (a game's 3D models, 32 views each), from Debian packages. Generated offline, with as many classes
 as asked: `glyphs`, `strokes`, `emoji` (they share `spec` and `cache`). Composed from a real set's images:
 `compose:<parts>:<per class>:<base>`.
 """
@@ -17,6 +17,7 @@ from study.sources.composed import composed_source
 from study.sources.digits import DIGITS, MNIST5K
 from study.sources.emoji import EMOJI
 from study.sources.folder import FOLDER
+from study.sources.freedroid import FREEDROID
 from study.sources.glyphs import GLYPHS
 from study.sources.idx import IDX
 from study.sources.image_set import ImageSet
@@ -43,7 +44,8 @@ def source_named(spec: str) -> tuple[Source, str]:
 
 # The registry: the spec's part before ':' names the source.
 SOURCES: dict[str, Source] = {source.name: source for source in (
-    DIGITS, MNIST5K, IDX, TORCHVISION, FOLDER, WESNOTH, GLYPHS, STROKES, EMOJI, composed_source(source_named))}
+    DIGITS, MNIST5K, IDX, TORCHVISION, FOLDER, WESNOTH, FREEDROID, GLYPHS, STROKES, EMOJI,
+    composed_source(source_named))}
 
 
 def load_dataset(spec: str, cache_dir: str | None = None) -> ImageSet:

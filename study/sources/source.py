@@ -14,6 +14,7 @@ from typing import Callable
 
 import numpy as np
 import torch
+from PIL import Image
 
 from study.environment import machine_memory, readable_bytes
 from study.sources.image_set import ImageSet
@@ -50,6 +51,18 @@ def blank_images(labels: np.ndarray, class_names: list[str], channels: int = 1) 
     """An ImageSet of `labels` whose images are blank 1×1 stand-ins: what `Source.labels` returns."""
     labels = np.asarray(labels)
     return ImageSet(labels, class_names, images=torch.zeros((len(labels), channels, 1, 1), dtype=torch.uint8))
+
+
+def square_resized(image: Image.Image, side: int, background: tuple[int, int, int]) -> np.ndarray:
+    """An image (RGBA: drawn over `background`) centred on a square of `background` and resized to side × side with
+    Lanczos filtering: a (3, side, side) uint8 array, what a source drawn by people holds in memory."""
+    image = image.convert("RGBA")
+    square = Image.new("RGBA", (max(image.size),) * 2, (*background, 255))
+    square.alpha_composite(image, ((square.width - image.width) // 2, (square.height - image.height) // 2))
+    rgb = square.convert("RGB")
+    if rgb.size != (side, side):
+        rgb = rgb.resize((side, side), Image.LANCZOS)
+    return np.asarray(rgb, dtype=np.uint8).transpose(2, 0, 1)
 
 
 def check_generated_size(spec: GeneratedSpec, channels: int) -> None:

@@ -26,7 +26,7 @@ import torch
 from PIL import Image
 
 from study.sources.image_set import ImageSet
-from study.sources.source import Source, blank_images
+from study.sources.source import Source, blank_images, square_resized
 
 DEFAULT_ROOT = Path("/usr/share/games/wesnoth/1.16/data/core")
 INSTALL_HINT = ("install Debian's wesnoth-1.16-data (apt-get install wesnoth-1.16-data), or name its data/core folder "
@@ -110,13 +110,7 @@ def wesnoth_labels(argument: str, cache_dir: Path | None = None) -> ImageSet:
 def frame(path: Path, side: int) -> np.ndarray:
     """One sprite over mid-grey, centred on a square and resized to side × side: a (3, side, side) uint8 array."""
     with Image.open(path) as image:
-        sprite = image.convert("RGBA")
-    square = Image.new("RGBA", (max(sprite.size),) * 2, (*BACKGROUND, 255))
-    square.alpha_composite(sprite, ((square.width - sprite.width) // 2, (square.height - sprite.height) // 2))
-    rgb = square.convert("RGB")
-    if rgb.size != (side, side):
-        rgb = rgb.resize((side, side), Image.LANCZOS)
-    return np.asarray(rgb, dtype=np.uint8).transpose(2, 0, 1)
+        return square_resized(image, side, BACKGROUND)
 
 
 def load_wesnoth(argument: str, cache_dir: Path | None = None) -> ImageSet:
