@@ -3,10 +3,10 @@ spec, its images as an `ImageSet`, its labels without images), registered in `SO
 dataset spec in params.yaml (`data.dataset`).
 
 Real images: `digits` and `mnist5k` (shipped with Python packages), `idx:<folder>` (MNIST-layout IDX files),
-`folder:<path>` (one sub-folder of images per class), `torchvision:<Name>`; drawn or modelled by people: `wesnoth`
-(a game's unit sprites) and `freedroid` (a game's 3D models, 32 views each), from Debian packages. Generated offline, with as many classes
-as asked: `glyphs`, `strokes`, `emoji` (they share `spec` and `cache`). Composed from a real set's images:
-`compose:<parts>:<per class>:<base>`.
+`folder:<path>` (one sub-folder of images per class), `torchvision:<Name>`; drawn or modelled by people, from Debian
+packages: `wesnoth` (a game's unit sprites) and `freedroid` (a game's 3D models, 32 views each). Generated offline,
+with as many classes as asked: `glyphs`, `strokes`, `emoji` (they share `spec` and `cache`). Composed from a real
+set's images: `compose:<parts>:<per class>:<base>`.
 """
 
 from __future__ import annotations
