@@ -9,6 +9,7 @@ import sys
 import pandas as pd
 
 from study.analysis import analyse_study
+from study.analysis.design import independent_splits
 from study.config import load_params
 from study.environment import installed_version, lock_status, machine_summary
 from study.learning_rates import chosen_words
@@ -74,7 +75,8 @@ def report(params) -> None:
     if params.train.learning_rates:
         manifest["learning_rates"] = chosen_words(runs, params.train.learning_rates)
     analysis = analyse_study(trials, runs, history, params.train.objective, params.analysis,
-                             manifest["splits"]["train"]["num_classes"], sampler=params.search.sampler)
+                             manifest["splits"]["train"]["num_classes"], sampler=params.search.sampler,
+                             independent_splits=independent_splits(manifest))
     devices = list(runs["device"].dropna().astype(str)) + list(trials["device"].dropna().astype(str))
     written = write_report(analysis, params, manifest, environment(params, devices), REPORT_DIR)
     print(f"report written: {', '.join(str(path) for path in written.values())}")

@@ -1,5 +1,6 @@
 """What more data can and cannot settle: the between-source spread, the floor under a new source's interval, and the
-sources the mean needs, from the same two-stage model as pool_across_sources (study/analysis/pooling.py)."""
+sources the mean needs, from the same two-stage model as pool_across_sources (study/analysis/pooling.py); and, within
+one source, how many class splits its classes can make that are new evidence."""
 
 from __future__ import annotations
 
@@ -10,6 +11,17 @@ import numpy as np
 from scipy import stats
 
 from study.analysis.pooling import pool_across_sources, source_membership
+
+
+def independent_splits(manifest: dict) -> int | None:
+    """Under the open protocol, how many class splits a source's classes make with disjoint test classes (all its
+    classes // the test split's, from a prepared split's manifest): more splits of the same classes test on classes
+    already tested, so they narrow the interval around these classes, not around the source's. None under the
+    closed protocol, where every split holds every class."""
+    if manifest.get("protocol") != "open":
+        return None
+    counts = {name: int(split["num_classes"]) for name, split in manifest["splits"].items()}
+    return sum(counts.values()) // counts["test"] if counts.get("test") else None
 
 
 @dataclass(frozen=True)

@@ -167,11 +167,13 @@ def _search_variance(trials: pd.DataFrame, runs: pd.DataFrame, loss: str | None,
 
 def analyse_study(trials: pd.DataFrame, runs: pd.DataFrame, history: pd.DataFrame, objective: str,
                   config: AnalysisConfig = AnalysisConfig(), num_classes: int | None = None,
-                  sampler: str = "random") -> StudyAnalysis:
+                  sampler: str = "random", independent_splits: int | None = None) -> StudyAnalysis:
     """Every table and number of the report from the search trials, the evaluated runs and their val curves.
 
     `num_classes` is the number of training classes C (manifest["splits"]["train"]["num_classes"]), for s_f;
-    `sampler` is search.sampler, which decides the tuning-cost estimator. The convergence targets are
+    `sampler` is search.sampler, which decides the tuning-cost estimator; `independent_splits`, under the open
+    protocol, how many class splits the source's classes can make with disjoint test classes (`independent_splits`
+    of study.splits), beyond which more splits of the same classes are no new evidence. The convergence targets are
     fractions of the best final val score among all methods, where a method's final val score is the mean
     over its seeds (diverged seeds left out), and fractions of each method's own.
     """
@@ -204,6 +206,7 @@ def analyse_study(trials: pd.DataFrame, runs: pd.DataFrame, history: pd.DataFram
     facts = verdict_facts(objective, searched_losses, final, costs, differences, even, summary, tuning_curves, speed,
                           estimator, default_hyperparameters, config, run_scores,
                           _search_variance(trials, runs, primary_loss(searched_losses), objective))
+    facts["independent_splits"] = independent_splits
     return StudyAnalysis(
         objective=objective, confidence=config.confidence, methods=methods, searched_losses=searched_losses,
         search_summary=summary, tuning_curves=tuning_curves, estimator=estimator, reference_bands=bands,

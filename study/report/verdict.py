@@ -344,9 +344,19 @@ def statistics_sentence(facts: dict, confidence: float) -> str:
                      f"detects with {facts.get('power', 0.8):.0%} power at the level Holm's first step uses (α = "
                      f"{fmt.p_value(row['decision_alpha'])}) {found}"
                      + (f", and about {row['seeds_to_resolve']:,} {unit} would resolve a difference of this size (to "
-                        "significance or to equivalence)." if row["seeds_to_resolve"] else
-                        f", and no practical number of {unit} would resolve it."))
+                        "significance or to equivalence)" + _beyond_independent(row, facts) + "."
+                        if row["seeds_to_resolve"] else f", and no practical number of {unit} would resolve it."))
     return sentence
+
+
+def _beyond_independent(row: dict, facts: dict) -> str:
+    """Where the class splits that would resolve a difference are more than the source's classes make with disjoint
+    test classes (study.analysis.design.independent_splits): say so, and what would settle it instead."""
+    most = facts.get("independent_splits")
+    if row.get("unit") != "splits" or not most or row["seeds_to_resolve"] <= most:
+        return ""
+    return (f", but these classes make only {most} splits with disjoint test classes, and splits beyond those test on "
+            "classes already tested: more classes, or another source, would settle it, not more splits of these")
 
 
 def variance_sentence(facts: dict) -> str | None:
@@ -467,6 +477,7 @@ def key_numbers(analysis: StudyAnalysis) -> pd.DataFrame:
                      "what the interval covers": f"t-test at α = {fmt.p_value(row['decision_alpha'])} (Holm's "
                                                  "strictest step, the level the decision may need)"
                      + (f"; about {row['seeds_to_resolve']:,} {unit} would resolve the observed difference"
+                        + _beyond_independent(row, facts)
                         if row["seeds_to_resolve"] and not (row["significant"] or row["equivalent"]) else "")})
     default = facts["default"]
     if default:
