@@ -4,8 +4,8 @@ dataset spec in params.yaml (`data.dataset`).
 
 Real images: `digits` and `mnist5k` (shipped with Python packages), `idx:<folder>` (MNIST-layout IDX files),
 `folder:<path>` (one sub-folder of images per class), `torchvision:<Name>`; drawn or modelled by people, from Debian
-packages: `wesnoth` (a game's unit sprites) and `freedroid` (a game's 3D models, 32 views each). Generated offline,
-with as many classes as asked: `glyphs`, `strokes`, `emoji` (they share `spec` and `cache`). Composed from a real
+packages: `wesnoth` (a game's unit sprites), `freedroid` (a game's 3D models, 32 views each) and `cards` (KDE's
+decks). Generated offline, with as many classes as asked: `glyphs`, `strokes`, `emoji` (they share `spec` and `cache`). Composed from a real
 set's images: `compose:<parts>:<per class>:<base>`.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from study.sources.cards import CARDS_SOURCE
 from study.sources.composed import composed_source
 from study.sources.digits import DIGITS, MNIST5K
 from study.sources.emoji import EMOJI
@@ -44,7 +45,7 @@ def source_named(spec: str) -> tuple[Source, str]:
 
 # The registry: the spec's part before ':' names the source.
 SOURCES: dict[str, Source] = {source.name: source for source in (
-    DIGITS, MNIST5K, IDX, TORCHVISION, FOLDER, WESNOTH, FREEDROID, GLYPHS, STROKES, EMOJI,
+    DIGITS, MNIST5K, IDX, TORCHVISION, FOLDER, WESNOTH, FREEDROID, CARDS_SOURCE, GLYPHS, STROKES, EMOJI,
     composed_source(source_named))}
 
 
