@@ -5,8 +5,9 @@ dataset spec in params.yaml (`data.dataset`).
 Real images: `digits` and `mnist5k` (shipped with Python packages), `idx:<folder>` (MNIST-layout IDX files),
 `folder:<path>` (one sub-folder of images per class), `torchvision:<Name>`; drawn or modelled by people, from Debian
 packages: `wesnoth` (a game's unit sprites), `freedroid` (a game's 3D models, 32 views each) and `cards` (KDE's
-decks). Generated offline, with as many classes as asked: `glyphs`, `strokes`, `emoji` (they share `spec` and `cache`). Composed from a real
-set's images: `compose:<parts>:<per class>:<base>`.
+decks), and from an npm package: `iconify` (one icon name in many sets' styles). Generated offline, with as many
+classes as asked: `glyphs`, `strokes`, `emoji` (they share `spec` and `cache`). Composed from a real set's images:
+`compose:<parts>:<per class>:<base>`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from study.sources.emoji import EMOJI
 from study.sources.folder import FOLDER
 from study.sources.freedroid import FREEDROID
 from study.sources.glyphs import GLYPHS
+from study.sources.iconify import ICONIFY
 from study.sources.idx import IDX
 from study.sources.image_set import ImageSet
 from study.sources.source import Source
@@ -45,7 +47,7 @@ def source_named(spec: str) -> tuple[Source, str]:
 
 # The registry: the spec's part before ':' names the source.
 SOURCES: dict[str, Source] = {source.name: source for source in (
-    DIGITS, MNIST5K, IDX, TORCHVISION, FOLDER, WESNOTH, FREEDROID, CARDS_SOURCE, GLYPHS, STROKES, EMOJI,
+    DIGITS, MNIST5K, IDX, TORCHVISION, FOLDER, WESNOTH, FREEDROID, CARDS_SOURCE, ICONIFY, GLYPHS, STROKES, EMOJI,
     composed_source(source_named))}
 
 
