@@ -128,8 +128,9 @@ def benchmark_card(arcface: dict, wins: list[dict], rows: pd.DataFrame, default:
             f"ArcFace at its defaults (s = 64, m = 0.5) scores {pct(default['mean'])} "
             f"{pct_interval(default['low'], default['high'])} (a new source: "
             f"{pct_interval(default['prediction_low'], default['prediction_high'])})"
-            + (f", trained to convergence ({lengths} the cell's iterations) in {len(trained_on)} of "
-               f"{default['configurations']} cells" if trained_on else "")
+            + (f", converged in {default['configurations'] - unconverged} of {default['configurations']} cells "
+               f"({len(trained_on)} of them trained on to {lengths} their iterations to get there)"
+               if trained_on else "")
             + (f", still improving in {unconverged} of {default['configurations']} cells" if unconverged else "")
             + ".")
     classes = headline_cells(rows).query("method == 'arcface_tuned'")["train_classes"]
