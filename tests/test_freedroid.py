@@ -42,13 +42,6 @@ def test_the_labels_are_the_loads_and_a_view_is_centred_on_black(tmp_path):
     assert source_of(spec) == "freedroid"
 
 
-@pytest.mark.parametrize("argument, message", [("big", "the image side must be a whole number"),
-                                               ("200", "the image side must be 16 to 180 pixels")])
-def test_a_bad_spec_names_its_fault(argument, message):
-    with pytest.raises(ValueError, match=message):
-        labels_only(f"freedroid:{argument}")
-
-
 def test_without_the_package_the_error_names_the_install_line(tmp_path):
     with pytest.raises(FileNotFoundError, match="apt-get install freedroidrpg-data"):
         labels_only(f"freedroid:32:{tmp_path}")

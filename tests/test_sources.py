@@ -121,3 +121,15 @@ def test_validation_holds_no_sources_rule():
     text = (REPO / "study" / "validation.py").read_text(encoding="utf-8")
     named = [name for name in SOURCES if re.search(rf"""["']{name}:?["']""", text)]
     assert named == [], f"validation.py branches on the source(s) {named}"
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("wesnoth:x", "bad wesnoth spec 'wesnoth:x': the image side must be a whole number, e.g. 'wesnoth:32'"),
+    ("wesnoth:8", "the image side must be 16 to 128 pixels \\(its sprites are 72×72\\), got 8"),
+    ("freedroid:big", "bad freedroid spec 'freedroid:big': the image side must be a whole number"),
+    ("freedroid:200", "the image side must be 16 to 180 pixels \\(its views are 132×180\\), got 200"),
+    ("cards:big", "bad cards spec 'cards:big': the image side must be a whole number, e.g. 'cards:48'"),
+    ("cards:8", "the image side must be 16 to 256 pixels, got 8")])
+def test_a_package_sources_bad_spec_names_its_fault(spec, message):
+    with pytest.raises(ValueError, match=message):
+        labels_only(spec)

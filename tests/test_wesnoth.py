@@ -67,13 +67,6 @@ def test_a_tall_sprite_is_centred_on_a_square_before_it_is_resized(tmp_path):
     assert tuple(square[:, 8, 1]) == BACKGROUND and tuple(square[:, 8, 8]) == (0, 0, 255)
 
 
-@pytest.mark.parametrize("argument, message", [("x", "the image side must be a whole number"),
-                                               ("8", "the image side must be 16 to 128 pixels")])
-def test_a_bad_spec_names_its_fault(argument, message):
-    with pytest.raises(ValueError, match=message):
-        labels_only(f"wesnoth:{argument}")
-
-
 def test_without_the_package_the_error_names_the_install_line(tmp_path):
     with pytest.raises(FileNotFoundError, match="apt-get install wesnoth-1.16-data"):
         labels_only(f"wesnoth:32:{tmp_path}")

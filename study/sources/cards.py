@@ -19,10 +19,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import math
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -31,12 +28,12 @@ from PIL import Image
 
 from study.sources.cache import cache_file, cached_image_set
 from study.sources.image_set import ImageSet
-from study.sources.source import Source, blank_images, square_resized
+from study.sources.source import Source, blank_images, side_and_folder, square_resized
+from study.sources.svg import RENDERER, draw_svg, renderer_version, require_renderer
 
 DEFAULT_ROOT = Path("/usr/share/carddecks")
 INSTALL_HINT = ("install Debian's kdegames-card-data-kf5 and librsvg2-bin (apt-get install kdegames-card-data-kf5 "
                 "librsvg2-bin), or name a folder of svg-*/ decks as 'cards:<image side>:<folder>'")
-RENDERER = "rsvg-convert"
 DEFAULT_SIDE = 48
 SIDES = range(16, 257)
 MAX_HEIGHT = 8000  # pixels of a render: beyond it a card too small on its page is refused, not drawn blurred
@@ -49,16 +46,7 @@ CARDS = tuple(f"{rank}_{suit}" for suit in SUITS for rank in RANKS)
 
 def parse_cards_spec(argument: str) -> tuple[int, Path]:
     """(image side, decks folder) of `cards[:<image side>[:<decks folder>]]`; a ValueError names the fault."""
-    side_text, _, folder = argument.partition(":")
-    try:
-        side = int(side_text) if side_text else DEFAULT_SIDE
-    except ValueError:
-        raise ValueError(f"bad cards spec 'cards:{argument}': the image side must be a whole number, e.g. "
-                         "'cards:48'") from None
-    if side not in SIDES:
-        raise ValueError(f"bad cards spec 'cards:{argument}': the image side must be {SIDES.start} to "
-                         f"{SIDES.stop - 1} pixels, got {side}")
-    return side, Path(folder).expanduser() if folder else DEFAULT_ROOT
+    return side_and_folder("cards", argument, DEFAULT_SIDE, SIDES, DEFAULT_ROOT)
 
 
 def _text(deck: Path) -> str:
@@ -68,20 +56,13 @@ def _text(deck: Path) -> str:
 
 def _draw(deck: Path, card: str, height: int) -> Image.Image | None:
     """`card` of `deck` drawn `height` pixels tall by the renderer; None where it cannot."""
-    done = subprocess.run([RENDERER, f"--export-id={card}", "--height", str(height), str(deck)], capture_output=True,
-                          check=False)
-    if done.returncode != 0:
-        return None
-    with Image.open(io.BytesIO(done.stdout)) as image:
-        return image.convert("RGBA")
+    return draw_svg([f"--export-id={card}", "--height", str(height), str(deck)])[0]
 
 
 def decks(root: Path) -> list[Path]:
     """The deck files under `root` that hold all 52 cards and that the renderer draws, sorted; a FileNotFoundError
     names the install line when there is none, or when the renderer is missing."""
-    if shutil.which(RENDERER) is None:
-        raise FileNotFoundError(f"the cards source draws its decks with {RENDERER}, which is not installed; "
-                                f"{INSTALL_HINT}")
+    require_renderer("cards", INSTALL_HINT)
     folders = sorted(folder for folder in root.glob("svg-*") if folder.is_dir()) if root.is_dir() else []
     files = [path for folder in folders for path in sorted(folder.iterdir()) if path.suffix in (".svg", ".svgz")]
     whole = [path for path in files
@@ -125,8 +106,7 @@ def render(deck: Path, card: str, side: int) -> np.ndarray:
 
 def _install(found: list[Path]) -> str:
     """A digest of the decks (their names and sizes) and the renderer's version: what the images depend on."""
-    version = subprocess.run([RENDERER, "--version"], capture_output=True, text=True, check=False).stdout.strip()
-    described = version + "".join(f"{path}:{path.stat().st_size}" for path in found)
+    described = renderer_version() + "".join(f"{path}:{path.stat().st_size}" for path in found)
     return hashlib.sha256(described.encode()).hexdigest()[:10]
 
 

@@ -24,7 +24,7 @@ import torch
 from PIL import Image
 
 from study.sources.image_set import ImageSet
-from study.sources.source import Source, blank_images, square_resized
+from study.sources.source import Source, blank_images, side_and_folder, square_resized
 
 DEFAULT_ROOT = Path("/usr/share/freedroidrpg/data/graphics")
 INSTALL_HINT = ("install Debian's freedroidrpg-data (apt-get install freedroidrpg-data), or name its graphics folder "
@@ -40,16 +40,7 @@ _VARIANT = re.compile(r"^(?P<name>.*?[^\d_])_?\d+$")  # 'basic2', 'drinking_mug_
 
 def parse_freedroid_spec(argument: str) -> tuple[int, Path]:
     """(image side, graphics folder) of `freedroid[:<image side>[:<graphics folder>]]`; a ValueError names the fault."""
-    side_text, _, folder = argument.partition(":")
-    try:
-        side = int(side_text) if side_text else DEFAULT_SIDE
-    except ValueError:
-        raise ValueError(f"bad freedroid spec 'freedroid:{argument}': the image side must be a whole number, e.g. "
-                         "'freedroid:32'") from None
-    if side not in SIDES:
-        raise ValueError(f"bad freedroid spec 'freedroid:{argument}': the image side must be {SIDES.start} to "
-                         f"{SIDES.stop - 1} pixels (its views are 132×180), got {side}")
-    return side, Path(folder).expanduser() if folder else DEFAULT_ROOT
+    return side_and_folder("freedroid", argument, DEFAULT_SIDE, SIDES, DEFAULT_ROOT, "its views are 132×180")
 
 
 def model_class(folder: Path, root: Path) -> str:

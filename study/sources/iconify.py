@@ -16,27 +16,23 @@ for the package's version and the renderer. The labels come from the sets' JSON 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import re
-import shutil
-import subprocess
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
 
 from study.sources.cache import cache_file, cached_image_set
 from study.sources.image_set import ImageSet
 from study.sources.source import Source, blank_images, square_resized
+from study.sources.svg import RENDERER, draw_svg, renderer_version, require_renderer
 
 INSTALL_HINT = ("unpack the npm package @iconify/json where the source reads it (npm pack @iconify/json && mkdir -p "
                 "~/.cache/study/iconify && tar xzf iconify-json-*.tgz -C ~/.cache/study/iconify), or name its folder "
                 "as 'iconify:<num_classes>:<image side>:<folder>'; it draws with rsvg-convert (apt-get install "
                 "librsvg2-bin)")
-RENDERER = "rsvg-convert"
 DEFAULT_SIDE = 32
 SIDES = range(16, 257)
 MIN_SETS = 10
@@ -119,18 +115,16 @@ def _svg(icon: dict, collection: dict) -> str:
 
 def render(svg: str, side: int) -> np.ndarray:
     """One icon drawn black at twice `side` in height, on white, centred and resized."""
-    done = subprocess.run([RENDERER, "--height", str(2 * side)], input=svg.encode(), capture_output=True, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{RENDERER} could not draw an icon: {done.stderr.decode(errors='replace')}")
-    with Image.open(io.BytesIO(done.stdout)) as image:
-        return square_resized(image, side, BACKGROUND)
+    image, complaint = draw_svg(["--height", str(2 * side)], svg.encode())
+    if image is None:
+        raise RuntimeError(f"{RENDERER} could not draw an icon: {complaint}")
+    return square_resized(image, side, BACKGROUND)
 
 
 def load_iconify(argument: str, cache_dir: Path | None = None) -> ImageSet:
     """Every set's icon of every chosen name, drawn once and then read from the cache folder."""
     classes, side, root = parse_iconify_spec(argument, cache_dir)
-    if shutil.which(RENDERER) is None:
-        raise FileNotFoundError(f"the iconify source draws with {RENDERER}, which is not installed; {INSTALL_HINT}")
+    require_renderer("iconify", INSTALL_HINT)
     chosen = icons(root, classes)
 
     def draw() -> ImageSet:
@@ -142,7 +136,7 @@ def load_iconify(argument: str, cache_dir: Path | None = None) -> ImageSet:
 
     version = json.loads((root / "package.json").read_text(encoding="utf-8")).get("version", "") \
         if (root / "package.json").is_file() else ""
-    install = hashlib.sha256(f"{version}{sorted(icon_sets(root))}".encode()).hexdigest()[:10]
+    install = hashlib.sha256(f"{version}{renderer_version()}{sorted(icon_sets(root))}".encode()).hexdigest()[:10]
     path = None if cache_dir is None else cache_file(cache_dir, "iconify", f"iconify-{classes}-{side}", VERSION,
                                                       install)
     return cached_image_set(path, (int(_labels(chosen).size), 3, side, side), len(chosen), draw)

@@ -47,6 +47,23 @@ class Source:
         return self.data_source(argument) if self.data_source is not None else self.name
 
 
+def side_and_folder(name: str, argument: str, default_side: int, sides: range, default_root: Path,
+                    native: str = "") -> tuple[int, Path]:
+    """(image side, folder) of a package source's `<name>[:<image side>[:<folder>]]`: the side `default_side` where
+    none is given, within `sides`; the folder `default_root`, the package's own, where none is. A ValueError names the
+    fault (`native`: the package's own image size, said beside the allowed sides)."""
+    side_text, _, folder = argument.partition(":")
+    try:
+        side = int(side_text) if side_text else default_side
+    except ValueError:
+        raise ValueError(f"bad {name} spec '{name}:{argument}': the image side must be a whole number, e.g. "
+                         f"'{name}:{default_side}'") from None
+    if side not in sides:
+        raise ValueError(f"bad {name} spec '{name}:{argument}': the image side must be {sides.start} to "
+                         f"{sides.stop - 1} pixels{f' ({native})' if native else ''}, got {side}")
+    return side, Path(folder).expanduser() if folder else default_root
+
+
 def blank_images(labels: np.ndarray, class_names: list[str], channels: int = 1) -> ImageSet:
     """An ImageSet of `labels` whose images are blank 1×1 stand-ins: what `Source.labels` returns."""
     labels = np.asarray(labels)

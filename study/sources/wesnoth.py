@@ -26,7 +26,7 @@ import torch
 from PIL import Image
 
 from study.sources.image_set import ImageSet
-from study.sources.source import Source, blank_images, square_resized
+from study.sources.source import Source, blank_images, side_and_folder, square_resized
 
 DEFAULT_ROOT = Path("/usr/share/games/wesnoth/1.16/data/core")
 INSTALL_HINT = ("install Debian's wesnoth-1.16-data (apt-get install wesnoth-1.16-data), or name its data/core folder "
@@ -41,16 +41,7 @@ _KEY = r"^    {}=\"?([^\"\n]*?)\"?\s*$"  # a key of the unit itself (four spaces
 
 def parse_wesnoth_spec(argument: str) -> tuple[int, Path]:
     """(image side, data folder) of `wesnoth[:<image side>[:<data folder>]]`; a ValueError names the fault."""
-    side_text, _, folder = argument.partition(":")
-    try:
-        side = int(side_text) if side_text else DEFAULT_SIDE
-    except ValueError:
-        raise ValueError(f"bad wesnoth spec 'wesnoth:{argument}': the image side must be a whole number, e.g. "
-                         "'wesnoth:32'") from None
-    if side not in SIDES:
-        raise ValueError(f"bad wesnoth spec 'wesnoth:{argument}': the image side must be {SIDES.start} to "
-                         f"{SIDES.stop - 1} pixels (its sprites are 72×72), got {side}")
-    return side, Path(folder).expanduser() if folder else DEFAULT_ROOT
+    return side_and_folder("wesnoth", argument, DEFAULT_SIDE, SIDES, DEFAULT_ROOT, "its sprites are 72×72")
 
 
 def _units(root: Path) -> dict[str, tuple[Path, list[str]]]:
