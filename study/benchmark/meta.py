@@ -301,18 +301,23 @@ def trend_in_classes(rows: pd.DataFrame, confidence: float) -> dict:
 def pooled_coverage(rows: pd.DataFrame, benchmarks: int = 4000) -> pd.DataFrame:
     """The pooled intervals' coverage in simulated benchmarks with these cells' design (sources, standard errors on
     their df) and a source effect from none to 4× the configuration spread, per method, on the relative scale read
-    by the verdict; `read` marks pool_across_sources' own intervals."""
+    by the verdict: for the short regime's pool and for the converged headline's (`scope`), the cells the card
+    reads; `read` marks pool_across_sources' own intervals."""
     tables = []
-    for method, group in rows[poolable(rows) & (rows["regime"] == "short")].groupby("method", sort=False):
-        if len(group) < 3:
-            continue
-        pooled = pool_across_sources(group["relative"], group["relative_se"], group["source"])
-        spread = pooled.configuration_variance
-        sd = math.sqrt(spread) if math.isfinite(spread) and spread > 0 else float(group["relative_se"].median())
-        tables.append(source_pooling_coverage(group["relative_se"], group["df"], group["source"], sd,
-                                              benchmarks=benchmarks, seed=0).assign(method=method,
-                                                                                    configuration_sd=sd))
-    return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame(columns=["method", "read", "coverage"])
+    pools = (("short", rows[poolable(rows) & (rows["regime"] == "short")]), ("headline", headline_cells(rows)))
+    for scope, pool in pools:
+        for method, group in pool.groupby("method", sort=False):
+            if len(group) < 3:
+                continue
+            pooled = pool_across_sources(group["relative"], group["relative_se"], group["source"])
+            spread = pooled.configuration_variance
+            sd = math.sqrt(spread) if math.isfinite(spread) and spread > 0 else float(group["relative_se"].median())
+            tables.append(source_pooling_coverage(group["relative_se"], group["df"], group["source"], sd,
+                                                  benchmarks=benchmarks, seed=0).assign(method=method,
+                                                                                        configuration_sd=sd,
+                                                                                        scope=scope))
+    return (pd.concat(tables, ignore_index=True) if tables else
+            pd.DataFrame(columns=["method", "scope", "read", "coverage"]))
 
 
 def value_at(curve: pd.DataFrame, budget: float, x: str, column: str) -> float:
