@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from study.analysis.scale_bands import BANDS, scale_bands
+from study.analysis.scale_bands import BANDS, scale_bands, within_cell_correlation
 
 
 def wilson(stalled: int, count: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -32,6 +32,24 @@ def test_trials_fall_in_their_band_and_stall_against_their_own_splits_best():
     # a/0 5× (0.30 of 0.80: stalled), a/0 6× (0.625: not), a/1 5.5× (0.15 of 0.39: stalled), b 5× (0.33: stalled)
     assert bands.loc[4.0, ["trials", "stalled", "cells"]].tolist() == [4, 3, 2]
     assert bands.loc[16.0, ["trials", "stalled"]].tolist() == [1, 1]
-    assert (bands.loc[4.0, "stalled_low"], bands.loc[4.0, "stalled_high"]) == pytest.approx(wilson(3, 4))
+    # cells a (3 trials, 2 stalled) and b (1, 1): no more spread than chance (ρ = 0), so Wilson's over the 4 trials,
+    # widened to the t interval over the 2 cells with the cluster-robust standard error of the ratio
+    half = stats.t.ppf(0.975, 1) * math.sqrt(2 * ((2 - 0.75 * 3) ** 2 + (1 - 0.75 * 1) ** 2) / 4 ** 2)
+    low, high = wilson(3, 4)
+    assert (bands.loc[4.0, "stalled_low"], bands.loc[4.0, "stalled_high"]) == pytest.approx(
+        (max(0.0, min(low, 0.75 - half)), min(1.0, max(high, 0.75 + half))))
     assert bands.loc[4.0, "median_share_of_best"] == pytest.approx((0.3 / 0.8 + 0.15 / 0.39) / 2)
     assert bands.loc[8.0, "trials"] == 0 and math.isnan(bands.loc[8.0, "stalled_share"])
+
+
+def test_stalls_that_cluster_in_cells_count_as_fewer_trials():
+    assert within_cell_correlation([10, 10, 10, 10], [10, 0, 0, 0]) == pytest.approx((1.0, 10.0))  # one cell stalls
+    assert within_cell_correlation([10, 10, 10, 10], [3, 2, 3, 2])[0] == 0.0  # as binomial noise alone spreads
+    # wholly clustered: 40 trials of 4 cells are 4 effective trials, so the band's interval is Wilson's on 4 at least
+    # cell0's 10 trials at 4 × s_f all stall against its best, a trial at 0.6 × (another band); the others' never
+    trials = pd.DataFrame([(f"cell{cell}", 0, 4.0, 0.1 if cell == 0 else 1.0, 1.0) for cell in range(4)
+                           for _ in range(10)] + [("cell0", 0, 0.6, 1.0, 1.0)],
+                          columns=["cell", "split", "s", "value", "s_f"])
+    band = scale_bands(trials).set_index("low").loc[2.0]
+    low, high = wilson(1, 4)
+    assert band["stalled_share"] == 0.25 and band["stalled_low"] <= low and band["stalled_high"] >= high
