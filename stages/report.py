@@ -73,7 +73,7 @@ def report(params) -> None:
     runs = read_csv(EVALUATION_DIR / "runs.csv", "evaluate")
     history = read_csv(EVALUATION_DIR / "history.csv", "evaluate")
     if params.train.learning_rates:
-        manifest["learning_rates"] = chosen_words(runs, params.train.learning_rates)
+        manifest["learning_rates"] = chosen_words(runs, params.train.learning_rates, params.train.choose_at)
     analysis = analyse_study(trials, runs, history, params.train.objective, params.analysis,
                              manifest["splits"]["train"]["num_classes"], sampler=params.search.sampler,
                              independent_splits=independent_splits(manifest))

@@ -44,7 +44,8 @@ def main() -> None:
 
 def run_split(args, params, storage, split: int) -> None:
     """One method's seeds on one class split (a tuned loss at that split's best trial), written to its folder; with
-    train.learning_rates, a hyperparameter-free method's seeds at every rate and the rate val chooses kept."""
+    train.learning_rates, a hyperparameter-free method's seeds at every rate (until train.choose_at of the length,
+    or to the end) and the rate val chooses kept, trained to the end."""
     if args.tuned:
         method, loss = tuned_method(args.tuned), args.tuned
         searched = read_json(search_dir(loss, split) / "best.json", f"search@{loss}")["hyperparameters"]
@@ -56,7 +57,9 @@ def run_split(args, params, storage, split: int) -> None:
         rates = list(params.train.learning_rates or [params.train.lr])
     sets = load_splits(prepared_dir(split))
     out_dir = runs_dir(method, split)
-    studies = {lr: train_seeds(method, loss, hyperparameters, params.at_learning_rate(lr), storage, sets, split)
+    # With train.choose_at every rate trains until val chooses, and the chosen rate alone on to the end.
+    early = len(rates) > 1 and params.train.choose_at is not None
+    studies = {lr: train_seeds(method, loss, hyperparameters, params.at_learning_rate(lr), storage, sets, split, early)
                for lr in rates}
     if len(rates) > 1:
         tried = pd.concat([collect_runs(study, params.at_learning_rate(lr), out_dir, checkpoints=False)[0]
@@ -67,8 +70,12 @@ def run_split(args, params, storage, split: int) -> None:
             raise RuntimeError(f"{method}, split {split}: every learning rate of train.learning_rates had a diverged "
                                "run; add smaller rates")
         write_csv(tried.assign(split=split, chosen=tried["lr"] == chosen), out_dir / "learning_rates.csv")
-        print(f"{method}, split {split}: val chose learning rate {chosen:g} of {', '.join(f'{r:g}' for r in rates)}",
-              flush=True)
+        where = f" at iteration {int(tried['iterations'].max())}" if early else ""
+        print(f"{method}, split {split}: val chose learning rate {chosen:g} of {', '.join(f'{r:g}' for r in rates)}"
+              f"{where}" + (", which alone trains on to the end" if early else ""), flush=True)
+        if early:
+            studies[chosen] = train_seeds(method, loss, hyperparameters, params.at_learning_rate(chosen), storage,
+                                          sets, split)
     else:
         chosen = rates[0]
     runs, history = collect_runs(studies[chosen], params.at_learning_rate(chosen), out_dir)
@@ -76,9 +83,11 @@ def run_split(args, params, storage, split: int) -> None:
     write_csv(history.assign(split=split), out_dir / "history.csv")
 
 
-def train_seeds(method: str, loss: str, hyperparameters: dict, params, storage, sets, split: int):
-    """Every seed of the method at params' learning rate trained (or found done), its runs study returned."""
-    study = open_runs(method, loss, hyperparameters, params, storage)
+def train_seeds(method: str, loss: str, hyperparameters: dict, params, storage, sets, split: int,
+                early: bool = False):
+    """Every seed of the method at params' learning rate trained (or found done), its runs study returned; `early`:
+    each only until val chooses the learning rate (train.choose_at)."""
+    study = open_runs(method, loss, hyperparameters, params, storage, early=early)
     try:
         with packed(params, Path.cwd(), [packed_service(study)]) as packed_params:
             serve_runs(study, packed_params, sets, ship_checkpoints=storage_url(params.search) is not None)

@@ -172,6 +172,10 @@ class TrainConfig(ParamsModel):
     # loss draws its rate log-uniformly between the smallest and the largest. null: every method at `lr`.
     learning_rates: Optional[Annotated[tuple[Annotated[Float, Field(gt=0)], ...],
                                        AfterValidator(_learning_rates)]] = None
+    # With learning_rates: the share of each run's length at which val chooses the rate. Every rate trains its seeds
+    # that far (the same runs as the full length's first part: the schedule spans the whole length); only the chosen
+    # rate trains on to the end. null: every rate trains to the end before val chooses.
+    choose_at: Optional[Float] = Field(0.3, gt=0, lt=1)
     weight_decay: Float = Field(0.0, ge=0)
     momentum: Float = Field(0.9, ge=0, lt=1)  # SGD's: at 1 or more a step's velocity never decays
     schedule: Literal["constant", "cosine"] = "cosine"

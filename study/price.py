@@ -28,7 +28,8 @@ from study.cautions import cautions, scale_range_note
 from study.progress import duration
 from study.config import StudyParams
 from study.sources import ImageSet, image_shape
-from study.training import evaluate, evaluation_schedule, planned_iterations, resolve_device, train
+from study.training import (choice_iteration, evaluate, evaluation_schedule, planned_iterations, resolve_device,
+                            train)
 from study.validation import Cost, DataProblem, planned_source, planned_splits
 from study.workers import available_cores, runs_at_once, threads_per_run
 
@@ -297,9 +298,14 @@ def priced(params: StudyParams, calibration: Calibration, sizes: list[int], test
         evaluations = len(evaluation_schedule(iterations, train)) + 1  # and iteration 0
         trial = calibration.run_seconds(iterations, evaluations, final=False)
         final = calibration.run_seconds(iterations, evaluations, final=True)
-        # One packed block per search, per method and rate, per tuned loss: (trainings, seconds each).
+        # With train.choose_at each rate trains until val chooses (its evaluations so far), then the chosen one on.
+        choice = choice_iteration(iterations, train) if rates > 1 else None
+        early = 0.0 if choice is None else calibration.run_seconds(
+            choice, sum(point <= choice for point in evaluation_schedule(iterations, train)) + 1, final=True)
+        # One packed block per search, per method and rate (and chosen rate), per tuned loss: (trainings, seconds).
         blocks = ([(search.repeats * search.n_trials, trial)] * len(search.losses)
-                  + [(seeds, final)] * (len(runs.methods) * rates + len(search.losses)))
+                  + [(seeds, early)] * (len(runs.methods) * rates if choice else 0)
+                  + [(seeds, final)] * (len(runs.methods) * (1 if choice else rates) + len(search.losses)))
         for count, seconds in blocks:
             spawned = min(parallel, count)  # the stage's process and its packed workers
             for which, (speedup, spawning) in enumerate(speedups):
@@ -308,7 +314,7 @@ def priced(params: StudyParams, calibration: Calibration, sizes: list[int], test
             starts += spawned - 1
         search_device += trials * trial
         kept = (len(runs.methods) + len(search.losses)) * seeds  # the evaluate stage scores each kept run on test
-        device += trials * trial + (len(runs.methods) * rates + len(search.losses)) * seeds * final
+        device += trials * trial + sum(count * seconds for count, seconds in blocks[len(search.losses):])
         device += kept * calibration.full_test
         walls = [wall + kept * calibration.full_test for wall in walls]
     process_starts = stages * calibration.process_start

@@ -39,12 +39,13 @@ KIND = "runs"
 LOST = "lost_checkpoints"
 
 
-def runs_study_name(method: str, params: StudyParams, root: str | Path = ".") -> str:
+def runs_study_name(method: str, params: StudyParams, root: str | Path = ".", early: bool = False) -> str:
     """The study of `method`'s runs on one class split: `final/fixed_adacos/split0`, `final/arcface_tuned/split0` (see
     study/study_names.py `namespace` for the study in folder `root` sharing a database with others)."""
-    # With train.learning_rates each rate's runs are a study of their own: `final/fixed_adacos/split0/lr0.009`.
+    # With train.learning_rates each rate's runs are a study of their own: `final/fixed_adacos/split0/lr0.009`, and
+    # with train.choose_at its runs until val chooses the rate another: `final/fixed_adacos/split0/lr0.009/early`.
     rate = f"/lr{params.train.lr:g}" if params.train.learning_rates else ""
-    return f"{namespace(params, root)}final/{method}/split{params.data.seed}{rate}"
+    return f"{namespace(params, root)}final/{method}/split{params.data.seed}{rate}{'/early' if early else ''}"
 
 
 def legacy_runs_study_name(method: str, loss: str, hyperparameters: dict, params: StudyParams) -> str:
@@ -52,9 +53,10 @@ def legacy_runs_study_name(method: str, loss: str, hyperparameters: dict, params
     return f"{KIND}-{method}-{digest(runs_meaning(loss, hyperparameters, params))}"
 
 
-def runs_meaning(loss: str, hyperparameters: dict, params: StudyParams) -> dict:
-    """What gives a final run its meaning: data, model, training, the loss and its values."""
-    return {**run_meaning(params), "loss": loss, "hyperparameters": hyperparameters}
+def runs_meaning(loss: str, hyperparameters: dict, params: StudyParams, early: bool = False) -> dict:
+    """What gives a final run its meaning: data, model, training, the loss and its values, and whether it stops where
+    val chooses the learning rate (`early`)."""
+    return {**run_meaning(params), "loss": loss, "hyperparameters": hyperparameters} | ({"early": True} if early else {})
 
 
 def lost_trials(study: optuna.Study) -> set[int]:
@@ -69,14 +71,15 @@ def _is_done(trial: FrozenTrial, lost=frozenset()) -> bool:
 
 
 def open_runs(method: str, loss: str, hyperparameters: dict, params: StudyParams, storage,
-              root: str | Path = ".") -> optuna.Study:
+              root: str | Path = ".", early: bool = False) -> optuna.Study:
     """The runs study of `method`, with a trial queued for every seed of runs.seeds that has none done or under way
-    (a done seed whose checkpoint under `root` is lost counts as none: see `retire_lost_checkpoints`)."""
-    study = open_current(runs_study_name(method, params, root), runs_meaning(loss, hyperparameters, params), storage,
-                         params.train.objective, stores=[Path(root) / CHECKPOINT_STORE],
-                         legacy=legacy_runs_study_name(method, loss, hyperparameters, params))
+    (a done seed whose checkpoint under `root` is lost counts as none: see `retire_lost_checkpoints`). `early`: its
+    runs until val chooses the learning rate, which keep no checkpoint (test never reads them)."""
+    study = open_current(runs_study_name(method, params, root, early), runs_meaning(loss, hyperparameters, params, early),
+                         storage, params.train.objective, stores=[Path(root) / CHECKPOINT_STORE],
+                         legacy=None if early else legacy_runs_study_name(method, loss, hyperparameters, params))
     set_missing_user_attrs(study, {"kind": KIND, "method": method, "loss": loss, "hyperparameters": hyperparameters,
-                                   "split": params.data.seed, "lr": params.train.lr})
+                                   "split": params.data.seed, "lr": params.train.lr, "early": early})
     retire_lost_checkpoints(study, root)
     lost = lost_trials(study)
     trials = study.get_trials(deepcopy=False)
@@ -106,6 +109,8 @@ def retire_lost_checkpoints(study: optuna.Study, root: str | Path = ".") -> list
     storage recorded, so that it is trained again; returns those seeds. The storage is the truth: a checkpoint
     deleted or changed after its run finished is no result."""
     lost, found, seeds = lost_trials(study), {}, []
+    if study.user_attrs.get("early"):
+        return seeds  # runs until the rate's choice keep no checkpoint
     for trial in study.get_trials(deepcopy=False):
         if not _is_done(trial, lost) or trial.user_attrs.get("status") == "diverged":
             continue
@@ -156,6 +161,7 @@ def run_objective(study: optuna.Study, params: StudyParams, sets: dict[str, Imag
     """
     method, loss = study.user_attrs["method"], study.user_attrs["loss"]
     hyperparameters = study.user_attrs["hyperparameters"]
+    early = bool(study.user_attrs.get("early"))
     objective = params.train.objective
 
     def run(trial: optuna.Trial) -> float:
@@ -167,13 +173,13 @@ def run_objective(study: optuna.Study, params: StudyParams, sets: dict[str, Imag
         # The test objective at every evaluation too: the run's whole learning curve (val selects, test reports).
         result = train(sets, loss_name=loss, hyperparameters=hyperparameters, model_config=params.model,
                        config=params.train.replace(seed=seed), image_size=params.data.image_size,
-                       curve_splits=("test",))
+                       curve_splits=("test",), until_choice=early)
         score = result.final.get(objective, math.nan)
         save_history(study, trial, result.history)
         attrs = {"status": result.status, "reason": result.reason, "seconds": result.seconds, "device": result.device,
                  "iterations": result.iterations, "selected_iteration": result.selected_iteration,
                  "val_score": score}
-        if result.status != "diverged":
+        if result.status != "diverged" and not early:
             path = Path(root) / CHECKPOINT_STORE / study.study_name / f"seed{seed}.pt"
             save_checkpoint(result, path, loss=loss, hyperparameters=hyperparameters)
             data = path.read_bytes()
@@ -193,7 +199,8 @@ def serve_runs(study: optuna.Study, params: StudyParams, sets: dict[str, ImageSe
                root: str | Path = ".", ship_checkpoints: bool = False, max_trials: int | None = None) -> int:
     """Train queued seeds of `study` until each of `seeds` (default runs.seeds) is done, by this or other workers,
     each taken only while this process's data and params are the study's own (see study/workers.py)."""
-    identity = study_identity(runs_meaning(study.user_attrs["loss"], study.user_attrs["hyperparameters"], params), sets)
+    identity = study_identity(runs_meaning(study.user_attrs["loss"], study.user_attrs["hyperparameters"], params,
+                                           bool(study.user_attrs.get("early"))), sets)
     label = runs_label(study.user_attrs["method"], params)
     # Each seed prints its own line (run_objective); Optuna's "parameters: {}. Best is trial 0" would only repeat it.
     with quiet_optuna():
@@ -287,9 +294,11 @@ def join_runs(params: StudyParams, storage, sets: dict[str, ImageSet], root: str
             continue
         # Its learning rate: one of train.learning_rates, or a tuned loss's searched one (its meaning checks it).
         at = params.at_learning_rate(attrs["lr"]) if "lr" in attrs else params
-        if summary.study_name != runs_study_name(attrs["method"], at, root):
+        early = bool(attrs.get("early"))
+        if summary.study_name != runs_study_name(attrs["method"], at, root, early):
             continue  # another class split's runs, or runs kept aside
-        study = load_current(summary.study_name, runs_meaning(attrs["loss"], attrs["hyperparameters"], at), storage)
+        study = load_current(summary.study_name, runs_meaning(attrs["loss"], attrs["hyperparameters"], at, early),
+                             storage)
         if study is None:
             continue  # another study's runs (other data, model or training): not ours to train
         trials = study.get_trials(deepcopy=False)

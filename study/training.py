@@ -158,13 +158,25 @@ def _optimizer(parameters, config: TrainConfig) -> torch.optim.Optimizer:
     return optimizer_class(parameters, lr=config.lr, weight_decay=config.weight_decay)
 
 
+def choice_iteration(total: int, config: TrainConfig) -> int | None:
+    """The iteration at which val chooses among train.learning_rates (train.choose_at of the length, at least the
+    first, short of the last); None where every rate trains to the end (no rates to choose among, or choose_at
+    null)."""
+    if not config.learning_rates or config.choose_at is None or total < 2:
+        return None
+    return min(max(int(round(config.choose_at * total)), 1), total - 1)
+
+
 def evaluation_schedule(total: int, config: TrainConfig) -> frozenset[int]:
     """The iterations evaluated on val after iteration 0: every `eval_every`, or with `eval_points` about that many
-    log-spaced from min(10, total), with half-way (the convergence rule reads it) and the last iteration among them."""
+    log-spaced from min(10, total), with half-way (the convergence rule reads it), the learning rate's choice
+    (`choice_iteration`) and the last iteration among them."""
+    choice = choice_iteration(total, config)
+    chosen_at = {choice} if choice is not None else set()
     if config.eval_points is None:
-        return frozenset(range(config.eval_every, total + 1, config.eval_every)) | {total}
+        return frozenset(range(config.eval_every, total + 1, config.eval_every)) | {total} | chosen_at
     points = np.geomspace(min(10, total), total, config.eval_points)
-    return frozenset(int(round(point)) for point in points) | {max(total // 2, 1), total}
+    return frozenset(int(round(point)) for point in points) | {max(total // 2, 1), total} | chosen_at
 
 
 def planned_iterations(num_train: int, config: TrainConfig) -> int:
@@ -177,11 +189,13 @@ def planned_iterations(num_train: int, config: TrainConfig) -> int:
 def train(sets: dict[str, ImageSet], *, loss_name: str, hyperparameters: dict | None = None,
           model_config: ModelConfig = ModelConfig(), config: TrainConfig = TrainConfig(),
           image_size: int | None = None, callback: Callable[[dict], bool] | None = None,
-          progress: bool | None = None, curve_splits: tuple[str, ...] = ()) -> RunResult:
+          progress: bool | None = None, curve_splits: tuple[str, ...] = (), until_choice: bool = False) -> RunResult:
     """Train `model_config`'s backbone with `loss_name` on sets['train'], evaluating on sets['val'] as it goes.
 
     `curve_splits` (e.g. ("test",)) are scored on the objective at every evaluation too, as `<split>_<objective>`:
     a whole learning curve from one run. Only val selects (the checkpoint, pruning); they are recorded only.
+    `until_choice`: stop after the evaluation at which val chooses the learning rate (`choice_iteration`), the run
+    so far being the full-length run's first part, iteration for iteration.
     """
     if config.threads is not None:  # workers sharing one machine each take their part of its cores
         torch.set_num_threads(config.threads)
@@ -197,6 +211,9 @@ def train(sets: dict[str, ImageSet], *, loss_name: str, hyperparameters: dict | 
     optimizer = _optimizer(list(model.parameters()) + list(loss.parameters()), config)
     total = planned_iterations(len(train_set), config)
     schedule = evaluation_schedule(total, config)
+    stop_at = choice_iteration(total, config) if until_choice else None
+    if until_choice and stop_at is None:
+        raise ValueError("a run until the learning rate's choice needs train.learning_rates and train.choose_at")
     scheduler = (torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total)
                  if config.schedule == "cosine" else None)
     scaler = torch.amp.GradScaler(enabled=config.amp and device.type == "cuda"
@@ -278,6 +295,9 @@ def train(sets: dict[str, ImageSet], *, loss_name: str, hyperparameters: dict | 
                         stop = True
                     elif stop:
                         result.status, result.reason = "stopped", f"stopped by callback at iteration {iteration}"
+                    elif iteration == stop_at:
+                        result.reason = f"trained until val chooses the learning rate, at iteration {iteration} of {total}"
+                        stop = True
                 if stop or iteration >= total:
                     break
     finally:

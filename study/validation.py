@@ -32,7 +32,7 @@ from study.sources import ImageSet, labels_only, source_named
 from study.splits import class_split, rgb_image
 from study.stop_early import stop_early_problems
 from study.storage import check_storage
-from study.training import planned_iterations, resolve_device
+from study.training import choice_iteration, planned_iterations, resolve_device
 from study.workers import available_cores, thread_variable_problems
 
 # The validate stage's output, which every other stage depends on. Always the same bytes: a params change that
@@ -166,6 +166,7 @@ class Cost:
     finals: int
     iterations: int
     exact: bool = True
+    early: int = 0  # of the final runs, those trained only until val chooses the learning rate (train.choose_at)
 
     @property
     def trainings(self) -> int:
@@ -178,8 +179,11 @@ class Cost:
 
     def __str__(self) -> str:
         return (f"{self.trainings:,} trainings ({self.splits:,} class split(s) × ({self.trials:,} search trials + "
-                f"{self.finals:,} final runs)), {'' if self.exact else 'at least '}{self.iterations:,} iterations "
-                "in all")
+                f"{self.finals:,} final runs{self._early_words()})), {'' if self.exact else 'at least '}"
+                f"{self.iterations:,} iterations in all")
+
+    def _early_words(self) -> str:
+        return f", {self.early:,} of them until val chooses the learning rate" if self.early else ""
 
     def said(self) -> str:
         """The cost as validate says it once the study passed: beyond the bound, with what allowed it."""
@@ -192,12 +196,20 @@ def study_cost(params: StudyParams, train_sizes: list[int] | None) -> Cost:
     splits = len(params.data.split_seeds())
     trials = len(search.losses) * search.repeats * search.n_trials
     # Each hyperparameter-free method trains its seeds at every rate of train.learning_rates; a tuned loss at one.
-    finals = len(runs.seeds) * (len(runs.methods) * len(train.learning_rates or [train.lr]) + len(search.losses))
+    # With train.choose_at every rate trains only until val chooses, and the chosen one again to the end.
+    rates = len(train.learning_rates or [train.lr])
+    early = len(runs.seeds) * len(runs.methods) * rates if rates > 1 and train.choose_at is not None else 0
+    whole = trials + len(runs.seeds) * (len(runs.methods) * (1 if early else rates) + len(search.losses))
+
+    def iterations(size: int) -> int:
+        total = planned_iterations(size, train)
+        return whole * total + early * (choice_iteration(total, train) or 0)
+
+    finals = whole - trials + early
     if train_sizes and len(train_sizes) == splits:
-        return Cost(splits, trials, finals, sum((trials + finals) * planned_iterations(size, train)
-                                                for size in train_sizes))
-    per_run = min(train.epochs, train.max_iterations or train.epochs)
-    return Cost(splits, trials, finals, splits * (trials + finals) * per_run, exact=False)
+        return Cost(splits, trials, finals, sum(iterations(size) for size in train_sizes), early=early)
+    # Unknown size: an epoch takes at least one step (a size of 1 plans that).
+    return Cost(splits, trials, finals, splits * iterations(1), exact=False, early=early)
 
 
 def cost_problems(params: StudyParams, cost: Cost) -> list[str]:

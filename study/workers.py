@@ -197,6 +197,8 @@ def run_meaning(params) -> dict:
     train = {k: v for k, v in params.train.to_dict().items() if k not in ("threads", "parallel")}
     if train["learning_rates"] is None:  # one shared rate: what every run meant before rates could be chosen
         del train["learning_rates"]
+    if train.get("learning_rates") is None or train["choose_at"] is None:  # no early choice: what runs meant before it
+        del train["choose_at"]
     return {"data": params.data.to_dict(), "model": params.model.to_dict(), "train": train}
 
 

@@ -55,6 +55,19 @@ def test_the_price_is_the_design_counted_by_hand():
     assert price.exact and not price.beyond_bound
 
 
+def test_choosing_the_rate_early_is_priced_as_every_rate_until_the_choice_and_the_chosen_one_to_the_end():
+    # As above on one split, at 3 rates: val chooses at step 30 (0.3 × 100), after 4 evaluations (10, 20, 30 and 0).
+    # Each of the 2 methods × 3 rates × 2 seeds: 0.5 + 30 × 0.01 + 4 × 0.3 = 2.0 s; then the chosen rate's 2 × 2 and
+    # the tuned loss's 2 to the end at 4.8 s each (evaluations at 10, 20, 30, ..., 100 and 0).
+    params = params_with(train={"epochs": 10, "batch_size": 100, "eval_points": None, "eval_every": 10,
+                                "learning_rates": [0.003, 0.01, 0.03], "choose_at": 0.3})
+    price = priced(params, calibration(), [1000], test_classes=10)
+    finals = 12 * (2.0 + RUN_BOOKKEEPING) + 6 * (4.8 + RUN_BOOKKEEPING)
+    assert price.device_seconds == pytest.approx(3 * (3.6 + RUN_BOOKKEEPING) + finals + 6 * 1.0)
+    whole = priced(params.replace(train=params.train.replace(choose_at=None)), calibration(), [1000], test_classes=10)
+    assert whole.device_seconds == pytest.approx(3 * (3.6 + RUN_BOOKKEEPING) + 14 * (4.8 + RUN_BOOKKEEPING) + 6.0)
+
+
 def test_runs_at_once_divide_the_wall_clock_after_their_workers_start():
     assert block_wall(12, 10.0, 1, 1, 5.0) == 120.0
     assert block_wall(12, 10.0, 2, 2, 5.0) == pytest.approx((120 + 5) / 2)  # the stage trains while its worker starts

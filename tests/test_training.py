@@ -115,6 +115,25 @@ def test_same_seed_same_run_other_seed_other_run_on_cpu(digits):
     assert strip[0] != strip[2]
 
 
+def test_a_run_until_the_rates_choice_is_the_full_runs_first_part_and_ends_with_val_there(digits):
+    config = FAST.replace(epochs=3, eval_points=5, checkpoint="best_val", learning_rates=(0.003, 0.01), choose_at=0.3)
+    total = training.planned_iterations(len(digits["train"]), config)
+    choice = training.choice_iteration(total, config)
+    assert choice == round(0.3 * total) and choice in training.evaluation_schedule(total, config)
+    full, early = (train(digits, loss_name="dynamic_adacos", model_config=MLP, config=config, progress=False,
+                         until_choice=until) for until in (False, True))
+    strip = [[{k: v for k, v in row.items() if not k.endswith("seconds")} for row in run.history] for run in (full, early)]
+    assert early.status == "completed" and early.iterations == choice and full.iterations == total
+    assert strip[1] == strip[0][:len(strip[1])] and strip[1][-1]["iteration"] == choice
+    # It ends with the weights val scored best so far: the full run's best val up to the choice, independently read.
+    assert early.final["map_at_r"] == max(row["map_at_r"] for row in strip[0] if row["iteration"] <= choice)
+    # Without a rate to choose (or with choose_at null) there is no such point, and such a run is refused.
+    for other in (config.replace(learning_rates=None), config.replace(choose_at=None)):
+        assert training.choice_iteration(total, other) is None
+        with pytest.raises(ValueError, match="train.learning_rates and train.choose_at"):
+            train(digits, loss_name="dynamic_adacos", model_config=MLP, config=other, progress=False, until_choice=True)
+
+
 def test_checkpoint_restores_backbone_and_dynamic_scale(digits, tmp_path):
     config = FAST.replace(epochs=2)
     result = train(digits, loss_name="dynamic_adacos", model_config=MLP, config=config, progress=False)

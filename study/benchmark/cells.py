@@ -112,28 +112,41 @@ def importance_of_s(landscape: pd.DataFrame, loss: str, seed: int = 0) -> float:
     return float(np.mean(shares)) if shares else math.nan
 
 
-def cell_device_seconds(search: pd.DataFrame, final: pd.DataFrame, run_scores: pd.DataFrame, rates: int = 1) -> dict:
+def rate_lengths(rates: int, choose_at: float | None) -> float:
+    """An untuned method's trainings per kept run, in whole lengths, where val chose among `rates` learning rates:
+    one at each rate, or with `choose_at` (train.choose_at) each rate that share of the length and the chosen one
+    whole."""
+    return rates if choose_at is None or rates < 2 else 1 + rates * choose_at
+
+
+def cell_device_seconds(search: pd.DataFrame, final: pd.DataFrame, run_scores: pd.DataFrame, rates: int = 1,
+                        choose_at: float | None = None) -> dict:
     """What a cell's study trained, in device-seconds: every search trial, and every final run (its method's mean
     seconds × its runs), per untuned method apart so that runs shared between cells can be counted once. Where val
     chose among `rates` learning rates, an untuned method trained its runs at each (counted at the chosen rate's
-    seconds: the same iterations); a tuned one at its selected trial's rate alone."""
+    seconds per iteration: `rate_lengths` whole runs); a tuned one at its selected trial's rate alone."""
     runs = run_scores.groupby("method").size()
     per_method = final.drop_duplicates("method").set_index("method")["run_seconds"]
-    finals = {method: float(per_method.get(method, math.nan)) * int(count) * (1 if method.endswith("_tuned") else rates)
-              for method, count in runs.items()}
+    lengths = rate_lengths(rates, choose_at)
+    finals = {method: float(per_method.get(method, math.nan)) * int(count)
+              * (1 if method.endswith("_tuned") else lengths) for method, count in runs.items()}
     return {"search": float(search["seconds"].sum()), "finals": finals,
             "total": float(search["seconds"].sum()) + float(np.nansum(list(finals.values())))}
 
 
-def cell_trainings(landscape: pd.DataFrame, run_scores: pd.DataFrame, iterations: float, rates: int = 1) -> dict:
+def cell_trainings(landscape: pd.DataFrame, run_scores: pd.DataFrame, iterations: float, rates: int = 1,
+                   choose_at: float | None = None) -> dict:
     """What a cell trained, counted as cell_device_seconds counts its seconds: every search trial (a pruned one its
-    iterations so far) and every final run, an untuned method's once per learning rate val chose among."""
+    iterations so far) and every final run, an untuned method's once per learning rate val chose among (and, chosen
+    early, once more at the chosen rate: `rate_lengths` whole lengths)."""
     runs = run_scores.groupby("method").size()
-    finals = sum(int(count) * (1 if method.endswith("_tuned") else rates) for method, count in runs.items())
+    early = choose_at is not None and rates > 1
+    untuned = sum(int(count) for method, count in runs.items() if not method.endswith("_tuned"))
+    tuned = int(runs.sum()) - untuned
     searched = pd.to_numeric(landscape["iterations"], errors="coerce") if "iterations" in landscape else None
-    return {"trainings": len(landscape) + finals,
+    return {"trainings": len(landscape) + tuned + untuned * (rates + early),
             "iterations_trained": (float(searched.sum()) if searched is not None else math.nan)
-            + finals * float(iterations)}
+            + (tuned + untuned * rate_lengths(rates, choose_at)) * float(iterations)}
 
 
 def _search_facts(directory: Path, loss: str, facts: dict, landscape: pd.DataFrame, run_scores: pd.DataFrame,
@@ -214,7 +227,8 @@ def cell_rows(facts: dict, directory: str | Path) -> list[dict]:
     even = read_csv(directory / TABLES / "break_even.csv", "report")
     landscape = read_csv(directory / TABLES / "landscape.csv", "report")
     rates = len(facts.get("learning_rates") or [None])  # train.learning_rates, or train.lr alone
-    cost = cell_device_seconds(search, final, run_scores, rates)
+    choose_at = facts.get("choose_at")  # train.choose_at where val chose the rate early, else absent
+    cost = cell_device_seconds(search, final, run_scores, rates, choose_at)
     edges = rate_edges(run_scores, facts.get("learning_rates"))
     nothing = {"top": math.nan, "bottom": math.nan, "splits": math.nan}
     rises, plateau_basis = cell_plateau(directory)
@@ -236,7 +250,7 @@ def cell_rows(facts: dict, directory: str | Path) -> list[dict]:
                   reference_converged=bool(rises.get(REFERENCE_METHOD, math.nan) < PLATEAU_RISE),
                   reference_selection_bias=flattered.get(REFERENCE_METHOD, math.nan),
                   cell_seconds=cost["total"], cell_search_seconds=cost["search"],
-                  **cell_trainings(landscape, run_scores, _number(facts.get("iterations")), rates),
+                  **cell_trainings(landscape, run_scores, _number(facts.get("iterations")), rates, choose_at),
                   shared_final_seconds=float(np.nansum([seconds for method, seconds in cost["finals"].items()
                                                         if not method.endswith("_tuned")])))
     rows = []

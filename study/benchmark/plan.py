@@ -67,7 +67,9 @@ class Cell:
                 "seeds": list(params.runs.seeds), "methods": list(params.runs.methods),
                 "epochs": params.train.epochs, "model": params.model.name,
                 "planned_runs": planned_runs(params)} | ({"converged_only": True} if self.converged_only else {}) \
-            | ({"learning_rates": list(params.train.learning_rates)} if params.train.learning_rates else {})
+            | ({"learning_rates": list(params.train.learning_rates)} if params.train.learning_rates else {}) \
+            | ({"choose_at": params.train.choose_at}
+               if params.train.learning_rates and params.train.choose_at is not None else {})
 
 
 @dataclass(frozen=True)
