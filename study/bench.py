@@ -2,8 +2,9 @@
 
 Each figure is one small function: the loss heads against plain normalised-softmax cross-entropy (and
 pytorch-metric-learning's ArcFace), `train()` against a bare PyTorch loop, trials per hour with K runs
-packed on the device (train.parallel), and each backbone's images per second. Times are medians of
-repeats after warm-up; a ratio divides two figures measured in the same run, one after the other.
+packed on the device (train.parallel), K runs stepped as one fused model against one by one (study/fused.py), and
+each backbone's images per second. Times are medians of repeats after warm-up; a ratio divides two figures measured
+in the same run, one after the other.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from torch import nn
 
 from study.config import StudyParams, TrainConfig
 from study.environment import cpu_model
+from study.fused import fusable, fused_forward
 from study.losses import LOSSES, build_loss
 from study.models import build_model, model_names
 from study.results import JOURNAL, prepared_dir
@@ -204,6 +206,46 @@ def trials_per_hour(params: StudyParams, sets: dict[str, ImageSet], packings: tu
             for k, rate in rates.items()}
 
 
+def fused_speed(params: StudyParams, sets: dict[str, ImageSet], fusions: tuple[int, ...], repeats: int,
+                device: torch.device) -> dict[str, dict[str, float]]:
+    """Training steps per second of K runs of the study's model and ArcFace head stepped one after another and
+    stepped as one fused model (study/fused.py), on a batch of the study's size and shape, and their ratio; empty
+    where the study's model cannot be fused."""
+    shape, classes = tuple(sets["train"].images.shape[1:]), sets["train"].num_classes
+    generator = torch.Generator().manual_seed(0)
+    images = torch.rand(params.train.batch_size, *shape, generator=generator).to(device)
+    labels = torch.randint(0, classes, (params.train.batch_size,), generator=generator).to(device)
+    speeds = {}
+    for count in fusions:
+        runs = [build_modules(params.model, "arcface", {}, classes, shape) for _ in range(count)]
+        if not fusable(runs[0][0]):
+            return {}
+        for model, head in runs:
+            model.to(device).train()
+            head.to(device).train()
+        optimizers = [torch.optim.Adam([*model.parameters(), *head.parameters()], lr=1e-3) for model, head in runs]
+
+        def separate(runs=runs, optimizers=optimizers) -> None:
+            for (model, head), optimizer in zip(runs, optimizers):
+                optimizer.zero_grad(set_to_none=True)
+                head(model(images), labels).backward()
+                optimizer.step()
+
+        def fused(runs=runs, optimizers=optimizers) -> None:
+            embeddings = fused_forward([model for model, _ in runs], [images] * len(runs))
+            losses = [head(embedding, labels) for (_, head), embedding in zip(runs, embeddings)]
+            for optimizer in optimizers:
+                optimizer.zero_grad(set_to_none=True)
+            torch.stack(losses).sum().backward()
+            for optimizer in optimizers:
+                optimizer.step()
+
+        seconds = median_seconds({"separate": separate, "fused": fused}, device, repeats)
+        speeds[f"K={count}"] = {"separate_steps": count / seconds["separate"], "fused_steps": count / seconds["fused"],
+                                "ratio": seconds["separate"] / seconds["fused"]}
+    return speeds
+
+
 def backbone_speed(input_shape: tuple[int, int, int], batch_size: int, device: torch.device,
                    repeats: int) -> dict[str, float]:
     """Images per second of each registered backbone, forward + backward in training mode."""
@@ -248,13 +290,14 @@ class Sizes:
     packings: tuple[int, ...] = (1, 2, 4, 8)
     trials_per_run: int = 4
     backbone_batch: int = 128
+    fusions: tuple[int, ...] = (1, 2, 4, 8, 16)
 
 
 def bench_sizes(quick: bool, device: torch.device) -> Sizes:
     """The sizes of `study bench`: 10,000 classes on a CPU, 100,000 on a GPU; fewer repeats, steps and K with `quick`."""
     classes = 10_000 if device.type == "cpu" else 100_000
     if quick:
-        return Sizes(classes, repeats=5, loop_steps=100, packings=(1, 2), trials_per_run=2)
+        return Sizes(classes, repeats=5, loop_steps=100, packings=(1, 2), trials_per_run=2, fusions=(1, 4))
     return Sizes(classes)
 
 
@@ -274,6 +317,9 @@ def run_bench(quick: bool = False, device_name: str = "auto", log: Callable[[str
     results["training_loop"] = training_loop_speed(params, sets, sizes.loop_steps, device)
     log(f"trials per hour at K = {', '.join(map(str, sizes.packings))}")
     results["trials_per_hour"] = trials_per_hour(params, sets, sizes.packings, sizes.trials_per_run)
+    log(f"fused runs at K = {', '.join(map(str, sizes.fusions))}")
+    results["fused_runs"] = {"model": params.model.name, "batch": params.train.batch_size,
+                             "speeds": fused_speed(params, sets, sizes.fusions, sizes.repeats, device)}
     log("backbones")
     shape = tuple(sets["train"].images.shape[1:])  # the study's images
     results["backbones"] = {"input": list(shape), "batch": sizes.backbone_batch, "images_per_second": backbone_speed(
@@ -300,6 +346,14 @@ def format_table(results: dict) -> str:
     lines += [f"  {name:<16}{row['per_hour']:10.0f}{row['ratio']:8.2f}x{row['running_per_hour']:12.0f}"
               f"{row['running_ratio']:8.2f}x   ({row['trials']} in {row['seconds']:.1f} s, {row['running_seconds']:.1f} s)"
               for name, row in results["trials_per_hour"].items()]
+    fused = results.get("fused_runs")
+    if fused:
+        lines.append(f"\nK runs as one fused model ({fused['model']}, batch {fused['batch']}, ArcFace head)")
+        lines.append(f"  {'':<16}{'one by one':>12}{'fused':>10}   (steps/s of all K runs)")
+        lines += [f"  {name:<16}{row['separate_steps']:12.1f}{row['fused_steps']:10.1f}   x{row['ratio']:.2f}"
+                  for name, row in fused["speeds"].items()]
+        if not fused["speeds"]:
+            lines.append(f"  {fused['model']} cannot be fused (study/fused.py): its runs train one at a time")
     backbones = results["backbones"]
     lines.append(f"\nbackbones, forward + backward ({'x'.join(map(str, backbones['input']))}, batch {backbones['batch']})")
     speeds = backbones["images_per_second"]

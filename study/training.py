@@ -186,6 +186,125 @@ def planned_iterations(num_train: int, config: TrainConfig) -> int:
     return min(total, config.max_iterations) if config.max_iterations else total
 
 
+class Run:
+    """One run's own state while it trains: its modules (its seed's initialisation), optimiser, schedule, data order,
+    history and the weights val scored best. `train` steps one; study/fused.py steps K of them as one model."""
+
+    def __init__(self, sets: dict[str, ImageSet], loss_name: str, hyperparameters: dict, model_config: ModelConfig,
+                 config: TrainConfig, image_size: int | None, device: torch.device,
+                 callback: Callable[[dict], bool] | None = None, curve_splits: tuple[str, ...] = ()):
+        torch.manual_seed(config.seed)
+        np.random.seed(config.seed)
+        self.sets, self.config, self.image_size, self.device = sets, config, image_size, device
+        self.callback, self.curve_splits = callback, curve_splits
+        train_set = sets["train"]
+        self.model, self.loss = build_modules(model_config, loss_name, hyperparameters, train_set.num_classes,
+                                              input_shape_of(train_set, image_size))
+        self.model.to(device).train()
+        self.loss.to(device).train()
+        # The class weights train together with the backbone (a known slip of one reference implementation).
+        self.optimizer = _optimizer(list(self.model.parameters()) + list(self.loss.parameters()), config)
+        self.total = planned_iterations(len(train_set), config)
+        self.schedule = evaluation_schedule(self.total, config)
+        self.scheduler = (torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer, T_max=self.total)
+                          if config.schedule == "cosine" else None)
+        self.scaler = torch.amp.GradScaler(enabled=config.amp and device.type == "cuda"
+                                           and not torch.cuda.is_bf16_supported())
+        self.generator = torch.Generator().manual_seed(config.seed)
+        self.result = RunResult(status="completed", reason="", device=device_description(device), model=self.model,
+                                loss=self.loss)
+        self.start = time.perf_counter()
+        self.iteration, self.epoch, self.running_loss = 0, 0, math.nan
+        # The mean training loss since the previous evaluation goes into each history row.
+        self.loss_sum, self.loss_count = torch.zeros((), device=device), 0
+        # The first non-finite loss is noted on the device and read at each evaluation: reading it every step would
+        # make the host wait for a GPU at every step.
+        self.first_nonfinite = torch.full((), -1, device=device)
+        self.nonfinite_value = torch.zeros((), device=device)
+        self.best_val, self.best_state = -math.inf, None  # the weights val scored best so far (checkpoint: best_val)
+        self.eval_seconds = 0.0
+        self.stopped = False
+
+    def epoch_batches(self):
+        """The next epoch of training batches, in this run's own order."""
+        self.epoch += 1
+        train_set = self.sets["train"]
+        return batches(train_set, self.config.batch_size, device=self.device, shuffle=True, generator=self.generator,
+                       image_size=self.image_size, num_workers=self.config.num_workers,
+                       drop_last=len(train_set) > self.config.batch_size)
+
+    def record(self) -> bool:
+        """Evaluate on val (and `curve_splits`), append a history row, keep the weights val prefers, and ask the
+        callback whether to stop."""
+        began = time.perf_counter()
+        config, model, loss = self.config, self.model, self.loss
+        row = {"iteration": self.iteration, "epoch": self.epoch, "train_loss": self.running_loss}
+        row.update({k: loss.last_stats.get(k, math.nan) for k in STAT_KEYS})
+        row.update(evaluate(model, loss, self.sets, "val", config, self.device, self.image_size))
+        for split in self.curve_splits:
+            row[f"{split}_{config.objective}"] = evaluate(model, loss, self.sets, split, config, self.device,
+                                                          self.image_size).get(config.objective, math.nan)
+        self.eval_seconds += time.perf_counter() - began
+        # seconds: since the run began; eval_seconds: of them, spent evaluating (training alone is the difference).
+        row["seconds"], row["eval_seconds"] = time.perf_counter() - self.start, self.eval_seconds
+        self.result.history.append(row)
+        score = row.get(config.objective, math.nan)
+        if config.checkpoint == "last" or (math.isfinite(score) and score > self.best_val):
+            self.best_val, self.result.selected_iteration = score, self.iteration
+            if config.checkpoint == "best_val":
+                self.best_state = copy.deepcopy((model.state_dict(), loss.state_dict()))
+        model.train()
+        return bool(self.callback and self.callback(row))
+
+    def stepped(self, batch_loss: torch.Tensor) -> None:
+        """After the backward pass: the optimiser's and the schedule's step, and the step's loss noted."""
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        self.iteration += 1
+        step_loss = batch_loss.detach().float()
+        first = (self.first_nonfinite < 0) & ~torch.isfinite(step_loss)
+        self.first_nonfinite = torch.where(first, self.iteration, self.first_nonfinite)
+        self.nonfinite_value = torch.where(first, step_loss, self.nonfinite_value)
+        self.loss_sum += step_loss
+        self.loss_count += 1
+
+    def evaluated(self, stop_at: int | None = None) -> bool:
+        """At a scheduled iteration: the run found diverged, or evaluated; whether it stops here (diverged, stopped by
+        the callback, or at `stop_at`). A stopped run is `stopped`."""
+        if self.first_nonfinite.item() >= 0:  # the weights are no longer finite: there is nothing to evaluate
+            self.result.status = "diverged"
+            self.result.reason = (f"non-finite loss ({self.nonfinite_value.item()}) at iteration "
+                                  f"{self.first_nonfinite.item()}")
+            self.stopped = True
+            return True
+        self.running_loss = self.loss_sum.item() / self.loss_count
+        self.loss_sum.zero_()
+        self.loss_count = 0
+        stop = self.record()
+        if "nonfinite_embeddings" in self.result.history[-1]:
+            self.result.status, self.result.reason = "diverged", f"non-finite embeddings at iteration {self.iteration}"
+            stop = True
+        elif stop:
+            self.result.status, self.result.reason = "stopped", f"stopped by callback at iteration {self.iteration}"
+        elif self.iteration == stop_at:
+            self.result.reason = (f"trained until val chooses the learning rate, at iteration {self.iteration} of "
+                                  f"{self.total}")
+            stop = True
+        self.stopped = stop
+        return stop
+
+    def finished(self) -> RunResult:
+        """The run's result, its modules holding the weights val selected (early stopping) unless it diverged."""
+        if self.best_state is not None and self.result.status != "diverged":
+            self.model.load_state_dict(self.best_state[0])
+            self.loss.load_state_dict(self.best_state[1])
+        self.result.iterations = self.iteration
+        self.result.seconds = time.perf_counter() - self.start
+        return self.result
+
+
 def train(sets: dict[str, ImageSet], *, loss_name: str, hyperparameters: dict | None = None,
           model_config: ModelConfig = ModelConfig(), config: TrainConfig = TrainConfig(),
           image_size: int | None = None, callback: Callable[[dict], bool] | None = None,
@@ -199,115 +318,31 @@ def train(sets: dict[str, ImageSet], *, loss_name: str, hyperparameters: dict | 
     """
     if config.threads is not None:  # workers sharing one machine each take their part of its cores
         torch.set_num_threads(config.threads)
-    torch.manual_seed(config.seed)
-    np.random.seed(config.seed)
     device = resolve_device(config.device)
-    train_set = sets["train"]
-    model, loss = build_modules(model_config, loss_name, hyperparameters or {}, train_set.num_classes,
-                                input_shape_of(train_set, image_size))
-    model.to(device).train()
-    loss.to(device).train()
-    # The class weights train together with the backbone (a known slip of one reference implementation).
-    optimizer = _optimizer(list(model.parameters()) + list(loss.parameters()), config)
-    total = planned_iterations(len(train_set), config)
-    schedule = evaluation_schedule(total, config)
-    stop_at = choice_iteration(total, config) if until_choice else None
+    run = Run(sets, loss_name, hyperparameters or {}, model_config, config, image_size, device, callback, curve_splits)
+    stop_at = choice_iteration(run.total, config) if until_choice else None
     if until_choice and stop_at is None:
         raise ValueError("a run until the learning rate's choice needs train.learning_rates and train.choose_at")
-    scheduler = (torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total)
-                 if config.schedule == "cosine" else None)
-    scaler = torch.amp.GradScaler(enabled=config.amp and device.type == "cuda"
-                                  and not torch.cuda.is_bf16_supported())
-    generator = torch.Generator().manual_seed(config.seed)
-    result = RunResult(status="completed", reason="", device=device_description(device), model=model, loss=loss)
-    start = time.perf_counter()
-    iteration, epoch, running_loss = 0, 0, math.nan
-    # The mean training loss since the previous evaluation goes into each history row.
-    loss_sum, loss_count = torch.zeros((), device=device), 0
-    # The first non-finite loss is noted on the device and read at each evaluation: reading it every step would
-    # make the host wait for a GPU at every step.
-    first_nonfinite, nonfinite_value = torch.full((), -1, device=device), torch.zeros((), device=device)
-    best_val, best_state = -math.inf, None  # the weights val scored best so far (checkpoint: best_val)
-    eval_seconds = 0.0
-
-    def record() -> bool:
-        """Evaluate on val (and `curve_splits`), append a history row, keep the weights val prefers, and ask the
-        callback whether to stop."""
-        nonlocal best_val, best_state, eval_seconds
-        began = time.perf_counter()
-        row = {"iteration": iteration, "epoch": epoch, "train_loss": running_loss}
-        row.update({k: loss.last_stats.get(k, math.nan) for k in STAT_KEYS})
-        row.update(evaluate(model, loss, sets, "val", config, device, image_size))
-        for split in curve_splits:
-            row[f"{split}_{config.objective}"] = evaluate(model, loss, sets, split, config, device,
-                                                          image_size).get(config.objective, math.nan)
-        eval_seconds += time.perf_counter() - began
-        # seconds: since the run began; eval_seconds: of them, spent evaluating (training alone is the difference).
-        row["seconds"], row["eval_seconds"] = time.perf_counter() - start, eval_seconds
-        result.history.append(row)
-        score = row.get(config.objective, math.nan)
-        if config.checkpoint == "last" or (math.isfinite(score) and score > best_val):
-            best_val, result.selected_iteration = score, iteration
-            if config.checkpoint == "best_val":
-                best_state = copy.deepcopy((model.state_dict(), loss.state_dict()))
-        model.train()
-        return bool(callback and callback(row))
-
-    bar = tqdm(total=total, desc=f"{loss_name}", unit="it", disable=(None if progress is None else not progress),
-               leave=False)
+    bar = tqdm(total=run.total, desc=f"{loss_name}", unit="it",
+               disable=(None if progress is None else not progress), leave=False)
     try:  # an interrupted run (Ctrl-C, SIGTERM: see study/workers.py) clears its progress bar too
-        stop = record()
-        while not stop and iteration < total:
-            epoch += 1
-            for images, labels in batches(train_set, config.batch_size, device=device, shuffle=True,
-                                          generator=generator, image_size=image_size, num_workers=config.num_workers,
-                                          drop_last=len(train_set) > config.batch_size):
+        stop = run.record()
+        while not stop and run.iteration < run.total:
+            for images, labels in run.epoch_batches():
                 with _autocast(device, config.amp):
-                    batch_loss = loss(model(images), labels)
-                optimizer.zero_grad(set_to_none=True)
-                scaler.scale(batch_loss).backward()
-                scaler.step(optimizer)
-                scaler.update()
-                if scheduler is not None:
-                    scheduler.step()
-                iteration += 1
-                step_loss = batch_loss.detach().float()
-                first = (first_nonfinite < 0) & ~torch.isfinite(step_loss)
-                first_nonfinite = torch.where(first, iteration, first_nonfinite)
-                nonfinite_value = torch.where(first, step_loss, nonfinite_value)
-                loss_sum += step_loss
-                loss_count += 1
+                    batch_loss = run.loss(run.model(images), labels)
+                run.optimizer.zero_grad(set_to_none=True)
+                run.scaler.scale(batch_loss).backward()
+                run.stepped(batch_loss)
                 bar.update(1)
-                if iteration in schedule:
-                    if first_nonfinite.item() >= 0:  # the weights are no longer finite: there is nothing to evaluate
-                        result.status = "diverged"
-                        result.reason = (f"non-finite loss ({nonfinite_value.item()}) at iteration "
-                                         f"{first_nonfinite.item()}")
-                        stop = True
-                        break
-                    running_loss = loss_sum.item() / loss_count
-                    loss_sum.zero_()
-                    loss_count = 0
-                    bar.set_postfix(loss=f"{running_loss:.3f}", s=f"{loss.last_stats.get('s', math.nan):.2f}")
-                    stop = record()
-                    if "nonfinite_embeddings" in result.history[-1]:
-                        result.status, result.reason = "diverged", f"non-finite embeddings at iteration {iteration}"
-                        stop = True
-                    elif stop:
-                        result.status, result.reason = "stopped", f"stopped by callback at iteration {iteration}"
-                    elif iteration == stop_at:
-                        result.reason = f"trained until val chooses the learning rate, at iteration {iteration} of {total}"
-                        stop = True
-                if stop or iteration >= total:
+                if run.iteration in run.schedule:
+                    stop = run.evaluated(stop_at)
+                    bar.set_postfix(loss=f"{run.running_loss:.3f}", s=f"{run.loss.last_stats.get('s', math.nan):.2f}")
+                if stop or run.iteration >= run.total:
                     break
     finally:
         bar.close()
-    if best_state is not None and result.status != "diverged":  # early stopping: end with the weights val selected
-        model.load_state_dict(best_state[0])
-        loss.load_state_dict(best_state[1])
-    result.iterations = iteration
-    result.seconds = time.perf_counter() - start
-    return result
+    return run.finished()
 
 
 def save_checkpoint(result: RunResult, path: str | Path, **metadata) -> None:

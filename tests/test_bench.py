@@ -21,7 +21,7 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 REPO = Path(__file__).resolve().parents[1]
 
 TOY = bench.Sizes(classes=20, embedding=8, batch=16, repeats=1, loop_steps=6, packings=(1,), trials_per_run=1,
-                  backbone_batch=4)
+                  backbone_batch=4, fusions=(1, 3))
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +67,16 @@ def test_the_other_figures_have_their_parts(results):
     assert list(packed) == ["K=1"] and packed["K=1"]["trials"] == 1 and packed["K=1"]["ratio"] == 1.0
     assert packed["K=1"]["running_seconds"] <= packed["K=1"]["seconds"]
     assert list(results["backbones"]["images_per_second"]) == model_names()
+    fused = results["fused_runs"]["speeds"]
+    assert list(fused) == ["K=1", "K=3"] and all(row["separate_steps"] > 0 and row["fused_steps"] > 0
+                                                 for row in fused.values())
+    assert fused["K=3"]["ratio"] == pytest.approx(fused["K=3"]["fused_steps"] / fused["K=3"]["separate_steps"])
+
+
+def test_a_model_that_cannot_be_fused_gives_no_fused_figure_and_says_so():
+    params = StudyParams.from_dict({"model": {"name": "seed_cnn"}, "train": {"batch_size": 8, "device": "cpu"}})
+    digits = split_dataset(load_dataset("digits"), "closed", (0.6, 0.2, 0.2), seed=0)
+    assert bench.fused_speed(params, digits, (1, 2), 1, torch.device("cpu")) == {}
 
 
 def test_the_figures_are_written_as_json_named_after_the_device_and_shown_as_a_table(results, tmp_path):
@@ -76,7 +86,7 @@ def test_the_figures_are_written_as_json_named_after_the_device_and_shown_as_a_t
     assert written["device"] == "cpu" and written["torch"] == torch.__version__ and written["cpu"]
     assert set(LOSSES) <= set(written["loss_heads"]["times"])
     table = bench.format_table(results)
-    assert all(name in table for name in [*LOSSES, *model_names(), "train()", "K=1"])
+    assert all(name in table for name in [*LOSSES, *model_names(), "train()", "K=1", "one fused model"])
 
 
 def test_train_is_evaluated_as_often_as_the_bare_loop():

@@ -37,10 +37,11 @@ def train_missing_runs(train_one: Callable[..., str], runs: Sequence[tuple], is_
 
 
 def train_as_the_cell(cells_dir, cell: str, method: str, split: int, rate: float, seed: int,
-                      epochs_factor: int = 1) -> tuple:
+                      epochs_factor: int = 1, choose_at: float | None = None) -> tuple:
     """One run trained as a benchmark cell's runs stage trains it (its params, data, class split, schedule and
     checkpoint rule) at learning rate `rate`, seed `seed` and `epochs_factor` × its epochs, on one thread, with the
-    test objective scored at every evaluation: (the cell's params, the run's result)."""
+    test objective scored at every evaluation: (the cell's params, the run's result). With `choose_at`, only until
+    val would choose the learning rate at that share of the length (train.choose_at)."""
     import torch
 
     from study.config import load_params
@@ -54,8 +55,11 @@ def train_as_the_cell(cells_dir, cell: str, method: str, split: int, rate: float
     sets = class_split(load_dataset(params.data.dataset, cache_dir=params.data.cache_dir), params.data, split)
     config = params.at_learning_rate(rate).train.replace(seed=seed, threads=1,
                                                          epochs=params.train.epochs * epochs_factor)
+    if choose_at is not None:
+        config = config.replace(choose_at=choose_at)
     result = train(sets, loss_name=loss, hyperparameters=values, model_config=params.model, config=config,
-                   image_size=params.data.image_size, curve_splits=("test",), progress=False)
+                   image_size=params.data.image_size, curve_splits=("test",), progress=False,
+                   until_choice=choose_at is not None)
     return params, result
 
 
