@@ -223,7 +223,10 @@ class SearchConfig(ParamsModel):
     # Independent searches per loss (sampler seeds differ, same budget): the tuning curve of an adaptive
     # sampler such as TPE is the mean over them; for independent samplers their trials are pooled.
     repeats: Int = Field(1, ge=1)
-    pruner: Literal["none", "median", "hyperband"] = "none"
+    # halving: successive halving (Optuna's), its first rung at train.choose_at of the length, a third going on at
+    # each rung; none by default, since a pruned trial's score is not its trained one and the tuning curve, exact for
+    # random search, becomes approximate (docs/analysis.md).
+    pruner: Literal["none", "median", "hyperband", "halving"] = "none"
     seed: Seed = 0
     storage: Optional[Annotated[Text, AfterValidator(storage_location)]] = None
     # How often workers sharing a database say they are alive; one silent for 3 beats is dead, its trial retried.

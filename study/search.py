@@ -21,7 +21,7 @@ import optuna
 import pandas as pd
 from optuna.trial import TrialState
 
-from study.config import SearchConfig, StudyParams
+from study.config import SearchConfig, StudyParams, TrainConfig
 from study.learning_rates import LEARNING_RATE
 from study.sources import ImageSet
 from study.storage import load_history, save_history, set_missing_user_attrs
@@ -163,6 +163,10 @@ class TrialSeededRandomSampler(optuna.samplers.RandomSampler):
 
 
 TPE_STARTUP_SHARE = 0.25
+# search.pruner halving: a third of the trials go on at each rung, the first at train.choose_at of the length (its
+# default where train.choose_at is null).
+HALVING_FACTOR = 3
+DEFAULT_CHOOSE_AT = TrainConfig.model_fields["choose_at"].default
 
 
 def make_sampler(loss: str, params: StudyParams, seed: int | None) -> optuna.samplers.BaseSampler:
@@ -195,7 +199,16 @@ def make_pruner(params: StudyParams, num_train: int) -> optuna.pruners.BasePrune
     if params.search.pruner == "hyperband":
         return optuna.pruners.HyperbandPruner(min_resource=params.train.eval_every,
                                               max_resource=planned_iterations(num_train, params.train))
+    if params.search.pruner == "halving":
+        return optuna.pruners.SuccessiveHalvingPruner(min_resource=halving_rung(num_train, params.train),
+                                                      reduction_factor=HALVING_FACTOR)
     return optuna.pruners.NopPruner()
+
+
+def halving_rung(num_train: int, train: TrainConfig) -> int:
+    """search.pruner halving's first rung: the iteration at train.choose_at of the length (0.3 where it is null), where
+    every trial is judged against the others first (at the first evaluation at or after it)."""
+    return max(1, round((train.choose_at or DEFAULT_CHOOSE_AT) * planned_iterations(num_train, train)))
 
 
 def open_study(loss: str, params: StudyParams, storage, num_train: int, seed: int | None,

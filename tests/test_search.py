@@ -338,3 +338,38 @@ def test_a_retry_keeps_the_slot_of_the_trial_it_retries_and_a_new_trial_takes_th
         study.add_trial(frozen)
     # Uninterrupted, the search would have filled slots 0, 1, 2, 3: so does this one, whatever Optuna's numbers.
     assert trial_slots(study.get_trials()) == {0: 0, 1: 1, 2: 2, 3: 1, 4: 2, 5: None, 6: 3}
+
+
+@pytest.mark.slow
+def test_halving_judges_each_trial_at_its_first_evaluation_past_the_rung_and_keeps_a_third(digits, tmp_path):
+    params = params_with(train={"epochs": 4, "eval_every": 4, "eval_points": None, "choose_at": 0.3, "threads": 1,
+                                "parallel": 1},
+                         search={"n_trials": 9, "pruner": "halving", "s_range": [1.0, 64.0]})
+    rung = search.halving_rung(len(digits["train"]), params.train)
+    assert rung == round(0.3 * 32)  # 8 steps an epoch, 4 epochs
+    study = search.open_study("arcface", params, journal(tmp_path), len(digits["train"]), seed=0)
+    search.run_search(study, "arcface", params, digits)
+    trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+    assert len(trials) == 9 and {t.state.name for t in trials} <= {"COMPLETE", "PRUNED"}
+
+    def at_rung(trial, step):
+        first = min(s for s in trial.intermediate_values if s >= step)
+        return first, trial.intermediate_values[first]
+
+    # ASHA's rule read independently from the recorded values, trial by trial in the order they ran: at each rung a
+    # trial goes on when its value is among the best third of the values recorded there so far (its own included),
+    # the best alone while fewer than three are there.
+    for rung_step in (rung, 3 * rung):
+        seen = []
+        for trial in trials:
+            if max(trial.intermediate_values) < rung_step:
+                continue  # pruned at an earlier rung
+            step, value = at_rung(trial, rung_step)
+            seen.append(value)
+            keep = sorted(seen, reverse=True)[max(len(seen) // 3 - 1, 0)]
+            goes_on = max(trial.intermediate_values) > step
+            assert goes_on == (value >= keep) or trial.state.name == "COMPLETE" and step == max(
+                trial.intermediate_values), (trial.number, rung_step, value, seen)
+    pruned = [t for t in trials if t.state.name == "PRUNED"]
+    assert pruned and all(t.user_attrs["iterations"] < 32 for t in pruned)
+    assert any(t.state.name == "COMPLETE" and t.user_attrs["iterations"] == 32 for t in trials)
