@@ -9,6 +9,7 @@ import pytest
 from scipy import stats
 
 from study.analysis import equivalence_margin, margin_meaning, recommend, variance_sources
+from study.analysis.comparison import differences_to_reference
 from study.analysis.coverage import decision_rates, simulated_run_scores
 from study.config import AnalysisConfig, ConfigError
 
@@ -89,6 +90,20 @@ def test_relative_margins_in_seed_sds_and_remaining_error():
     assert meaning["margin_seed_sds"] == pytest.approx(1.0) and meaning["margin_error_share"] == pytest.approx(0.2)
     with pytest.raises(ConfigError, match="analysis.equivalence_margin.retrieval"):
         AnalysisConfig.from_dict({"equivalence_margin": {"accuracy": 0.005, "retrieval": "half", "verification": 0.01}})
+
+
+def test_a_share_of_nothing_is_no_margin_and_the_comparison_still_runs():
+    # A reference scoring 0 (TAR at FAR 1e-3 of a barely trained model), one with no error left, one with no spread.
+    config = AnalysisConfig.from_dict({"equivalence_margin": {"accuracy": "5%", "retrieval": "0.5sd",
+                                                              "verification": "2% of score"}})
+    assert math.isnan(equivalence_margin("test_tar_at_far_1e-3", config, [0.0, 0.0, 0.0]))
+    assert math.isnan(equivalence_margin("test_accuracy", config, [1.0, 1.0]))
+    assert math.isnan(equivalence_margin("test_map_at_r", config, [0.5, 0.5, 0.5], [0, 0, 0]))
+    runs = pd.DataFrame({"method": ["fixed_adacos"] * 4 + ["arcface_tuned"] * 4, "split": [0, 0, 1, 1] * 2,
+                         "seed": [0, 1] * 4, "test_tar_at_far_1e-3": [0.0] * 4 + [0.0, 0.01, 0.0, 0.02]})
+    row = differences_to_reference(runs, ["fixed_adacos", "arcface_tuned"], config)
+    row = row[row["metric"] == "test_tar_at_far_1e-3"].iloc[0]
+    assert math.isnan(row["margin"]) and not row["equivalent"] and math.isnan(row["tost_p_value"])
 
 
 def test_a_secondary_metric_disagrees_only_when_it_counts():

@@ -158,11 +158,15 @@ def equivalence_margin(metric: str, config: AnalysisConfig, reference_scores=Non
     value, unit = relative_margin(margin)
     reference = finite_values(reference_scores if reference_scores is not None else [])
     if unit == "sd":
-        return value * seed_sd(reference_scores, splits)[0] if reference.size >= 2 else math.nan
-    if unit == "% of score":
-        return value / 100.0 * abs(float(reference.mean())) if reference.size else math.nan
-    return value / 100.0 * _remaining_error(float(reference.mean()), higher_is_better(metric)) if reference.size \
-        else math.nan
+        relative = value * seed_sd(reference_scores, splits)[0] if reference.size >= 2 else math.nan
+    elif unit == "% of score":
+        relative = value / 100.0 * abs(float(reference.mean())) if reference.size else math.nan
+    else:
+        relative = (value / 100.0 * _remaining_error(float(reference.mean()), higher_is_better(metric))
+                    if reference.size else math.nan)
+    # A share of nothing (a reference scoring 0, e.g. TAR at FAR 1e-3 of a model that learned little; no seed spread;
+    # no error left) is no margin: nothing can be shown within it, so no equivalence test is made.
+    return relative if relative > 0 else math.nan
 
 
 def margin_meaning(margin: float, metric: str, reference_scores, splits=None) -> dict:
