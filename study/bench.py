@@ -2,9 +2,9 @@
 
 Each figure is one small function: the loss heads against plain normalised-softmax cross-entropy (and
 pytorch-metric-learning's ArcFace), `train()` against a bare PyTorch loop, trials per hour with K runs
-packed on the device (train.parallel), K runs stepped as one fused model against one by one (study/fused.py), and
-each backbone's images per second. Times are medians of repeats after warm-up; a ratio divides two figures measured
-in the same run, one after the other.
+packed on the device (train.parallel), K runs stepped as one fused model against one by one (study/fused.py), one
+run in channels-last memory against channels-first, and each backbone's images per second. Times are medians of
+repeats after warm-up; a ratio divides two figures measured in the same run, one after the other.
 """
 
 from __future__ import annotations
@@ -246,6 +246,35 @@ def fused_speed(params: StudyParams, sets: dict[str, ImageSet], fusions: tuple[i
     return speeds
 
 
+def channels_last_speed(params: StudyParams, sets: dict[str, ImageSet], repeats: int,
+                        device: torch.device) -> dict[str, float]:
+    """Training steps per second of the study's model and ArcFace head with its images and weights in channels-first
+    (torch's default) and channels-last memory, and their ratio; empty for a model without convolutions."""
+    shape, classes = tuple(sets["train"].images.shape[1:]), sets["train"].num_classes
+    generator = torch.Generator().manual_seed(0)
+    images = torch.rand(params.train.batch_size, *shape, generator=generator).to(device)
+    labels = torch.randint(0, classes, (params.train.batch_size,), generator=generator).to(device)
+    steps = {}
+    for name, memory in (("channels_first", torch.contiguous_format), ("channels_last", torch.channels_last)):
+        model, head = build_modules(params.model, "arcface", {}, classes, shape)
+        if not any(isinstance(layer, nn.Conv2d) for layer in model.modules()):
+            return {}
+        model = model.to(device, memory_format=memory).train()
+        head = head.to(device).train()
+        optimizer = torch.optim.Adam([*model.parameters(), *head.parameters()], lr=1e-3)
+        batch = images.contiguous(memory_format=memory)
+
+        def step(model=model, head=head, optimizer=optimizer, batch=batch) -> None:
+            optimizer.zero_grad(set_to_none=True)
+            head(model(batch), labels).backward()
+            optimizer.step()
+
+        steps[name] = step
+    seconds = median_seconds(steps, device, repeats)
+    return {"channels_first": 1 / seconds["channels_first"], "channels_last": 1 / seconds["channels_last"],
+            "ratio": seconds["channels_first"] / seconds["channels_last"]}
+
+
 def backbone_speed(input_shape: tuple[int, int, int], batch_size: int, device: torch.device,
                    repeats: int) -> dict[str, float]:
     """Images per second of each registered backbone, forward + backward in training mode."""
@@ -320,6 +349,9 @@ def run_bench(quick: bool = False, device_name: str = "auto", log: Callable[[str
     log(f"fused runs at K = {', '.join(map(str, sizes.fusions))}")
     results["fused_runs"] = {"model": params.model.name, "batch": params.train.batch_size,
                              "speeds": fused_speed(params, sets, sizes.fusions, sizes.repeats, device)}
+    log("channels-last against channels-first")
+    results["memory_format"] = {"model": params.model.name, "batch": params.train.batch_size,
+                                "steps_per_second": channels_last_speed(params, sets, sizes.repeats, device)}
     log("backbones")
     shape = tuple(sets["train"].images.shape[1:])  # the study's images
     results["backbones"] = {"input": list(shape), "batch": sizes.backbone_batch, "images_per_second": backbone_speed(
@@ -354,6 +386,13 @@ def format_table(results: dict) -> str:
                   for name, row in fused["speeds"].items()]
         if not fused["speeds"]:
             lines.append(f"  {fused['model']} cannot be fused (study/fused.py): its runs train one at a time")
+    memory = results.get("memory_format")
+    if memory:
+        speeds = memory["steps_per_second"]
+        lines.append(f"\nmemory format ({memory['model']}, batch {memory['batch']}, ArcFace head), training steps")
+        lines += ([f"  {'channels-first':<16}{speeds['channels_first']:10.1f} steps/s",
+                   f"  {'channels-last':<16}{speeds['channels_last']:10.1f} steps/s   x{speeds['ratio']:.2f}"]
+                  if speeds else [f"  {memory['model']} has no convolutions: its memory format changes nothing"])
     backbones = results["backbones"]
     lines.append(f"\nbackbones, forward + backward ({'x'.join(map(str, backbones['input']))}, batch {backbones['batch']})")
     speeds = backbones["images_per_second"]

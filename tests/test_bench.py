@@ -73,6 +73,17 @@ def test_the_other_figures_have_their_parts(results):
     assert fused["K=3"]["ratio"] == pytest.approx(fused["K=3"]["fused_steps"] / fused["K=3"]["separate_steps"])
 
 
+def test_channels_last_is_timed_for_a_convolutional_model_and_not_for_one_without():
+    params = StudyParams.from_dict({"model": {"name": "cnn", "embedding_size": 8},
+                                    "train": {"batch_size": 8, "device": "cpu"}})
+    digits = split_dataset(load_dataset("digits"), "closed", (0.6, 0.2, 0.2), seed=0)
+    speeds = bench.channels_last_speed(params, digits, 1, torch.device("cpu"))
+    assert speeds["channels_first"] > 0 and speeds["ratio"] == pytest.approx(speeds["channels_last"]
+                                                                            / speeds["channels_first"])
+    mlp = params.replace(model=params.model.replace(name="mlp"))
+    assert bench.channels_last_speed(mlp, digits, 1, torch.device("cpu")) == {}
+
+
 def test_a_model_that_cannot_be_fused_gives_no_fused_figure_and_says_so():
     params = StudyParams.from_dict({"model": {"name": "seed_cnn"}, "train": {"batch_size": 8, "device": "cpu"}})
     digits = split_dataset(load_dataset("digits"), "closed", (0.6, 0.2, 0.2), seed=0)
@@ -86,7 +97,8 @@ def test_the_figures_are_written_as_json_named_after_the_device_and_shown_as_a_t
     assert written["device"] == "cpu" and written["torch"] == torch.__version__ and written["cpu"]
     assert set(LOSSES) <= set(written["loss_heads"]["times"])
     table = bench.format_table(results)
-    assert all(name in table for name in [*LOSSES, *model_names(), "train()", "K=1", "one fused model"])
+    assert all(name in table for name in [*LOSSES, *model_names(), "train()", "K=1", "one fused model",
+                                          "memory format"])
 
 
 def test_train_is_evaluated_as_often_as_the_bare_loop():
