@@ -27,6 +27,7 @@ an interrupted check loses only the runs under way, and rerunning it trains only
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -40,6 +41,7 @@ sys.path.insert(0, str(REPO))
 
 from study.analysis import differences_to_fixed_adacos  # noqa: E402
 from study.benchmark.card import pct, pct_interval  # noqa: E402
+from study.benchmark.shown import headline_before_after_shown, moved_differences_shown  # noqa: E402
 from study.benchmark.meta import headline_with_differences  # noqa: E402
 from study.benchmark.run_pool import run_summary, train_as_the_cell, train_missing_runs  # noqa: E402
 from study.config import load_params  # noqa: E402
@@ -61,6 +63,7 @@ def run_scores(cells_dir: Path, cell: str) -> pd.DataFrame:
     return pd.read_csv(cells_dir / cell / "reports" / "tables" / "run_scores.csv")
 
 
+@functools.cache  # read once per cell: every step of the check asks for it
 def cell_params(cells_dir: Path, cell: str):
     params = load_params(str(cells_dir / cell / "params.yaml"))
     if not params.train.learning_rates or params.train.choose_at is not None:
@@ -214,20 +217,8 @@ def write_summary(cells_dir: Path, out: Path, cells: list[str]) -> None:
              + ", ".join(f"{row.cell_iterations_early / row.cell_iterations_at_end:.2f}×"
                          for row in costs.itertuples())
              + ". Counted in iterations: the runs' seconds here were measured under another load than the cells'.")
-    moved = compared[compared["difference"] != compared["difference_after"]]
-    differences_shown = pd.DataFrame({
-        "cell": moved["cell"], "method": moved["method"].map(method_name),
-        "− Fixed AdaCos (% of its score), at the end → early": [f"{pct(a)} → {pct(b)}" for a, b in
-                                                                zip(moved["relative"], moved["relative_after"])],
-        "absolute, early [95% CI]": [f"{d:+.4f} [{lo:+.4f}, {hi:+.4f}]" for d, lo, hi in
-                                     zip(moved["difference_after"], moved["low_after"], moved["high_after"])]})
-    pooled_shown = pd.DataFrame({
-        "method": headline["method"].map(method_name),
-        "mean over sources [95% CI]": [f"{pct(r.mean)} {pct_interval(r.low, r.high)} → {pct(r.mean_after)} "
-                                       f"{pct_interval(r.low_after, r.high_after)}" for r in headline.itertuples()],
-        "a new source [95% prediction]": [f"{pct_interval(r.prediction_low, r.prediction_high)} → "
-                                          f"{pct_interval(r.prediction_low_after, r.prediction_high_after)}"
-                                          for r in headline.itertuples()]})
+    differences_shown = moved_differences_shown(compared, "at the end → early", "early")
+    pooled_shown = headline_before_after_shown(headline)
     shown = pd.DataFrame({
         "cell": choices["cell"], "method": choices["method"].map(method_name), "split": choices["split"],
         "chosen at the end": [f"{rate:g}" for rate in choices["at_end"]],
@@ -237,7 +228,7 @@ def write_summary(cells_dir: Path, out: Path, cells: list[str]) -> None:
                 Section("The answer", [answer, spent]),
                 Section("What moved", [Table(differences_shown, "Each method − Fixed AdaCos on the cell's test "
                                                                 "objective, where the early choice moved it.")
-                                       if len(moved) else "No difference to Fixed AdaCos moved."]),
+                                       if len(differences_shown) else "No difference to Fixed AdaCos moved."]),
                 Section("The converged headline again", [Table(pooled_shown, (
                     "Every method − Fixed AdaCos pooled over sources as the benchmark's report pools it, with "
                     f"{', '.join(used) or 'no cell'} read with the early choice: before → after."))]),

@@ -32,6 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from study.benchmark.card import pct, pct_interval  # noqa: E402
+from study.benchmark.shown import headline_before_after_shown, moved_differences_shown  # noqa: E402
 from study.benchmark.meta import headline_with_differences  # noqa: E402
 from study.analysis import differences_to_fixed_adacos  # noqa: E402
 from study.benchmark.rate_edges import beyond_edges, rechoose  # noqa: E402
@@ -143,20 +144,8 @@ def write_summary(cells_dir: Path, out: Path, cells: list[str]) -> None:
         "mean val: edge → beyond": [f"{row.edge_val:.4f} → {row.beyond_val:.4f}" for row in whole.itertuples()],
         "beyond: best val's rise over its second half (largest over seeds)": [pct(v) for v in whole["beyond_rise"]],
         "val chose beyond": ["yes" if chose else "no" for chose in whole["chose_beyond"]]})
-    moved = compared[(compared["difference"] != compared["difference_after"])]
-    differences_shown = pd.DataFrame({
-        "cell": moved["cell"], "method": moved["method"].map(method_name),
-        "− Fixed AdaCos (% of its score)": [f"{pct(a)} → {pct(b)}" for a, b in zip(moved["relative"],
-                                                                                  moved["relative_after"])],
-        "absolute, after [95% CI]": [f"{d:+.4f} [{lo:+.4f}, {hi:+.4f}]" for d, lo, hi in
-                                     zip(moved["difference_after"], moved["low_after"], moved["high_after"])]})
-    pooled_shown = pd.DataFrame({
-        "method": headline["method"].map(method_name),
-        "mean over sources [95% CI]": [f"{pct(r.mean)} {pct_interval(r.low, r.high)} → {pct(r.mean_after)} "
-                                       f"{pct_interval(r.low_after, r.high_after)}" for r in headline.itertuples()],
-        "a new source [95% prediction]": [f"{pct_interval(r.prediction_low, r.prediction_high)} → "
-                                          f"{pct_interval(r.prediction_low_after, r.prediction_high_after)}"
-                                          for r in headline.itertuples()]})
+    differences_shown = moved_differences_shown(compared)
+    pooled_shown = headline_before_after_shown(headline)
     tuned = headline.set_index("method").loc["arcface_tuned"] if "arcface_tuned" in set(headline["method"]) else None
     verdict = ("" if tuned is None else
                f"Tuned ArcFace − Fixed AdaCos in the converged headline: {pct(tuned['mean'])} on average, a new "
@@ -171,7 +160,7 @@ def write_summary(cells_dir: Path, out: Path, cells: list[str]) -> None:
                                                      "the edge and beyond it, and whether val chose beyond.")]),
                 Section("What moved", [Table(differences_shown, "Each method − Fixed AdaCos on the cell's test "
                                                                 "objective, where a choice beyond an edge moved it.")
-                                       if len(moved) else "No difference to Fixed AdaCos moved."]),
+                                       if len(differences_shown) else "No difference to Fixed AdaCos moved."]),
                 Section("The converged headline again", [Table(pooled_shown, "Every method − Fixed AdaCos pooled "
                                                                             "over sources as the benchmark's report "
                                                                             "pools it, before → after.")])]

@@ -295,3 +295,28 @@ def absolute_by_source(absolute: pd.DataFrame, metric: str) -> dict[str, pd.Data
                                   sort=False)
         tables[source] = table.reindex(list(dict.fromkeys(group["method"]))).reset_index()
     return tables
+
+
+def moved_differences_shown(compared: pd.DataFrame, change: str = "", after: str = "after") -> pd.DataFrame:
+    """A check's differences to Fixed AdaCos that it moved (`compared`: cell, method, difference, relative, low, high
+    and each `_after`), as its summary shows them: the share of Fixed AdaCos's score before → after (`change` names the
+    two, e.g. "at the end → early"), and the absolute difference `after` with its interval."""
+    moved = compared[compared["difference"] != compared["difference_after"]]
+    return pd.DataFrame({
+        "cell": moved["cell"], "method": moved["method"].map(method_name),
+        f"− Fixed AdaCos (% of its score){', ' + change if change else ''}": [
+            f"{pct(a)} → {pct(b)}" for a, b in zip(moved["relative"], moved["relative_after"])],
+        f"absolute, {after} [95% CI]": [f"{d:+.4f} [{lo:+.4f}, {hi:+.4f}]" for d, lo, hi in
+                                        zip(moved["difference_after"], moved["low_after"], moved["high_after"])]})
+
+
+def headline_before_after_shown(headline: pd.DataFrame) -> pd.DataFrame:
+    """The converged headline pooled before → after a check (study.benchmark.meta.headline_with_differences), per
+    method: the mean over sources and a new source's prediction, each with its interval."""
+    return pd.DataFrame({
+        "method": headline["method"].map(method_name),
+        "mean over sources [95% CI]": [f"{pct(r.mean)} {pct_interval(r.low, r.high)} → {pct(r.mean_after)} "
+                                       f"{pct_interval(r.low_after, r.high_after)}" for r in headline.itertuples()],
+        "a new source [95% prediction]": [f"{pct_interval(r.prediction_low, r.prediction_high)} → "
+                                          f"{pct_interval(r.prediction_low_after, r.prediction_high_after)}"
+                                          for r in headline.itertuples()]})
