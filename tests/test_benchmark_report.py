@@ -324,7 +324,7 @@ def test_a_cells_numbers_are_computed_from_its_runs_and_its_search(tmp_path):
             assert rows.loc[method, key] == pytest.approx(hand[key], rel=1e-9, abs=1e-12), (method, key)
         assert rows.loc[method, "se_from"] == hand["se_from"]
         assert rows.loc[method, "reference_test_mean"] == pytest.approx(fa.mean())
-    assert not rows["real"].any() and not rows["near_floor"].any()
+    assert not rows["by_people"].any() and not rows["near_floor"].any()
     run_scores = pd.read_csv(tmp_path / "cell" / "reports" / "tables" / "run_scores.csv")
     s_f = math.sqrt(2.0) * math.log(100 - 1)
     for loss in ("arcface", "cosface"):
@@ -355,7 +355,7 @@ def test_a_cell_below_the_floor_score_is_flagged(synthetic):
     rows = synthetic["rows"].drop_duplicates("cell").set_index("cell")
     assert rows.loc["glyphs-open-c1000", "near_floor"] and rows.loc["glyphs-open-c1000", "reference_test_mean"] < 0.15
     assert not rows.drop(index="glyphs-open-c1000")["near_floor"].any()
-    assert set(rows.index[rows["real"]]) == {"digits-closed", "digits-closed-tpe-median", "mnist-closed",
+    assert set(rows.index[rows["by_people"]]) == {"digits-closed", "digits-closed-tpe-median", "mnist-closed",
                                              "mnist-pairs-open-c50", "mnist-pairs-open-c50-long"}
 
 
@@ -415,15 +415,15 @@ def test_the_pooled_row_is_the_two_stage_pool_over_sources_of_the_headline_cells
     facts = pooled.loc[method].to_dict()
     headline = hand_cells(synthetic, method, HEADLINE)
     check_pool(facts, "", hand_pool(headline))
-    # The short regime's pool, with and without its near-floor cell (sensitivity rows); real and synthetic apart.
+    # The short regime's pool, with and without its near-floor cell (sensitivity rows); made by people and rendered by code apart.
     check_pool(facts, "short_", hand_pool(hand_cells(synthetic, method, SHORT)))
     check_pool(facts, "short_off_floor_", hand_pool(hand_cells(synthetic, method, OFF_FLOOR)))
     # The long cells whether or not they converged (sensitivity): here the one long cell, still improving.
     check_pool(facts, "long_", hand_pool(hand_cells(synthetic, method, LONG)))
     assert facts["still_improving_cells"] == list(hand_cells(synthetic, method, LONG))
-    real = {name: cell for name, cell in headline.items() if cell["source"] in ("digits", "mnist")}
-    check_pool(facts, "real_", hand_pool(real))
-    check_pool(facts, "synthetic_", hand_pool({name: cell for name, cell in headline.items() if name not in real}))
+    by_people = {name: cell for name, cell in headline.items() if cell["source"] in ("digits", "mnist")}
+    check_pool(facts, "people_", hand_pool(by_people))
+    check_pool(facts, "code_", hand_pool({name: cell for name, cell in headline.items() if name not in by_people}))
     assert facts["near_floor_configurations"] == len(hand_cells(synthetic, method, ["glyphs-open-c1000"]))
     # The absolute scale beside it, and the margin in score units.
     absolute = hand_pool({name: cell | {"relative": cell["difference"], "relative_se": cell["standard_error"]}
@@ -651,8 +651,8 @@ def test_the_report_has_every_method_in_its_table_and_its_scope(aggregate):
     assert (f"How far this carries: The headline pools {len(pooled)} converged cells of {len(sources)} sources "
             f"(C = {min(classes)}–{max(classes)}, 200–200 iterations per run; every method at one shared learning "
             "rate). The short regime: 7 configurations from "
-            "4 independent sources (digits, glyphs, mnist, strokes; real images: digits, mnist), C = 10–1,000 training "
-            "classes, one small CNN trained 200–200 iterations per run.") in answer
+            "4 independent sources (digits, glyphs, mnist, strokes; made by people: digits, mnist), C = 10–1,000 "
+            "training classes, one small CNN trained 200–200 iterations per run.") in answer
     assert f"scores below {NEAR_FLOOR_SCORE} (glyphs-open-c1000)" in answer
     # The search against the budget-matched control, counted over the configurations it was computed on.
     assert "the search was ahead on" in markdown and "of 7 configurations." in section(markdown, "What tuning costs, cell by cell")
@@ -685,8 +685,8 @@ def test_the_aggregate_writes_its_tables_json_and_figures(aggregate):
     assert facts["margin"] == RELATIVE_MARGIN and facts["best_untuned"]["method"] == "softmax"
     assert list(facts["pooled"]) == list(pooled.index)
     for method, numbers in facts["pooled"].items():
-        for key in ("mean", "low", "high", "prediction_low", "prediction_high", "short_mean", "real_mean",
-                    "synthetic_mean", "absolute_mean", "equivalent_from"):
+        for key in ("mean", "low", "high", "prediction_low", "prediction_high", "short_mean", "people_mean",
+                    "code_mean", "absolute_mean", "equivalent_from"):
             expected = pooled.loc[method, key]
             assert (numbers[key] is None and math.isnan(expected)) or numbers[key] == pytest.approx(expected), \
                 (method, key)
@@ -1175,3 +1175,16 @@ def test_the_rate_choice_bias_is_measured_per_cell_and_bounds_the_pooled_mean_at
                                                               "bounded)"]
     assert ("flatters it by at most 0.40% of its score on average (0.40%–0.40% by cell" in said
             and said.endswith(f"between {pct(arcface['mean'])} and {pct(arcface['mean'] + 0.004)} on average"))
+
+
+def test_every_packaged_source_says_what_it_stands_in_for():
+    """A source the plan can name (source_of of each packaged spec) has its role in the sources table; a new source
+    without one would read as the user's own data there."""
+    from study.benchmark.shown import SOURCE_ROLES
+    from study.sources import SOURCES, source_of
+    specs = ["digits", "mnist5k", "compose:2:40:mnist5k", "idx:/usr/share/datasets/fashion-mnist", "glyphs:10",
+             "strokes:10", "emoji:10", "wesnoth", "freedroid", "cards", "iconify:10"]
+    named_by_argument = {"idx", "torchvision", "folder", "compose"}  # named by the folder or base they read
+    assert {spec.split(":")[0] for spec in specs} == set(SOURCES) - {"torchvision", "folder"}
+    assert {source_of(spec) for spec in specs} <= set(SOURCE_ROLES)
+    assert set(SOURCES) - named_by_argument - {"mnist5k"} <= set(SOURCE_ROLES)

@@ -74,7 +74,7 @@ def _benchmark_tables():
                            "high": [0.008, nan, 0.004, 0.008, -0.1, 0.0],
                            "prediction_low": [-0.012, nan, -0.01, -0.01, -0.3, -0.06],
                            "prediction_high": [0.018, nan, 0.008, 0.014, 0.0, 0.02], "margin": 0.02})
-    rows = pd.DataFrame({"real": [True, True, False, False], "source": ["digits", "mnist5k", "glyphs", "glyphs"],
+    rows = pd.DataFrame({"by_people": [True, True, False, False], "source": ["digits", "mnist5k", "glyphs", "glyphs"],
                          "train_classes": [10, 10, 100, 1000], "configuration": ["closed", "closed", "open C = 100",
                                                                                   "open C = 1000"],
                          "relative": [0.004, -0.002, 0.01, 0.2], "relative_se": [0.003, 0.004, 0.005, 0.01],

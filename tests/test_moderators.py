@@ -26,7 +26,7 @@ def _rows(rng, counts, slope_on_log_classes=0.0, source_sd=0.01, se=0.01) -> pd.
     return pd.DataFrame({"cell": [f"cell{i}" for i in range(sources.size)], "source": sources,
                          "relative": relative, "relative_se": np.full(sources.size, se), "train_classes": classes,
                          "images_per_class": rng.choice([10.0, 20.0, 25.0, 40.0], sources.size),
-                         "reference_test_mean": reference, "real": rng.random(sources.size) < 0.5,
+                         "reference_test_mean": reference, "by_people": rng.random(sources.size) < 0.5,
                          "s_ratio_median": np.exp(rng.normal(0.0, 0.5, sources.size)),
                          "low": (relative - 2.0 * se) * reference})
 

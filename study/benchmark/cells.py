@@ -240,7 +240,7 @@ def cell_rows(facts: dict, directory: str | Path) -> list[dict]:
     common = {key: facts.get(key) for key in ("configuration", "tuner", "primary", "source", "protocol",
                                               "train_classes", "sampler", "repeats", "pruner", "n_trials",
                                               "longer_of", "iterations", "epochs")}
-    common.update(cell=facts["name"], real=not is_synthetic_source(facts["source"]), metric=metric,
+    common.update(cell=facts["name"], by_people=not is_synthetic_source(facts["source"]), metric=metric,
                   confidence=confidence, splits=len(facts["splits"]), seeds=len(facts["seeds"]),
                   reference_test_mean=reference, near_floor=reference < NEAR_FLOOR_SCORE,
                   regime="long" if facts.get("longer_of") or facts.get("converged_only") else "short",

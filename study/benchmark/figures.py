@@ -85,7 +85,8 @@ def figure_forest(rows: pd.DataFrame, facts: dict, path: Path, dpi: int) -> Path
     """Configurations as rows, grouped by source (each its cell's 95% interval over class splits, in % of Fixed
     AdaCos's score; hollow: near the floor, left out of the pool), the pooled mean over sources (diamond) and the
     prediction interval for a new source (bar); grey: the margin."""
-    rows = rows.sort_values(["real", "source", "train_classes"], ascending=[False, True, True]).reset_index(drop=True)
+    rows = rows.sort_values(["by_people", "source", "train_classes"],
+                           ascending=[False, True, True]).reset_index(drop=True)
     count = len(rows)
     figure, axes = new_figure(size=(FIGURE_WIDTH, 2.1 + 0.42 * (count + 2)))
     colour = method_style(facts["method"]).colour

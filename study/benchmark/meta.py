@@ -28,7 +28,7 @@ UNTUNED = ("fixed_adacos", "dynamic_adacos", "p2sgrad", "softmax", "arcface_defa
 # before the converged runs); the short regime's pool, with and without its near-floor cells, and the long cells
 # whether or not they converged, are sensitivity rows.
 SCOPES = {"": "converged", "short_": "short regime", "short_off_floor_": "short regime, near-floor cells left out",
-          "real_": "converged, real images", "synthetic_": "converged, synthetic",
+          "people_": "converged, made by people", "code_": "converged, rendered by code",
           "shared_rate_": "converged, every method at one shared learning rate",
           "long_": "trained long, converged or not"}
 POOLED_NUMBERS = ("mean", "low", "high", "prediction_low", "prediction_high", "prediction_standard_error",
@@ -121,8 +121,8 @@ def margin_reading(low: float, high: float) -> dict:
 def pooled_method(every: pd.DataFrame, method: str, confidence: float) -> dict:
     """One method against Fixed AdaCos: pooled over sources on the relative scale, for the headline (the converged
     cells), for the short regime (every primary cell, and without its near-floor cells), for the long cells converged
-    or not, and at one shared learning rate (sensitivity rows), and for real and synthetic sources apart; the absolute
-    scale beside it; DerSimonian–Laird over configurations, labelled, for comparison."""
+    or not, and at one shared learning rate (sensitivity rows), and for sources made by people and rendered by code
+    apart; the absolute scale beside it; DerSimonian–Laird over configurations, labelled, for comparison."""
     rows = every[every["method"] == method]
     short = rows[poolable(rows) & (rows["regime"] == "short")]
 
@@ -131,7 +131,8 @@ def pooled_method(every: pd.DataFrame, method: str, confidence: float) -> dict:
 
     headline = mine(headline_cells(every))  # cells are chosen on every method's rows, then this method's read
     scopes = {"": headline, "short_": short, "short_off_floor_": short[~short["near_floor"].astype(bool)],
-              "real_": headline[headline["real"].astype(bool)], "synthetic_": headline[~headline["real"].astype(bool)],
+              "people_": headline[headline["by_people"].astype(bool)],
+              "code_": headline[~headline["by_people"].astype(bool)],
               "shared_rate_": mine(headline_cells(every[~rate_chosen(every)])),  # one rate for all: sensitivity
               "long_": long_cells(rows)}  # with the long cells still improving: sensitivity
     facts = {"method": method, "loss": rows["loss"].iloc[0], "tuned": bool(rows["tuned"].iloc[0]),

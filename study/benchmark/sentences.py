@@ -76,7 +76,8 @@ def lead_sentence(arcface: dict, best: dict, wins: list[dict]) -> str:
 
 
 def method_sentence(facts: dict) -> str:
-    """One method against Fixed AdaCos: the average over sources, a new source, real and synthetic apart."""
+    """One method against Fixed AdaCos: the average over sources, a new source, and the sources made by people and
+    rendered by code apart."""
     name = method_name(facts["method"])
     if not math.isfinite(facts.get("prediction_low", math.nan)):  # the converged cells do not predict yet
         converged = (f"{pct(facts['mean'])} over {fmt.plural(facts['configurations'], 'converged cell')}"
@@ -95,8 +96,8 @@ def method_sentence(facts: dict) -> str:
     if math.isfinite(facts.get("reliable_gain", math.nan)):
         text += f"; it reliably gains at least {pct(facts['reliable_gain'])}"
     scopes = [f"{label} {pct(facts[f'{prefix}mean'])} {pct_interval(facts[f'{prefix}low'], facts[f'{prefix}high'])} "
-              f"({facts[f'{prefix}sources']} sources)" for prefix, label in (("real_", "real images"),
-                                                                              ("synthetic_", "synthetic"))
+              f"({facts[f'{prefix}sources']} sources)" for prefix, label in (("people_", "made by people"),
+                                                                              ("code_", "rendered by code"))
               if facts[f"{prefix}sources"]]
     text += f". Apart: {'; '.join(scopes)}." if scopes else "."
     if facts.get("rate_chosen_cells"):  # the protocol's cells lead; the shared-rate pool is what it replaced
@@ -242,7 +243,7 @@ def scope_sentence(plan: dict, rows: pd.DataFrame) -> str:
     declared = {cell["name"]: cell for cell in plan["cells"]}
     cells = [declared[name] for name in dict.fromkeys(rows["cell"]) if declared[name]["primary"]]  # in CELL_ORDER
     sources = list(dict.fromkeys(cell["source"] for cell in cells))
-    real = sorted({row.source for row in rows.itertuples() if row.real})
+    by_people = sorted({row.source for row in rows.itertuples() if row.by_people})
     floor = sorted(set(rows.loc[rows["near_floor"].astype(bool) & rows["primary"].astype(bool), "configuration"]))
     iterations = [cell.get("iterations") for cell in cells if cell.get("iterations")]
     pending = sorted(set(declared) - set(rows["cell"]))
@@ -259,10 +260,10 @@ def scope_sentence(plan: dict, rows: pd.DataFrame) -> str:
                  f"{min(c['iterations'] for c in pooled):,}–{max(c['iterations'] for c in pooled):,} iterations per "
                  f"run{rates}). " if pooled else "No cell has converged yet, so the headline pools none. ")
     return (f"How far this carries: {converged}The short regime: {len(cells)} configurations from {len(sources)} "
-            f"independent sources ({', '.join(sources) or 'none'}; real images: {', '.join(real) or 'none'}), C = "
-            f"{min(classes):,}–{max(classes):,} training classes, one small CNN{trained}. Configurations of one source "
-            "are not independent evidence: the intervals are over sources. The headline pools the cells where Fixed "
-            "AdaCos and the method converged (the plateau rule of docs/analysis.md); no cell is left out for its "
+            f"independent sources ({', '.join(sources) or 'none'}; made by people: {', '.join(by_people) or 'none'}), "
+            f"C = {min(classes):,}–{max(classes):,} training classes, one small CNN{trained}. Configurations of one "
+            "source are not independent evidence: the intervals are over sources. The headline pools the cells where "
+            "Fixed AdaCos and the method converged (the plateau rule of docs/analysis.md); no cell is left out for its "
             "score: the short regime's pool is a sensitivity row, "
             f"and so is that pool without the cells where Fixed AdaCos scores below {NEAR_FLOOR_SCORE} "
             f"({', '.join(floor) or 'none'}). Other architectures, pretrained backbones, larger images and C beyond "

@@ -37,6 +37,14 @@ SOURCE_ROLES = {
                 "real images; texture and colour"),
     "emoji": ("colour emoji (Noto Color Emoji) on random backgrounds: RGB images whose classes differ in colour "
               "and shape", "natural photographs; within-class variation beyond jitter"),
+    "wesnoth": ("Battle for Wesnoth's hand-pixelled unit sprites: a class is a unit's line, its instances the "
+                "animation frames people drew", "photographs; classes beyond a hundred"),
+    "freedroid": ("FreedroidRPG's 3D models of items and droids seen from 32 angles, as COIL-100's turntable: objects "
+                  "modelled by people, varying by pose", "photographs; lighting and background"),
+    "cards": ("the 52 cards of 14 card decks drawn by people: fine-grained classes (a ten against a nine of one "
+              "suit) in each deck's own style", "many classes; many images per class"),
+    "iconify": ("one icon name (home, camera) as the open icon sets draw it: classes that are concepts, "
+                "instances in designers' styles", "photographs; grey levels beyond black ink on white"),
 }
 
 
@@ -48,7 +56,7 @@ def sources_shown(rows: pd.DataFrame, cells_dir: Path) -> pd.DataFrame:
         role, cannot = SOURCE_ROLES.get(source, ("your own data (`study benchmark --add`)", "other data than yours"))
         cells = list(dict.fromkeys(group["cell"]))
         devices = sorted({_device_of(cells_dir / cell) for cell in cells})
-        table.append({"source": source, "real images": "yes" if group["real"].iloc[0] else "no",
+        table.append({"source": source, "made by people": "yes" if group["by_people"].iloc[0] else "no",
                       "stands in for": role, "cannot stand in for": cannot, "cells": ", ".join(cells),
                       "device": ", ".join(devices)})
     return pd.DataFrame(table)
@@ -123,8 +131,8 @@ def methods_shown(pooled: pd.DataFrame) -> pd.DataFrame:
         else f"{pct(row.fresh_low_mean)} to {pct(row.fresh_high_mean)}",
         f"against ±{100 * RELATIVE_MARGIN:.0f}%": row.judgement,
         "equivalent from": "n/a" if fmt.missing(row.equivalent_from) else f"±{100 * row.equivalent_from:.1f}%",
-        "real images": f"{pct(row.real_mean)} {pct_interval(row.real_low, row.real_high)}",
-        "synthetic": f"{pct(row.synthetic_mean)} {pct_interval(row.synthetic_low, row.synthetic_high)}",
+        "made by people": f"{pct(row.people_mean)} {pct_interval(row.people_low, row.people_high)}",
+        "rendered by code": f"{pct(row.code_mean)} {pct_interval(row.code_low, row.code_high)}",
         "converged, one shared learning rate: a new source (sensitivity)": pct_interval(
             row.shared_rate_prediction_low, row.shared_rate_prediction_high),
         "trained long, converged or not: a new source (sensitivity)": pct_interval(
@@ -178,7 +186,8 @@ def scale_bands_shown(bands: pd.DataFrame, confidence: float) -> pd.DataFrame:
 def cells_shown(rows: pd.DataFrame, links: dict[str, str]) -> pd.DataFrame:
     """One row per cell and method, as the reader sees it."""
     return pd.DataFrame([{
-        "cell": row.cell, "method": method_name(row.method), "source": f"{row.source} ({'real' if row.real else 'synthetic'})",
+        "cell": row.cell, "method": method_name(row.method),
+        "source": f"{row.source} ({'made by people' if row.by_people else 'rendered by code'})",
         "C": f"{int(row.train_classes):,}", "iterations": fmt.iteration_number(row.iterations) + (
             f" (this method {fmt.iteration_number(row.iterations * row.length_factor)}: trained on to converge)"
             if getattr(row, "length_factor", 1) > 1 else ""),
