@@ -171,21 +171,6 @@ def cell_tables(cells_dir: Path, out: Path, cell: str) -> tuple[pd.DataFrame, pd
     return choices, compared, cost
 
 
-def shifted_where_trained_on(compared: pd.DataFrame) -> pd.DataFrame:
-    """The differences after the early choice, where the headline reads a method's longer runs (trained on to
-    convergence: cells.csv's length_factor above 1) moved by as much as the early choice moved the cell's own: those
-    longer runs are not retrained here, only the Fixed AdaCos runs they are compared with may change."""
-    aggregate = pd.read_csv(AGGREGATE).set_index(["cell", "method"])
-    shifted = compared.copy()
-    for index, row in compared.iterrows():
-        key = (row["cell"], row["method"])
-        if key in aggregate.index and float(aggregate.loc[key, "length_factor"]) > 1:
-            shifted.loc[index, "relative_after"] = (float(aggregate.loc[key, "relative"]) + row["relative_after"]
-                                                    - float(aggregate.loc[key, "own_relative"]))
-            shifted.loc[index, "relative_se_after"] = float(aggregate.loc[key, "relative_se"])
-    return shifted
-
-
 def write_summary(cells_dir: Path, out: Path, cells: list[str]) -> None:
     from study.report.document import Section, Table, render_markdown
 
@@ -193,7 +178,7 @@ def write_summary(cells_dir: Path, out: Path, cells: list[str]) -> None:
     choices = pd.concat([choice for choice, _, _ in tables], ignore_index=True)
     compared = pd.concat([frame for _, frame, _ in tables], ignore_index=True)
     costs = pd.DataFrame([cost for _, _, cost in tables])
-    headline, used = headline_with_differences(pd.read_csv(AGGREGATE), shifted_where_trained_on(compared))
+    headline, used = headline_with_differences(pd.read_csv(AGGREGATE), compared)
     write_bytes(choices.to_csv(index=False).encode(), out / "early_choice.csv")
     write_bytes(costs.to_csv(index=False).encode(), out / "early_choice_cost.csv")
     write_bytes(headline.to_csv(index=False).encode(), out / "early_choice_pooled.csv")

@@ -11,6 +11,7 @@ import pytest
 from scipy import stats
 
 from study.analysis import differences_to_fixed_adacos
+from study.analysis.headline import headline_cells
 from study.benchmark.meta import headline_with_differences
 from study.benchmark.rate_edges import beyond_edges, rechoose
 
@@ -75,11 +76,15 @@ def test_val_chooses_beyond_the_edge_only_with_a_better_mean_over_a_whole_set_of
 
 
 def test_the_headline_pooled_again_without_a_change_is_the_aggregates_own():
-    """With every checked cell's differences unchanged, the pool is the committed report's converged headline."""
+    """With every checked cell's own differences unchanged, the pool is the committed report's converged headline,
+    also where it reads a method's longer runs (their difference and standard error kept)."""
     cells = pd.read_csv(REPO / "reports" / "benchmark" / "tables" / "cells.csv")
     pooled = pd.read_csv(REPO / "reports" / "benchmark" / "tables" / "pooled.csv").set_index("method")
     lr_cells = cells[cells["rates"] > 1]
-    unchanged = lr_cells.assign(relative_after=lr_cells["relative"], relative_se_after=lr_cells["relative_se"])
+    assert (lr_cells["length_factor"] > 1).any() and (lr_cells["own_relative"] != lr_cells["relative"]).any()
+    # The longer runs keep their own standard error, whatever a reading of the cell's runs gives.
+    unchanged = lr_cells.assign(relative_after=lr_cells["own_relative"],
+                                relative_se_after=lr_cells["relative_se"].where(lr_cells["length_factor"] == 1, 0.5))
     table, used = headline_with_differences(cells, unchanged)
     assert used and set(used) <= set(lr_cells["cell"])
     for row in table.itertuples():
@@ -88,11 +93,17 @@ def test_the_headline_pooled_again_without_a_change_is_the_aggregates_own():
                 (pooled.loc[row.method, "mean"], pooled.loc[row.method, "prediction_low"],
                  pooled.loc[row.method, "prediction_high"]))
             assert (row.mean_after, row.prediction_high_after) == pytest.approx((row.mean, row.prediction_high))
-    # A cell's difference moved by +10 points moves the mean over sources by 10 points / its source's cells / sources.
-    shifted = unchanged.assign(relative_after=unchanged["relative"] + 0.10 * (unchanged["cell"] == used[0]))
-    moved = headline_with_differences(cells, shifted)[0].set_index("method")
-    tuned = moved.loc["arcface_tuned"]
-    assert tuned["mean_after"] - tuned["mean"] == pytest.approx(0.10 / tuned["sources"])
+    # The own difference of a source's one headline cell moved by +10 points moves the mean over sources by 10 points
+    # / sources, whether the headline reads the method's own runs (tuned ArcFace) or its longer ones (ArcFace at its
+    # defaults).
+    headline = headline_cells(cells)
+    for method, factor in (("arcface_tuned", 1), ("arcface_default", 2)):
+        alone = headline[headline["method"] == method].groupby("source").filter(lambda source: len(source) == 1)
+        cell = alone.loc[alone["length_factor"] == factor, "cell"].iloc[0]
+        shifted = unchanged.assign(relative_after=unchanged["relative_after"] + 0.10 * (
+            (unchanged["cell"] == cell) & (unchanged["method"] == method)))
+        row = headline_with_differences(cells, shifted)[0].set_index("method").loc[method]
+        assert row["mean_after"] - row["mean"] == pytest.approx(0.10 / row["sources"])
 
 
 def test_the_differences_formed_again_are_the_aggregates_for_an_unchanged_cell():

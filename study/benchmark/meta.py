@@ -55,12 +55,19 @@ def pooled_numbers(rows: pd.DataFrame, column: str, confidence: float) -> dict:
 def headline_with_differences(cells: pd.DataFrame, after: pd.DataFrame,
                               confidence: float = 0.95) -> tuple[pd.DataFrame, list]:
     """Every method's converged headline pooled as the aggregate pools it (`cells`: its cells.csv), and again with
-    the differences `after` (cell, method, relative_after, relative_se_after) in place of those cells' own; the
-    headline keeps its cells. Also which headline cells `after` covered."""
+    the differences `after` (cell, method, relative_after, relative_se_after), a second reading of the cells' own
+    runs, in place of those cells' own; the headline keeps its cells. Where the headline reads a method's longer
+    runs (trained on to convergence: length_factor above 1), `after` moves them by as much as it moved the cell's own
+    difference (`own_relative`), at the longer runs' standard error: a check of the cell's runs retrains no longer
+    run, only the Fixed AdaCos runs it is compared with may change. Also which headline cells `after` covered."""
     headline = headline_cells(cells)
     moved = headline.merge(after[["cell", "method", "relative_after", "relative_se_after"]], on=["cell", "method"],
                            how="left")
     checked = moved["relative_after"].notna()
+    if "length_factor" in moved:
+        longer = checked & (moved["length_factor"].astype(float) > 1)
+        moved.loc[longer, "relative_after"] += moved.loc[longer, "relative"] - moved.loc[longer, "own_relative"]
+        moved.loc[longer, "relative_se_after"] = moved.loc[longer, "relative_se"]
     moved.loc[checked, "relative"] = moved.loc[checked, "relative_after"]
     moved.loc[checked, "relative_se"] = moved.loc[checked, "relative_se_after"]
     table = [{"method": method, **pooled_numbers(headline[headline["method"] == method], "relative", confidence),
