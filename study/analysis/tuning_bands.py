@@ -18,7 +18,8 @@ Confidence Bands for Tuning Curves", NAACL 2024; the `opda` package) over to com
   bounds the selection weights at every n), plus a test-noise margin. Compared, not adopted: 1.2–3.6 times as wide,
   and where the adopted band fails (a long upper tail of scores) it fails too, if less (88–91%).
 
-What each band covers, and what the simulation measured, is in docs/tuning_bands.md (`benchmarks/tuning_bands.py`).
+What each band covers, and what the simulation measured, is in benchmarks/results/tuning_bands.md
+(`benchmarks/tuning_bands.py`).
 """
 
 from __future__ import annotations
@@ -202,8 +203,8 @@ def whole_curve_band(val, test, confidence: float = 0.95,
     when each varies by σ̂, the successive-difference sd of the test scores in val order — one trial's test noise
     plus the val-to-test trend between neighbours, which is what the estimate at n = N (one trial's test score)
     varies by. c is simultaneous over n (`simultaneous_critical_value`). Assumes independent draws (random search);
-    a val of −inf is a trial never selected. Coverage measured in benchmarks/tuning_bands.py (docs/tuning_bands.md):
-    it fails where the scores have a long upper tail (rare trials far above the rest), which N trials rarely show.
+    a val of −inf is a trial never selected. Coverage measured in benchmarks/tuning_bands.py
+    (benchmarks/results/tuning_bands.md): it fails where the scores have a long upper tail (rare trials far above the rest), which N trials rarely show.
     `bounds`, when given, clip the band to the metric's range. Fewer than three trials give no band (NaN).
     """
     check_probability(confidence, "confidence")
@@ -225,7 +226,7 @@ def whole_curve_band(val, test, confidence: float = 0.95,
 def val_cdf_selected_band(val, test, confidence: float = 0.95, bounds: tuple[float, float] | None = None,
                           method: str = "ld") -> pd.DataFrame:
     """opda's construction carried over to the test score of the val-selected trial, n = 1…N (compared in
-    docs/tuning_bands.md, not what the report draws): a frame with columns n, estimate, low, high.
+    benchmarks/results/tuning_bands.md, not what the report draws): a frame with columns n, estimate, low, high.
 
     Half the error rate goes to an exact simultaneous band on the val CDF (`order_statistic_band`), which bounds
     the mass the best of n puts below each val score by low_i^n ≤ F(v_(i))^n ≤ high_i^n at every n at once; the ends
