@@ -1183,8 +1183,6 @@ def test_every_packaged_source_says_what_it_stands_in_for():
     from study.benchmark.shown import SOURCE_ROLES
     from study.sources import SOURCES, source_of
     specs = ["digits", "mnist5k", "compose:2:40:mnist5k", "idx:/usr/share/datasets/fashion-mnist", "glyphs:10",
-             "strokes:10", "emoji:10", "wesnoth", "freedroid", "cards", "iconify:10"]
-    named_by_argument = {"idx", "torchvision", "folder", "compose"}  # named by the folder or base they read
-    assert {spec.split(":")[0] for spec in specs} == set(SOURCES) - {"torchvision", "folder"}
+             "cjk:10", "strokes:10", "emoji:10", "wesnoth", "freedroid", "cards", "iconify:10"]
+    assert {spec.split(":")[0] for spec in specs} == set(SOURCES) - {"torchvision", "folder"}  # a user's own data
     assert {source_of(spec) for spec in specs} <= set(SOURCE_ROLES)
-    assert set(SOURCES) - named_by_argument - {"mnist5k"} <= set(SOURCE_ROLES)

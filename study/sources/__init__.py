@@ -6,7 +6,8 @@ Real images: `digits` and `mnist5k` (shipped with Python packages), `idx:<folder
 `folder:<path>` (one sub-folder of images per class), `torchvision:<Name>`; drawn or modelled by people, from Debian
 packages: `wesnoth` (a game's unit sprites), `freedroid` (a game's 3D models, 32 views each) and `cards` (KDE's
 decks), and from an npm package: `iconify` (one icon name in many sets' styles). Generated offline, with as many
-classes as asked: `glyphs`, `strokes`, `emoji` (they share `spec` and `cache`). Composed from a real set's images:
+classes as asked: `glyphs`, `cjk` (ideographs in Noto's CJK faces, from a Debian package, drawn as glyphs are),
+`strokes`, `emoji` (they share `spec` and `cache`). Composed from a real set's images:
 `compose:<parts>:<per class>:<base>`.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from study.sources.cards import CARDS_SOURCE
+from study.sources.cjk import CJK
 from study.sources.composed import composed_source
 from study.sources.digits import DIGITS, MNIST5K
 from study.sources.emoji import EMOJI
@@ -47,8 +49,8 @@ def source_named(spec: str) -> tuple[Source, str]:
 
 # The registry: the spec's part before ':' names the source.
 SOURCES: dict[str, Source] = {source.name: source for source in (
-    DIGITS, MNIST5K, IDX, TORCHVISION, FOLDER, WESNOTH, FREEDROID, CARDS_SOURCE, ICONIFY, GLYPHS, STROKES, EMOJI,
-    composed_source(source_named))}
+    DIGITS, MNIST5K, IDX, TORCHVISION, FOLDER, WESNOTH, FREEDROID, CARDS_SOURCE, ICONIFY, GLYPHS, CJK, STROKES,
+    EMOJI, composed_source(source_named))}
 
 
 def load_dataset(spec: str, cache_dir: str | None = None) -> ImageSet:

@@ -109,14 +109,16 @@ def _font_dir() -> Path:
 
 
 @dataclass(frozen=True)
-class _Face:
+class Face:
+    """A font face at FONT_SIZE, and the height a character is centred on half of."""
+
     path: Path
     font: ImageFont.FreeTypeFont
     cap_height: float  # height of 'H' above the baseline; glyphs are centred on half of it
 
 
 @functools.lru_cache(maxsize=1)
-def _faces() -> tuple[_Face, ...]:
+def _faces() -> tuple[Face, ...]:
     faces = []
     for file_name in FACE_FILES:
         path = _font_dir() / file_name
@@ -125,7 +127,7 @@ def _faces() -> tuple[_Face, ...]:
                                     f"the DejaVu and STIX fonts matplotlib ships")
         # The basic layout engine draws one code point as one glyph, with or without libraqm.
         font = ImageFont.truetype(str(path), FONT_SIZE, layout_engine=ImageFont.Layout.BASIC)
-        faces.append(_Face(path, font, cap_height=-font.getbbox("H", anchor="ls")[1]))
+        faces.append(Face(path, font, cap_height=-font.getbbox("H", anchor="ls")[1]))
     return tuple(faces)
 
 
@@ -137,7 +139,7 @@ def _eligible(code_point: int) -> bool:
             and not any(low <= code_point <= high for low, high in EXCLUDED_RANGES))
 
 
-def _draws_ink(face: _Face, character: str) -> bool:
+def draws_ink(face: Face, character: str) -> bool:
     left, top, right, bottom = face.font.getbbox(character, anchor="ls")
     return right > left and bottom > top
 
@@ -152,14 +154,14 @@ def _character_table() -> tuple[tuple[int, tuple[int, ...]], ...]:
     for face_index, face in enumerate(faces):
         charmap = ft2font.FT2Font(str(face.path)).get_charmap()
         for code_point, glyph_index in charmap.items():
-            if glyph_index and _eligible(code_point) and _draws_ink(face, chr(code_point)):
+            if glyph_index and _eligible(code_point) and draws_ink(face, chr(code_point)):
                 covering.setdefault(code_point, []).append(face_index)
     table, seen = [], set()
     for code_point in sorted(covering):
         face_indices = tuple(covering[code_point])
         if len(face_indices) < MIN_FACES_PER_CHARACTER:
             continue
-        glyph = _Glyph.render(faces[face_indices[0]], chr(code_point))
+        glyph = Glyph.render(faces[face_indices[0]], chr(code_point))
         if glyph is None:
             continue
         bitmap = glyph.draw((1.0, 0.0, 0.0, 1.0), (0.0, 0.0), DEDUP_SIDE).tobytes()
@@ -209,7 +211,7 @@ def glyph_code_points(num_classes: int) -> list[int]:
 
 
 @dataclass(frozen=True)
-class _Glyph:
+class Glyph:
     """One character's ink in one face, placed so its reference point is the work centre."""
 
     bitmap: Image.Image
@@ -217,7 +219,7 @@ class _Glyph:
     fit: float  # shrink factor that makes large glyphs fit inside MAX_EXTENT
 
     @staticmethod
-    def render(face: _Face, character: str) -> _Glyph | None:
+    def render(face: Face, character: str) -> Glyph | None:
         left, top, right, bottom = face.font.getbbox(character, anchor="ls")
         pad = FONT_SIZE // 4  # getbbox follows the advance, not the ink: leave room on every side
         canvas = Image.new("L", (right - left + 2 * pad, bottom - top + 2 * pad))
@@ -233,7 +235,7 @@ class _Glyph:
         # baseline stays put: 'p' hangs below 'P', '.' sits low, 'c' is smaller than 'C'.
         centre_x, centre_y = (ink_left + ink_right) / 2, -face.cap_height / 2
         extent = max(centre_x - ink_left, ink_right - centre_x, centre_y - ink_top, ink_bottom - centre_y)
-        return _Glyph(canvas.crop(ink), (ink_left - centre_x, ink_top - centre_y),
+        return Glyph(canvas.crop(ink), (ink_left - centre_x, ink_top - centre_y),
                       fit=min(1.0, MAX_EXTENT / max(extent, 1e-6)))
 
     def draw(self, linear: tuple[float, float, float, float], shift: tuple[float, float], side: int) -> Image.Image:
@@ -258,8 +260,15 @@ def render_class(class_index: int, instances: int, side: int = DEFAULT_IMAGE_SID
     if not 0 <= class_index < len(table):
         raise ValueError(f"class index {class_index} is outside 0..{len(table) - 1}")
     code_point, face_indices = table[class_index]
+    return jittered_character(GLYPHS_SEED, code_point, [_faces()[index] for index in face_indices], instances, side)
+
+
+def jittered_character(seed: int, code_point: int, faces: list[Face], instances: int, side: int) -> np.ndarray:
+    """`instances` images of one character, each in a face drawn uniformly from `faces`, under the affine jitter,
+    blur and noise above, as uint8 (instances, side, side): how every source of characters in fonts draws a class.
+    The random streams are seeded from `seed` and the code point alone."""
     # Both streams are consumed row by row, so the first n instances never depend on how many follow.
-    shape_rng, noise_rng = (np.random.default_rng(np.random.SeedSequence([GLYPHS_SEED, code_point, stream]))
+    shape_rng, noise_rng = (np.random.default_rng(np.random.SeedSequence([seed, code_point, stream]))
                             for stream in (0, 1))
     uniforms = shape_rng.random((instances, 8))
     noise = noise_rng.standard_normal((instances, side, side), dtype=np.float32)
@@ -267,7 +276,7 @@ def render_class(class_index: int, instances: int, side: int = DEFAULT_IMAGE_SID
     def spread(column: int, low: float, high: float) -> np.ndarray:
         return low + (high - low) * uniforms[:, column]
 
-    faces = np.asarray(face_indices)[(uniforms[:, 0] * len(face_indices)).astype(int)]
+    chosen = (uniforms[:, 0] * len(faces)).astype(int)
     angles = np.radians(spread(1, -MAX_ROTATION_DEGREES, MAX_ROTATION_DEGREES))
     scales, shears = spread(2, *SCALE_RANGE), spread(3, -MAX_SHEAR, MAX_SHEAR)
     shifts = np.stack([spread(4, -MAX_SHIFT, MAX_SHIFT), spread(5, -MAX_SHIFT, MAX_SHIFT)], axis=1) * WORK
@@ -277,12 +286,12 @@ def render_class(class_index: int, instances: int, side: int = DEFAULT_IMAGE_SID
     cos, sin = np.cos(angles) * scales, np.sin(angles) * scales
     linears = np.stack([cos, cos * shears - sin, sin, sin * shears + cos], axis=1)
 
-    glyphs: dict[int, _Glyph] = {}
+    glyphs: dict[int, Glyph] = {}
     clean = np.empty((instances, side, side), dtype=np.uint8)
-    for index, face_index in enumerate(faces.tolist()):
-        if face_index not in glyphs:
-            glyphs[face_index] = _Glyph.render(_faces()[face_index], chr(code_point))
-        image = glyphs[face_index].draw(tuple(linears[index]), tuple(shifts[index]), side)
+    for index, face in enumerate(chosen.tolist()):
+        if face not in glyphs:
+            glyphs[face] = Glyph.render(faces[face], chr(code_point))
+        image = glyphs[face].draw(tuple(linears[index]), tuple(shifts[index]), side)
         if blurs[index] > 0.05:
             image = image.filter(ImageFilter.GaussianBlur(float(blurs[index])))
         clean[index] = np.asarray(image)
