@@ -12,7 +12,6 @@ from PIL import Image
 
 import study.sources.source as source_module
 from study.sources import SOURCES, image_shape, labels_only, load_dataset, source_named, source_of
-from study.sources.cjk import FONT_FILES as CJK_FONT_FILES, FONT_FOLDER as CJK_FONTS
 from study.sources.emoji import FONT_PATH, INSTALL_HINT
 from study.config import StudyParams
 from study.validation import data_problems
@@ -43,8 +42,6 @@ def _specs(tmp_path: Path) -> list[str]:
              "glyphs:3:2", "strokes:4:3", "compose:2:3:digits"]
     if FONT_PATH.is_file():
         specs.append("emoji:3:2")
-    if all((CJK_FONTS / name).is_file() for name in CJK_FONT_FILES):
-        specs.append("cjk:3:2")
     return specs
 
 
