@@ -78,3 +78,20 @@ def _read(path: Path, shape: tuple[int, int, int, int], classes: int) -> ImageSe
     if images.shape != shape or images.dtype != np.uint8 or len(names) != classes:
         return None
     return ImageSet(labels, names.tolist(), images=torch.from_numpy(images))
+
+
+def counted_once(path: Path | None, count: Callable[[], int]) -> int:
+    """`count()`, kept in the file at `path` (a generated source's class count on this install, which takes seconds to
+    build while validation asks at every params change); with no `path`, counted each time."""
+    if path is None:
+        return count()
+    try:
+        return int(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # not counted yet, or a damaged file: count again
+        counted = count()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes(str(counted).encode(), path)
+    except OSError:  # a read-only cache only makes the next count slow
+        pass
+    return counted

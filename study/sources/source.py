@@ -90,3 +90,11 @@ def check_generated_size(spec: GeneratedSpec, channels: int) -> None:
         raise ValueError(f"{spec} makes {count:,} images of {spec.image_side}×{spec.image_side} pixels, "
                          f"{readable_bytes(needed)} in memory, more than this machine's {readable_bytes(memory)}; "
                          "ask for fewer instances per class")
+
+
+def generated_labels(spec: GeneratedSpec, channels: int = 1) -> ImageSet:
+    """A generated spec's labels with blank stand-ins, its size checked against this machine's memory first; the
+    class names are the classes' numbers (nothing is drawn)."""
+    check_generated_size(spec, channels)
+    return blank_images(np.repeat(np.arange(spec.num_classes), spec.instances_per_class),
+                        [str(k) for k in range(spec.num_classes)], channels)
