@@ -31,8 +31,9 @@ SOURCE_ROLES = {
     "fashion-mnist": ("Zalando's product photographs in grey 28×28, and pairs of them: real photographed objects, "
                       "100 composed classes under the open protocol", "identities (faces), fine-grained classes, "
                       "colour"),
-    "glyphs": ("Unicode characters in 16 font faces: up to thousands of classes under the open protocol, the "
-               "stand-in for many-identity data", "real images; its classes differ in shape only"),
+    "glyphs": ("Unicode characters in 16 font faces, and CJK ideographs in Noto's 20 (cjk): up to 20,000 classes "
+               "under the open protocol, the stand-in for many-identity data", "real images; its classes differ in "
+               "shape only"),
     "strokes": ("random pen-stroke characters: arbitrary shapes whose classes no typeface designed apart",
                 "real images; texture and colour"),
     "emoji": ("colour emoji (Noto Color Emoji) on random backgrounds: RGB images whose classes differ in colour "
