@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import platform
 import sys
 from pathlib import Path
 
@@ -30,6 +29,7 @@ sys.path.insert(0, str(REPO))
 
 from study.benchmark.cells import cell_device_seconds  # noqa: E402
 from study.config import load_params  # noqa: E402
+from study.environment import cpu_model  # noqa: E402
 from study.price import price_study  # noqa: E402
 from study.results import REPORT_DIR, write_bytes  # noqa: E402
 from study.validation import study_cost  # noqa: E402
@@ -62,7 +62,7 @@ def check(study: Path, name: str) -> dict:
         raise SystemExit(f"{name}: {price}")
     recorded = recorded_seconds(study)
     calibration = price.calibration
-    return {"study": name, "date": datetime.date.today().isoformat(), "cpu": platform.processor() or platform.machine(),
+    return {"study": name, "date": datetime.date.today().isoformat(), "cpu": cpu_model(),
             "device": calibration.device, "threads": calibration.threads, "load": round(calibration.load, 2),
             "step_ms": round(calibration.step * 1e3, 3), "priced_seconds": round(price.device_seconds, 1),
             "recorded_seconds": round(recorded, 1), "recorded_over_priced": round(recorded / price.device_seconds, 3),
