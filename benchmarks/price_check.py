@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from study.benchmark.cells import cell_device_seconds  # noqa: E402
-from study.config import load_params  # noqa: E402
+from study.config import StudyParams, load_params  # noqa: E402
 from study.environment import cpu_model  # noqa: E402
 from study.price import price_study  # noqa: E402
 from study.results import REPORT_DIR, write_bytes  # noqa: E402
@@ -38,10 +38,9 @@ OUT = REPO / "benchmarks" / "results" / "price_check.csv"
 GOAL = 1.5
 
 
-def recorded_seconds(study: Path) -> float:
-    """The device-seconds a finished study's trainings recorded, from its report's tables."""
+def recorded_seconds(study: Path, params: StudyParams) -> float:
+    """The device-seconds a finished study (`params`) recorded in its trainings, from its report's tables."""
     tables = study / REPORT_DIR / "tables"
-    params = load_params(str(study / "params.yaml"), build_losses=False)
     rates = len(params.train.learning_rates or [None])
     cost = cell_device_seconds(pd.read_csv(tables / "search.csv"), pd.read_csv(tables / "final_test.csv"),
                                pd.read_csv(tables / "run_scores.csv"), rates,
@@ -60,7 +59,7 @@ def check(study: Path, name: str) -> dict:
         os.chdir(here)
     if isinstance(price, str):
         raise SystemExit(f"{name}: {price}")
-    recorded = recorded_seconds(study)
+    recorded = recorded_seconds(study, params)
     calibration = price.calibration
     return {"study": name, "date": datetime.date.today().isoformat(), "cpu": cpu_model(),
             "device": calibration.device, "threads": calibration.threads, "load": round(calibration.load, 2),

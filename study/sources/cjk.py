@@ -32,7 +32,7 @@ import numpy as np
 from PIL import ImageFont
 
 from study.sources.cache import cache_file, counted_once, generated_image_set, load_generated, spec_stem
-from study.sources.glyphs import DEDUP_SIDE, FONT_SIZE, Face, Glyph, draws_ink, jittered_character
+from study.sources.glyphs import DEDUP_SIDE, FONT_SIZE, Face, Glyph, class_name, draws_ink, jittered_character
 from study.sources.image_set import ImageSet
 from study.sources.source import Source, generated_labels
 from study.sources.spec import GeneratedSpec, parse_generated_spec
@@ -51,11 +51,6 @@ INSTALL_HINT = "install Debian's fonts-noto-cjk (apt-get install fonts-noto-cjk)
 def parse_cjk_spec(argument: str) -> GeneratedSpec:
     """Parse the part of a `cjk:...` spec after 'cjk:' (e.g. '10000:20')."""
     return parse_generated_spec("cjk", argument, default_side=DEFAULT_IMAGE_SIDE, example="cjk:10000:20")
-
-
-def class_name(code_point: int) -> str:
-    """A class's name: its code point and the ideograph, e.g. 'U+4E00 一'."""
-    return f"U+{code_point:04X} {chr(code_point)}"
 
 
 def _font_paths() -> list[Path]:
