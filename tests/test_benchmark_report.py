@@ -698,7 +698,8 @@ def test_the_aggregate_writes_its_tables_json_and_figures(aggregate):
     cells = pd.read_csv(report_dir / "tables" / "cells.csv")
     assert set(cells["cell"]) == {cell[0] for cell in CELLS}
     html = written["report.html"].read_text()
-    assert "data:image/png;base64," in html and 'src="figures/' not in html
+    linked = re.findall(r'<img src="([^"]+)"', html)
+    assert linked and all((report_dir / source).is_file() for source in linked) and "base64" not in html
     for name in ("methods.png", "forest_arcface_tuned.png", "forest_cosface_tuned.png", "tuners.png"):
         with Image.open(report_dir / "figures" / name) as image:
             assert image.format == "PNG" and image.size[0] > 500

@@ -1,6 +1,6 @@
 """The benchmark's report: the answer for a new data source first (every method against Fixed AdaCos, pooled over
 sources, judged on the prediction interval against a relative margin), then what tuning costs and finds, trends,
-training length, tuners and every cell, as Markdown and self-contained HTML."""
+training length, tuners and every cell, as Markdown and HTML."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@
 - `plotting`: what every figure shares (sizes legible on a phone, small multiples, bands, legends, saving);
 - `figures`, `tuning_figures`: the figures of training and final runs, and of what a search buys;
 - `sections`, `reproduction`: the report's sections;
-- `document`: sections rendered to Markdown and to one self-contained HTML page, through templates;
+- `document`: sections rendered to Markdown and to one HTML page that links its figures, through templates;
 - `writer`: everything written to disk, metrics.json included.
 
 Everything is drawn from a `StudyAnalysis` (study.analysis); nothing is computed twice.
