@@ -1,5 +1,5 @@
 """The house (issue 28): no import circle among the study's modules, deferred imports included, no module over
-600 lines, and a report stage that starts without torch."""
+600 lines, a report stage that starts without torch, and a tracked tree small enough to copy to a GPU machine."""
 
 import ast
 import os
@@ -110,3 +110,19 @@ def test_the_hostile_cases_page_names_only_tests_that_exist():
                for name in re.findall(r"^def (test_\w+)", path.read_text(encoding="utf-8"), flags=re.MULTILINE)}
     named = set(re.findall(r"`(?:\w+\.py::)?(test_\w+?)(?:\[[^`]*\])?`", text))
     assert named and sorted(named - defined) == []
+
+
+TRACKED_LIMIT = 48 * 10 ** 6  # bytes: a working tree copied whole to a GPU machine (64 MB allowed), with room to grow
+
+
+def test_the_tracked_tree_is_small_enough_to_copy_to_a_gpu_machine():
+    """Every file git tracks, summed: reports link their figures (palette PNGs) rather than inline them."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=False)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout: nothing is tracked to measure")
+    paths = [REPO / name for name in listed.stdout.decode().split("\0") if name]
+    sizes = {path: path.stat().st_size for path in paths if path.is_file()}
+    largest = sorted(sizes, key=sizes.get, reverse=True)[:5]
+    assert sum(sizes.values()) < TRACKED_LIMIT, (
+        f"the tracked files add up to {sum(sizes.values()) / 1e6:.1f} MB, over {TRACKED_LIMIT / 1e6:.0f} MB; the "
+        "largest: " + ", ".join(f"{path.relative_to(REPO)} ({sizes[path] / 1e6:.1f} MB)" for path in largest))
