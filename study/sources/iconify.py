@@ -5,8 +5,9 @@ A class is an icon name, its instances the sets that draw it: an open split hold
 tested on icons it never saw, in every set's style. A name's style variants are one name (`home-outline`,
 `home-solid`, `home-2` are `home`: STYLE_SUFFIXES), and each set gives a name one icon, its plain form where it has
 one, so that a held-out name never has a variant in training. Only sets under a permissive licence (LICENCES) are
-read, and not those of emoji, flags, logos or unmaintained sets (LEFT_OUT); `icon_sets` says which were read. Names
-drawn by at least MIN_SETS sets qualify, and the spec's num_classes takes those drawn by the most sets (ties by name).
+read, and not those of emoji, flags, logos or unmaintained sets (LEFT_OUT; by its name, LEFT_OUT_NAMES, for a set
+filed under no category); `icon_sets` says which were read. Names drawn by at least MIN_SETS sets qualify, and the
+spec's num_classes takes those drawn by the most sets (ties by name).
 
 An icon is drawn black on white by librsvg's `rsvg-convert` (Debian's librsvg2-bin) at twice the image side, centred
 on a square and resized with Lanczos filtering (32 px by default); the images are kept under the cache folder, named
@@ -40,6 +41,8 @@ VERSION = 1
 BACKGROUND = (255, 255, 255)
 LICENCES = {"MIT", "Apache-2.0", "CC-BY-4.0", "CC0-1.0", "OFL-1.1", "ISC", "BSD-3-Clause", "Unlicense"}
 LEFT_OUT = {"Archive / Unmaintained", "Logos", "Emoji", "Flags"}  # categories of collections.json
+# A set filed under no category is judged by its name: the package (2.2.553) files Fluent Emoji under none.
+LEFT_OUT_NAMES = re.compile(r"\b(?:emojis?|flags?|logos?)\b", re.IGNORECASE)
 STYLE_SUFFIXES = re.compile(r"(?:-(?:outline|outlined|solid|fill|filled|rounded|round|sharp|line|linear|bold|light|"
                             r"thin|duotone|twotone|regular|alt|\d+))+$")
 
@@ -63,13 +66,15 @@ def parse_iconify_spec(argument: str, cache_dir: Path | None) -> tuple[int, int,
 
 
 def icon_sets(root: Path) -> list[str]:
-    """The prefixes of the sets read: a permissive licence, and not emoji, flags, logos or unmaintained."""
+    """The prefixes of the sets read: a permissive licence, and not emoji, flags, logos or unmaintained (by category,
+    or for a set without one, by its name)."""
     listing = root / "collections.json"
     if not listing.is_file():
         raise FileNotFoundError(f"no @iconify/json package at {root} (its collections.json is missing); {INSTALL_HINT}")
     collections = json.loads(listing.read_text(encoding="utf-8"))
     return sorted(prefix for prefix, info in collections.items()
                   if info.get("license", {}).get("spdx") in LICENCES and info.get("category") not in LEFT_OUT
+                  and not ("category" not in info and LEFT_OUT_NAMES.search(info.get("name", "")))
                   and (root / "json" / f"{prefix}.json").is_file())
 
 
@@ -113,11 +118,12 @@ def _svg(icon: dict, collection: dict) -> str:
             f'height="{height}" color="#000">{icon["body"]}</svg>')
 
 
-def render(svg: str, side: int) -> np.ndarray:
-    """One icon drawn black at twice `side` in height, on white, centred and resized."""
+def render(svg: str, side: int, icon: str = "an icon") -> np.ndarray:
+    """One icon (named `icon` in an error) drawn black at twice `side` in height, on white, centred and resized."""
     image, complaint = draw_svg(["--height", str(2 * side)], svg.encode())
     if image is None:
-        raise RuntimeError(f"{RENDERER} could not draw an icon: {complaint}")
+        raise RuntimeError(f"{RENDERER} could not draw {icon}: {complaint}; its set can be left out of what this "
+                           f"source reads (study/sources/iconify.py: LEFT_OUT), or a newer librsvg may draw it")
     return square_resized(image, side, BACKGROUND)
 
 
@@ -130,8 +136,8 @@ def load_iconify(argument: str, cache_dir: Path | None = None) -> ImageSet:
     def draw() -> ImageSet:
         sets = {prefix: json.loads((root / "json" / f"{prefix}.json").read_text(encoding="utf-8"))
                 for prefix in {prefix for _, pairs in chosen for prefix, _ in pairs}}
-        images = [render(_svg(sets[prefix]["icons"][icon], sets[prefix]), side)
-                  for _, pairs in chosen for prefix, icon in pairs]
+        images = [render(_svg(sets[prefix]["icons"][icon], sets[prefix]), side, f"{prefix}:{icon} (name '{name}')")
+                  for name, pairs in chosen for prefix, icon in pairs]
         return ImageSet(_labels(chosen), [name for name, _ in chosen], images=torch.from_numpy(np.stack(images)))
 
     version = json.loads((root / "package.json").read_text(encoding="utf-8")).get("version", "") \
