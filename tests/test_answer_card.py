@@ -136,3 +136,28 @@ def test_a_short_study_says_how_many_iterations_to_train_next():
     assert "Still improving: ArcFace tuned (+3.10%)" in sentence and "train 24,000 iterations" in sentence
     converged = SimpleNamespace(plateau=PLATEAU.assign(converged=True), methods=["arcface_tuned"])
     assert convergence_sentence(converged).endswith("So the answer compares converged models.")
+
+
+def test_the_benchmarks_card_names_the_sources_alone_where_their_class_counts_overflow_the_sentence():
+    from study.benchmark.card import benchmark_card
+
+    # Four sources where tuned ArcFace led by over 2% on its point estimate only (+3%, its interval from -1%).
+    names = ("fashion-mnist", "glyphs", "cards", "wesnoth")
+    arcface = {"judgement": "open", "mean_judgement": "open", "mean": 0.019, "low": -0.003, "high": 0.041,
+               "prediction_low": -0.053, "prediction_high": 0.091, "sources": 4, "short_prediction_low": -0.042,
+               "short_prediction_high": 0.045, "short_sources": 4,
+               "converged_cells": [{"cell": f"c{i}", "relative": 0.03, "low": -0.01} for i in range(4)]}
+    rows = pd.DataFrame([{"cell": f"c{i}", "configuration": f"c{i}", "longer_of": None, "primary": True,
+                          "regime": "long", "iterations": 1000, "converged": True, "reference_converged": True,
+                          "relative": 0.03, "relative_se": 0.01, "method": "arcface_tuned", "train_classes": classes,
+                          "n_trials": 10, "repeats": 1, "rates": 3, "splits": 3, "search_seconds": 300.0,
+                          "source": source, "plateau_basis": "mean curve"}
+                         for i, (source, classes) in enumerate(zip(names, (50, 1000, 26, 37)))])
+    card = benchmark_card(arcface, [], rows, design={"floor_half_width": 0.034, "spread": 0.0, "spread_low": 0.0,
+                                                     "spread_high": 0.024, "sources_to_exclude_zero": 11})
+    first = card.sentences[0]
+    assert len(first.split()) <= CARD_WORDS
+    assert first.endswith("it led by over 2% only on fashion-mnist, glyphs, cards and wesnoth.") and "C =" not in first
+    assert dict(card.how_sure)["cells where tuning led beyond the margin"] == (
+        "interval beyond it: none; point estimate only: fashion-mnist (C = 50), glyphs (C = 1,000), cards (C = 26) "
+        "and wesnoth (C = 37)")

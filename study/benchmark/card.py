@@ -11,7 +11,7 @@ import pandas as pd
 import study.report.formats as fmt
 from study.analysis.headline import headline_cells
 from study.benchmark.meta import RELATIVE_MARGIN
-from study.report.answer_card import AnswerCard
+from study.report.answer_card import CARD_WORDS, AnswerCard
 from study.report.judgements import JUDGEMENT_WORDS
 from study.report.formats import method_name
 
@@ -63,9 +63,10 @@ def extra_trainings(rows: pd.DataFrame) -> dict:
             "seconds_low": float(seconds.min()), "seconds_high": float(seconds.max())}
 
 
-def where_tuning_led(facts: dict, rows: pd.DataFrame) -> tuple[str, str]:
+def where_tuning_led(facts: dict, rows: pd.DataFrame, classes: bool = True) -> tuple[str, str]:
     """The headline cells where tuned ArcFace's interval lies beyond +margin, and those where only its point
-    estimate does, each as 'glyphs (C = 100, 1,000) and mnist (C = 50)' ('' for none)."""
+    estimate does, each as 'glyphs (C = 100, 1,000) and mnist (C = 50)' ('' for none; the sources alone, 'glyphs
+    and mnist', without `classes`)."""
     cells = rows.drop_duplicates("cell").set_index("cell")
     found: dict[str, dict[str, list[int]]] = {"beyond": {}, "point": {}}
     for cell in facts["converged_cells"]:
@@ -75,8 +76,8 @@ def where_tuning_led(facts: dict, rows: pd.DataFrame) -> tuple[str, str]:
             found[kind].setdefault(row["source"], []).append(int(row["train_classes"]))
 
     def words(by_source: dict[str, list[int]]) -> str:
-        named = [f"{source} (C = {', '.join(f'{c:,}' for c in sorted(classes))})"
-                 for source, classes in by_source.items()]
+        named = [f"{source} (C = {', '.join(f'{c:,}' for c in sorted(counts))})" if classes else source
+                 for source, counts in by_source.items()]
         return " and ".join([", ".join(named[:-1]), named[-1]] if len(named) > 1 else named)
 
     return words(found["beyond"]), words(found["point"])
@@ -110,15 +111,22 @@ def benchmark_card(arcface: dict, wins: list[dict], rows: pd.DataFrame, default:
                   f"Trained short, tuned ArcFace − Fixed AdaCos on new data: "
                   f"{pct_interval(arcface['short_prediction_low'], arcface['short_prediction_high'])}.")
         return AnswerCard([first, second], _how_sure(arcface, rows, margin, default, design))
-    beyond, point = where_tuning_led(arcface, rows)
     gain = f"{pct(arcface['mean'])} {pct_interval(arcface['low'], arcface['high'])}"
     better = arcface["low"] >= RELATIVE_MARGIN  # tuning significantly and relevantly better on average
     pick = (f"Tune ArcFace: it adds {gain} on average" if better else
             f"Use Fixed AdaCos; tuning ArcFace adds {gain} on average")
-    led = (f"its interval cleared the +{margin.lstrip('±')} margin on {beyond}" if beyond else
-           f"it led by over {margin.lstrip('±')} only on {point}" if point
-           else f"it led by over {margin.lstrip('±')} nowhere")
-    first = (f"{pick} (a new source: {expected}) for {cost['extra']} more trainings per split; {led}.")
+
+    def first_sentence(classes: bool) -> str:
+        beyond, point = where_tuning_led(arcface, rows, classes)
+        led = (f"its interval cleared the +{margin.lstrip('±')} margin on {beyond}" if beyond else
+               f"it led by over {margin.lstrip('±')} only on {point}" if point
+               else f"it led by over {margin.lstrip('±')} nowhere")
+        return f"{pick} (a new source: {expected}) for {cost['extra']} more trainings per split; {led}."
+
+    # The sources' class counts where the sentence has room for them; the "how sure" table always gives them.
+    first = first_sentence(classes=True)
+    if len(first.split()) > CARD_WORDS:
+        first = first_sentence(classes=False)
     sentences = [first]
     if default is not None and math.isfinite(default.get("mean", math.nan)):
         unconverged = len(default.get("unconverged_cells") or [])
