@@ -1,7 +1,7 @@
 """Every input `study advise` and its Optuna callback read, checked before any advice is given: the arguments (alpha,
 margin, price, the callback's Fixed AdaCos runs), the scores themselves, and the tables it reads (the benchmark's
 cells as the prior, a finished study's landscape.csv and run_scores.csv). A damaged or mismatched input ends in one
-AdviceError naming the file or argument, the problem and the fix (docs/hostile_cases.md, "The advice")."""
+AdviceError naming the file or argument, the problem and the fix (tests/hostile_cases.md, "The advice")."""
 
 from __future__ import annotations
 

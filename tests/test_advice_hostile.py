@@ -1,5 +1,5 @@
 """Hostile input to the advice (`study advise` and its Optuna callback): each damaged or mismatched input ends in one
-AdviceError naming the argument or file, the problem and the fix, before any advice is given (docs/hostile_cases.md,
+AdviceError naming the argument or file, the problem and the fix, before any advice is given (tests/hostile_cases.md,
 "The advice"). The finished study read is a copy of the committed default study (params.yaml, dvc.lock and its report
 tables), damaged one way per case."""
 

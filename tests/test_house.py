@@ -104,8 +104,8 @@ def test_the_report_stage_starts_without_torch(tmp_path):
 
 
 def test_the_hostile_cases_page_names_only_tests_that_exist():
-    """docs/hostile_cases.md points a reader at the test holding each case: every test it names is defined."""
-    text = (REPO / "docs" / "hostile_cases.md").read_text(encoding="utf-8")
+    """tests/hostile_cases.md points a reader at the test holding each case: every test it names is defined."""
+    text = (REPO / "tests" / "hostile_cases.md").read_text(encoding="utf-8")
     defined = {name for path in (REPO / "tests").glob("test_*.py")
                for name in re.findall(r"^def (test_\w+)", path.read_text(encoding="utf-8"), flags=re.MULTILINE)}
     named = set(re.findall(r"`(?:\w+\.py::)?(test_\w+?)(?:\[[^`]*\])?`", text))
