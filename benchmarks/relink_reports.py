@@ -76,17 +76,19 @@ def record_outputs() -> list[str]:
     changed = []
     with Repo(str(CELLS)) as repo, repo.lock:
         for lock in sorted(CELLS.glob("*/dvc.lock")):
-            text = lock.read_text(encoding="utf-8")
-            for stage in repo.stage.collect(str(lock.with_name("dvc.yaml"))):
+            before = text = lock.read_text(encoding="utf-8")
+            frozen = [stage for stage in repo.stage.collect(str(lock.with_name("dvc.yaml"))) if stage.frozen]
+            for stage in frozen:
                 # Only outputs on disk that differ: data and trainings are not committed, and stay as recorded.
-                for out in [out for out in stage.outs if stage.frozen and out.exists and out.changed()]:
+                for out in [out for out in stage.outs if out.exists and out.changed()]:
                     recorded = f"md5: {out.hash_info.value}\n      size: {out.meta.size}\n"
                     if text.count(recorded) != 1:
                         raise SystemExit(f"{lock.relative_to(ROOT)} does not record {out} once as {recorded!r}")
                     out.save()
                     text = text.replace(recorded, f"md5: {out.hash_info.value}\n      size: {out.meta.size}\n")
                     changed.append(f"{lock.parent.name}/{out}")
-            lock.write_text(text, encoding="utf-8")
+            if text != before:
+                lock.write_text(text, encoding="utf-8")
     return changed
 
 

@@ -63,10 +63,9 @@ def extra_trainings(rows: pd.DataFrame) -> dict:
             "seconds_low": float(seconds.min()), "seconds_high": float(seconds.max())}
 
 
-def where_tuning_led(facts: dict, rows: pd.DataFrame, classes: bool = True) -> tuple[str, str]:
-    """The headline cells where tuned ArcFace's interval lies beyond +margin, and those where only its point
-    estimate does, each as 'glyphs (C = 100, 1,000) and mnist (C = 50)' ('' for none; the sources alone, 'glyphs
-    and mnist', without `classes`)."""
+def where_tuning_led(facts: dict, rows: pd.DataFrame) -> dict[str, dict[str, list[int]]]:
+    """The headline cells where tuned ArcFace's interval lies beyond +margin ("beyond"), and those where only its
+    point estimate does ("point"), each as {source: its training class counts}."""
     cells = rows.drop_duplicates("cell").set_index("cell")
     found: dict[str, dict[str, list[int]]] = {"beyond": {}, "point": {}}
     for cell in facts["converged_cells"]:
@@ -74,13 +73,14 @@ def where_tuning_led(facts: dict, rows: pd.DataFrame, classes: bool = True) -> t
         kind = "beyond" if cell["low"] >= RELATIVE_MARGIN else "point" if cell["relative"] >= RELATIVE_MARGIN else ""
         if kind:
             found[kind].setdefault(row["source"], []).append(int(row["train_classes"]))
+    return found
 
-    def words(by_source: dict[str, list[int]]) -> str:
-        named = [f"{source} (C = {', '.join(f'{c:,}' for c in sorted(counts))})" if classes else source
-                 for source, counts in by_source.items()]
-        return " and ".join([", ".join(named[:-1]), named[-1]] if len(named) > 1 else named)
 
-    return words(found["beyond"]), words(found["point"])
+def sources_words(by_source: dict[str, list[int]], classes: bool = True) -> str:
+    """'glyphs (C = 100, 1,000) and mnist (C = 50)' ('' for none; 'glyphs and mnist' without `classes`)."""
+    named = [f"{source} (C = {', '.join(f'{c:,}' for c in sorted(counts))})" if classes else source
+             for source, counts in by_source.items()]
+    return " and ".join([", ".join(named[:-1]), named[-1]] if len(named) > 1 else named)
 
 
 def break_even_price(gain: float, extra: int) -> float:
@@ -116,17 +116,16 @@ def benchmark_card(arcface: dict, wins: list[dict], rows: pd.DataFrame, default:
     pick = (f"Tune ArcFace: it adds {gain} on average" if better else
             f"Use Fixed AdaCos; tuning ArcFace adds {gain} on average")
 
-    def first_sentence(classes: bool) -> str:
-        beyond, point = where_tuning_led(arcface, rows, classes)
-        led = (f"its interval cleared the +{margin.lstrip('±')} margin on {beyond}" if beyond else
-               f"it led by over {margin.lstrip('±')} only on {point}" if point
-               else f"it led by over {margin.lstrip('±')} nowhere")
-        return f"{pick} (a new source: {expected}) for {cost['extra']} more trainings per split; {led}."
-
+    led = where_tuning_led(arcface, rows)
+    kind = "beyond" if led["beyond"] else "point" if led["point"] else ""
+    bound = margin.lstrip("±")
+    lead = {"beyond": f"its interval cleared the +{bound} margin on", "point": f"it led by over {bound} only on",
+            "": f"it led by over {bound} nowhere"}[kind]
+    start = f"{pick} (a new source: {expected}) for {cost['extra']} more trainings per split; {lead}"
     # The sources' class counts where the sentence has room for them; the "how sure" table always gives them.
-    first = first_sentence(classes=True)
+    first = f"{start} {sources_words(led[kind])}." if kind else f"{start}."
     if len(first.split()) > CARD_WORDS:
-        first = first_sentence(classes=False)
+        first = f"{start} {sources_words(led[kind], classes=False)}."
     sentences = [first]
     if default is not None and math.isfinite(default.get("mean", math.nan)):
         unconverged = len(default.get("unconverged_cells") or [])
@@ -184,9 +183,10 @@ def _how_sure(arcface: dict, rows: pd.DataFrame, margin: str, default: dict | No
     if math.isfinite(arcface.get("reference_selection_bias_mean", math.nan)):
         rows_out.append(("Fixed AdaCos's rate chosen among its own runs (a bias, bounded)", selection_words(arcface)))
     if design:
-        beyond, point = where_tuning_led(arcface, rows)
+        led = where_tuning_led(arcface, rows)
         rows_out.append(("cells where tuning led beyond the margin",
-                         f"interval beyond it: {beyond or 'none'}; point estimate only: {point or 'none'}"))
+                         f"interval beyond it: {sources_words(led['beyond']) or 'none'}; point estimate only: "
+                         f"{sources_words(led['point']) or 'none'}"))
         rows_out.append(("what more sources can settle",
                          f"a new source's interval never narrows below ±{100 * design['floor_half_width']:.1f}% (the "
                          f"spread between sources, {100 * design['spread']:.1f}% [{100 * design['spread_low']:.1f}%, "

@@ -293,7 +293,7 @@ def _shown_table(table: pd.DataFrame) -> pd.DataFrame:
 
 def write_sweep_report(table: pd.DataFrame, report_dir: str | Path = DEFAULT_REPORT_DIR,
                        sweep_dir: str | Path | None = None, dpi: int = 120) -> dict[str, Path]:
-    """Write class_count.csv, class_count.png, report.md and a report.html that links class_count.png; return their paths."""
+    """Write class_count.csv, class_count.png, report.md and a report.html that links the PNG; return their paths."""
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     written = {name: report_dir / name for name in REPORT_FILES}
