@@ -18,6 +18,7 @@ import math
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -40,6 +41,10 @@ from study.workers import available_cores, runs_at_once, threads_per_run
 CALIBRATION_ITERATIONS, MAX_CALIBRATION_ITERATIONS = 40, 400
 CALIBRATION_SECONDS = 1.0
 WARM_UP = 10
+# A calibration whose first run took longer than this says how long the rest will take: a large backbone on a CPU,
+# with val and test sets of thousands of images, calibrates for many minutes (ResNet-50 on 2 cores: 8 min at 1,200
+# images, over 25 at 12,000), and a price that keeps silent that long looks hung.
+SAY_PROGRESS_AFTER = 30.0
 # What a run costs beside its training and evaluations, which the calibration does not see: Optuna's bookkeeping in
 # the trial storage (a search trial reports each evaluation, 4 ms each to the journal file), its history and
 # checkpoint written, its data read; measured at 0.2-0.3 s a run in tests/test_price.py's stages on the 2-core CPU
@@ -183,10 +188,12 @@ def stand_ins(splits: dict[str, ImageSet], shape: tuple[int, int] | None, train_
             **{name: stand_in(split, len(split)) for name, split in splits.items() if name != "train"}}
 
 
-def calibrate(params: StudyParams, sets: dict[str, ImageSet], process_start: float) -> Calibration:
+def calibrate(params: StudyParams, sets: dict[str, ImageSet], process_start: float,
+              say: Callable[[str], None] | None = None) -> Calibration:
     """A first run of WARM_UP steps (what a process pays once: lazy initialisation, first kernels; and a first
     reading of the step), then one of enough steps for CALIBRATION_SECONDS on `sets` at the study's model, batch,
-    device and threads per run, then one test evaluation of each kind, timed."""
+    device and threads per run, then one test evaluation of each kind, timed. Where the first run took over
+    SAY_PROGRESS_AFTER seconds, `say` hears what it measured and how long the rest is expected to take."""
     began = time.perf_counter()
     threads = threads_per_run(params, runs_at_once(params.train)).train.threads or torch.get_num_threads()
     per_epoch = max(len(sets["train"]) // params.train.batch_size, 1)
@@ -207,11 +214,13 @@ def calibrate(params: StudyParams, sets: dict[str, ImageSet], process_start: flo
         return config, result, time.perf_counter() - started - result.seconds - full_test, full_test
 
     try:
-        _, first, _, _ = run(WARM_UP, eval_points=None, eval_every=WARM_UP)
+        _, first, _, first_full_test = run(WARM_UP, eval_points=None, eval_every=WARM_UP)
         first_seconds = time.perf_counter() - began
         rough = (first.history[-1]["seconds"] - first.history[-1]["eval_seconds"]) / WARM_UP
         iterations = min(MAX_CALIBRATION_ITERATIONS, max(CALIBRATION_ITERATIONS,
                                                          math.ceil(CALIBRATION_SECONDS / max(rough, 1e-6))))
+        if say is not None and first_seconds > SAY_PROGRESS_AFTER:
+            say(rest_of_calibration(first.history, first_seconds, first_full_test, iterations, device))
         config, result, built, full_test = run(iterations, eval_points=2)
         test = _timed(lambda: evaluate(result.model, result.loss, sets, "test", config, device,
                                        params.data.image_size))
@@ -228,6 +237,22 @@ def calibrate(params: StudyParams, sets: dict[str, ImageSet], process_start: flo
     return Calibration(device=result.device, threads=threads, step=step, start=start, val=val, test=test,
                        full_test=full_test, process_start=process_start + once, free_cores=free_cores(),
                        load=_load(), iterations=iterations, seconds=time.perf_counter() - began)
+
+
+def rest_of_calibration(history: list[dict], first_seconds: float, full_test: float, iterations: int,
+                        device) -> str:
+    """What the calibration's first run measured, and how long its second run and two test evaluations will take at
+    that pace: `iterations` steps, val at 0, WARM_UP, half-way and the end, test with every metric and without."""
+    rows = {row["iteration"]: row for row in history}  # at 0 and WARM_UP
+    val = rows[WARM_UP]["eval_seconds"] - rows[0]["eval_seconds"]
+    step = (rows[WARM_UP]["seconds"] - rows[WARM_UP]["eval_seconds"]) / WARM_UP
+    rest = iterations * step + 4 * val + 2 * full_test
+    def said(seconds: float) -> str:
+        return f"{seconds:.1f} s" if seconds < 90 else duration(seconds)
+
+    return (f"price: calibrating on {device}: its first run of {WARM_UP} steps took {said(first_seconds)} (a step "
+            f"{said(step)}, a val evaluation {said(val)}, a test {said(full_test)}); the rest, {iterations} steps "
+            f"and 6 evaluations, about {said(rest)} more")
 
 
 def _load() -> float:
@@ -248,9 +273,11 @@ def _timed(work) -> float:
     return time.perf_counter() - began
 
 
-def price_study(params: StudyParams, cost: Cost, process_start: float | None = None) -> Price | str:
+def price_study(params: StudyParams, cost: Cost, process_start: float | None = None,
+                say: Callable[[str], None] | None = None) -> Price | str:
     """The study's Price from a calibration on its first class split; or, where it cannot be priced before
-    prepare, the line that says why. `process_start` is the stage's own start (default: this process's age)."""
+    prepare, the line that says why. `process_start` is the stage's own start (default: this process's age); `say`
+    hears a slow calibration's progress."""
     planned = first_split(params)
     if planned is None:
         return ("price: not before prepare has read the source (its image size is known only then); run "
@@ -261,7 +288,7 @@ def price_study(params: StudyParams, cost: Cost, process_start: float | None = N
         return f"price: not before prepare has read {source} (its image size is known only then)"
     train_images = params.train.batch_size * TRAIN_BATCHES
     calibration = calibrate(params, stand_ins(splits, shape, train_images),
-                            process_age() if process_start is None else process_start)
+                            process_age() if process_start is None else process_start, say)
     return priced(params, calibration, train_sizes(params), splits["test"].num_classes)
 
 
@@ -405,7 +432,7 @@ def say_before_training(params: StudyParams, cost: Cost, process_start: float, o
     if lines:
         print("\n".join(lines), file=out, flush=True)
     try:
-        price = price_study(params, cost, process_start)
+        price = price_study(params, cost, process_start, say=lambda line: print(line, file=out, flush=True))
     except (RuntimeError, ValueError, OSError) as error:  # the price says how long, never whether: it stops nothing
         price = f"price: not calibrated: {error}"
     print(price if isinstance(price, str) else "\n".join(price.lines()), file=out, flush=True)
