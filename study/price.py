@@ -220,7 +220,7 @@ def calibrate(params: StudyParams, sets: dict[str, ImageSet], process_start: flo
         iterations = min(MAX_CALIBRATION_ITERATIONS, max(CALIBRATION_ITERATIONS,
                                                          math.ceil(CALIBRATION_SECONDS / max(rough, 1e-6))))
         if say is not None and first_seconds > SAY_PROGRESS_AFTER:
-            say(rest_of_calibration(first.history, first_seconds, first_full_test, iterations, device))
+            say(rest_of_calibration(first.history, first_seconds, rough, first_full_test, iterations, device))
         config, result, built, full_test = run(iterations, eval_points=2)
         test = _timed(lambda: evaluate(result.model, result.loss, sets, "test", config, device,
                                        params.data.image_size))
@@ -239,14 +239,15 @@ def calibrate(params: StudyParams, sets: dict[str, ImageSet], process_start: flo
                        load=_load(), iterations=iterations, seconds=time.perf_counter() - began)
 
 
-def rest_of_calibration(history: list[dict], first_seconds: float, full_test: float, iterations: int,
-                        device) -> str:
-    """What the calibration's first run measured, and how long its second run and two test evaluations will take at
-    that pace: `iterations` steps, val at 0, WARM_UP, half-way and the end, test with every metric and without."""
-    rows = {row["iteration"]: row for row in history}  # at 0 and WARM_UP
+def rest_of_calibration(history: list[dict], first_seconds: float, step: float, full_test: float, iterations: int,
+                        device: torch.device | str) -> str:
+    """What the calibration's first run measured (its `history`, evaluated at 0 and WARM_UP; its `step`), and how long
+    its second run and two test evaluations will take at that pace: `iterations` steps, val at 0, WARM_UP, half-way
+    and the end, test with every metric and without."""
+    rows = {row["iteration"]: row for row in history}
     val = rows[WARM_UP]["eval_seconds"] - rows[0]["eval_seconds"]
-    step = (rows[WARM_UP]["seconds"] - rows[WARM_UP]["eval_seconds"]) / WARM_UP
     rest = iterations * step + 4 * val + 2 * full_test
+
     def said(seconds: float) -> str:
         return f"{seconds:.1f} s" if seconds < 90 else duration(seconds)
 

@@ -209,18 +209,17 @@ def test_validate_prints_the_price_to_the_terminal_only_and_study_plan_prints_it
 
 
 def test_a_slow_calibration_says_what_its_first_run_measured_and_how_long_the_rest_will_take():
-    # Val at 0 and at step 10: 2.0 s, then 2.5 s more; 10 steps in 12.5 - 4.5 = 8.0 s of training, 0.8 s a step. The
-    # rest: 40 steps (32 s), val at 0, 10, half-way and the end (4 × 2.5 s) and two test evaluations (2 × 3.0 s).
+    # Val at 0 and at step 10: 2.0 s, then 2.5 s more; 0.8 s a step. The rest: 40 steps (32 s), val at 0, 10,
+    # half-way and the end (4 × 2.5 s) and two test evaluations (2 × 3.0 s).
     history = [{"iteration": 0, "seconds": 2.0, "eval_seconds": 2.0},
                {"iteration": 10, "seconds": 12.5, "eval_seconds": 4.5}]
-    line = rest_of_calibration(history, first_seconds=95.0, full_test=3.0, iterations=40, device="cpu")
+    line = rest_of_calibration(history, first_seconds=95.0, step=0.8, full_test=3.0, iterations=40, device="cpu")
     assert line == ("price: calibrating on cpu: its first run of 10 steps took 1.6 min (a step 0.8 s, a val "
                     "evaluation 2.5 s, a test 3.0 s); the rest, 40 steps and 6 evaluations, about 48.0 s more")
 
 
 @pytest.mark.parametrize("after, said", [(0.0, 1), (SAY_PROGRESS_AFTER, 0)])
-def test_only_a_calibration_slower_than_its_bound_says_so_and_the_price_is_the_same_either_way(monkeypatch, after,
-                                                                                                said):
+def test_only_a_calibration_slower_than_its_bound_says_so_and_its_price_follows(monkeypatch, after, said):
     import study.price
 
     monkeypatch.setattr(study.price, "SAY_PROGRESS_AFTER", after)
@@ -230,3 +229,5 @@ def test_only_a_calibration_slower_than_its_bound_says_so_and_the_price_is_the_s
     assert len(heard) == said and all(line.startswith("price: calibrating on cpu: its first run of 10 ")
                                       for line in heard)
     assert price.calibration.iterations >= 40 and len(price.lines()) >= 2
+    # The rest it announced is the run the calibration then made.
+    assert all(f"the rest, {price.calibration.iterations} steps and 6 evaluations" in line for line in heard)
