@@ -15,7 +15,8 @@ import pandas as pd
 from study.config import load_params
 from study.interruptions import Interrupted, ends_as_interrupted
 from study.learning_rates import choose_rate, split_searched
-from study.results import JOURNAL, prepared_dir, read_json, runs_dir, search_dir, tuned_method, write_csv
+from study.results import (JOURNAL, prepared_dir, prepared_train_sizes, read_json, runs_dir, search_dir, tuned_method,
+                           write_csv)
 from study.runs import collect_runs, done_seeds, open_runs, packed_service, serve_runs
 from study.splits import load_splits
 from study.progress import announce
@@ -37,7 +38,9 @@ def main() -> None:
         with ends_cleanly(params.search, JOURNAL):  # a storage fault: one message naming the path or URL and the fix
             storage = open_storage(params.search, JOURNAL)
             # the whole study's progress after each training: every class split's trainings
-            announce(storage, namespace(params, "."), study_cost(params, None).trainings, runs_at_once(params.train))
+            cost = study_cost(params, prepared_train_sizes(params.data.split_seeds()))
+            announce(storage, namespace(params, "."), cost.trainings, runs_at_once(params.train),
+                     cost.iterations if cost.exact else None)
             for split in params.data.split_seeds():
                 run_split(args, params.for_split(split), storage, split)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from study.config import load_params
 from study.interruptions import Interrupted, ends_as_interrupted
-from study.results import JOURNAL, prepared_dir, search_dir, write_csv, write_json
+from study.results import JOURNAL, prepared_dir, prepared_train_sizes, search_dir, write_csv, write_json
 from study.progress import announce
 from study.search import FINISHED, best_trial, count_trials, history_table, run_searches, trials_table
 from study.splits import load_splits
@@ -27,7 +27,9 @@ def main() -> None:
         with ends_cleanly(params.search, JOURNAL):  # a storage fault: one message naming the path or URL and the fix
             storage = open_storage(params.search, JOURNAL)
             # the whole study's progress after each training: every class split's trainings
-            announce(storage, namespace(params, "."), study_cost(params, None).trainings, runs_at_once(params.train))
+            cost = study_cost(params, prepared_train_sizes(params.data.split_seeds()))
+            announce(storage, namespace(params, "."), cost.trainings, runs_at_once(params.train),
+                     cost.iterations if cost.exact else None)
             if params.search.stop_early is not None:
                 search_in_rounds(loss, params, storage)
                 return

@@ -31,10 +31,11 @@ TRIALS_DIR = Path("results/trials")
 JOURNAL = TRIALS_DIR / "journal.log"
 CHECKPOINT_STORE = TRIALS_DIR / "checkpoints"
 
+# cpu_seconds: the CPU time of the process the run trained in, over its `seconds` (study/training.py RunResult);
 # selected_iteration: the evaluation whose weights the run kept (train.checkpoint: the best by val, or the last); lr:
 # the learning rate it trained at (train.lr, or the one val chose from train.learning_rates).
-RUN_COLUMNS = ["method", "loss", "s", "m", "lr", "seed", "status", "reason", "seconds", "device", "iterations",
-               "selected_iteration", "objective", "val_score", "checkpoint"]
+RUN_COLUMNS = ["method", "loss", "s", "m", "lr", "seed", "status", "reason", "seconds", "cpu_seconds", "device",
+               "iterations", "selected_iteration", "objective", "val_score", "checkpoint"]
 
 
 def split_folder(split: int) -> str:
@@ -45,6 +46,18 @@ def split_folder(split: int) -> str:
 def prepared_dir(split: int) -> Path:
     """Where the prepare stage writes one class split."""
     return PREPARED_DIR / split_folder(split)
+
+
+def prepared_train_sizes(splits: list[int]) -> list[int] | None:
+    """Each class split's training images, as the prepare stage's manifests record them (None where one is missing
+    or unreadable: the study's iterations are then unknown, never guessed)."""
+    sizes = []
+    for split in splits:
+        try:
+            sizes.append(int(read_json(prepared_dir(split) / "manifest.json", "prepare")["splits"]["train"]["num_samples"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+    return sizes
 
 
 def search_dir(loss: str, split: int) -> Path:

@@ -176,7 +176,8 @@ def run_objective(study: optuna.Study, params: StudyParams, sets: dict[str, Imag
                        curve_splits=("test",), until_choice=early)
         score = result.final.get(objective, math.nan)
         save_history(study, trial, result.history)
-        attrs = {"status": result.status, "reason": result.reason, "seconds": result.seconds, "device": result.device,
+        attrs = {"status": result.status, "reason": result.reason, "seconds": result.seconds,
+                 "cpu_seconds": result.cpu_seconds, "device": result.device,
                  "iterations": result.iterations, "selected_iteration": result.selected_iteration,
                  "val_score": score}
         if result.status != "diverged" and not early:
@@ -272,7 +273,8 @@ def collect_runs(study: optuna.Study, params: StudyParams, out_dir: str | Path, 
             write_bytes(_checkpoint(done[seed], study.study_name, root, stage), checkpoint)
         rows.append({"method": method, "loss": loss, "s": hyperparameters.get("s", math.nan),
                      "m": hyperparameters.get("m", math.nan), "lr": params.train.lr, "seed": seed, "status": attrs["status"],
-                     "reason": attrs["reason"], "seconds": attrs["seconds"], "device": attrs["device"],
+                     "reason": attrs["reason"], "seconds": attrs["seconds"],
+                     "cpu_seconds": attrs.get("cpu_seconds", math.nan), "device": attrs["device"],
                      "iterations": attrs["iterations"],
                      "selected_iteration": attrs.get("selected_iteration", attrs["iterations"]),
                      "objective": params.train.objective,

@@ -264,7 +264,8 @@ def objective_for(loss: str, params: StudyParams, sets: dict[str, ImageSet], rep
             test = evaluate(result.model, result.loss, sets, "test", config, resolve_device(config.device),
                             params.data.image_size, full=True)
         save_history(trial.study, trial, result.history)
-        for key, value in {"seed": seed, "repeat": repeat, "seconds": result.seconds, "device": result.device,
+        for key, value in {"seed": seed, "repeat": repeat, "seconds": result.seconds,
+                           "cpu_seconds": result.cpu_seconds, "device": result.device,
                            "iterations": result.iterations, "selected_iteration": result.selected_iteration,
                            "status": result.status, "reason": result.reason,
                            "test": test}.items():
@@ -361,7 +362,7 @@ def run_searches(loss: str, params: StudyParams, storage, sets: dict[str, ImageS
 
 
 TRIAL_COLUMNS = ["loss", "repeat", "trial", "seed", "state", "s", "m", "value", "test_value", "objective", "seconds",
-                 "device", "iterations", "status", "reason", "worker", "optuna_trial"]
+                 "cpu_seconds", "device", "iterations", "status", "reason", "worker", "optuna_trial"]
 
 
 def trials_table(loss: str, studies: list[optuna.Study], objective: str) -> pd.DataFrame:
@@ -386,7 +387,8 @@ def trials_table(loss: str, studies: list[optuna.Study], objective: str) -> pd.D
                 **({LEARNING_RATE: trial.params[LEARNING_RATE]} if LEARNING_RATE in trial.params else {}),
                 "value": trial.value if trial.state == TrialState.COMPLETE else math.nan,
                 "test_value": test.get(objective, math.nan) if trial.state == TrialState.COMPLETE else math.nan,
-                "objective": objective, "seconds": attrs.get("seconds", math.nan), "device": attrs.get("device", ""),
+                "objective": objective, "seconds": attrs.get("seconds", math.nan),
+                "cpu_seconds": attrs.get("cpu_seconds", math.nan), "device": attrs.get("device", ""),
                 "iterations": attrs.get("iterations", 0), "status": status, "reason": reason,
                 "worker": attrs.get("worker", ""), "optuna_trial": trial.number,
                 **{f"test_{name}": value for name, value in test.items()},

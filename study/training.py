@@ -44,6 +44,10 @@ class RunResult:
     history: list[dict] = field(default_factory=list)
     iterations: int = 0
     seconds: float = 0.0
+    # The CPU time the run's process spent over the same span, every thread of it: on a CPU device what the machine's
+    # other load does not move (a loaded machine stretches `seconds`, not this), where wall seconds are the cost a
+    # user waits for.
+    cpu_seconds: float = 0.0
     device: str = "cpu"
     model: nn.Module | None = None
     loss: nn.Module | None = None
@@ -213,7 +217,7 @@ class Run:
         self.generator = torch.Generator().manual_seed(config.seed)
         self.result = RunResult(status="completed", reason="", device=device_description(device), model=self.model,
                                 loss=self.loss)
-        self.start = time.perf_counter()
+        self.start, self.cpu_start = time.perf_counter(), time.process_time()
         self.iteration, self.epoch, self.running_loss = 0, 0, math.nan
         # The mean training loss since the previous evaluation goes into each history row.
         self.loss_sum, self.loss_count = torch.zeros((), device=device), 0
@@ -302,6 +306,7 @@ class Run:
             self.loss.load_state_dict(self.best_state[1])
         self.result.iterations = self.iteration
         self.result.seconds = time.perf_counter() - self.start
+        self.result.cpu_seconds = time.process_time() - self.cpu_start
         return self.result
 
 

@@ -597,6 +597,20 @@ def test_study_search_summary_and_tuning_cost():
     assert landscape.loc[landscape["best"], "value"].tolist() == [0.97]
 
 
+def test_the_search_summary_sums_cpu_seconds_only_where_every_finished_trial_recorded_them():
+    trials, runs, history = study_frames()
+
+    def cpu_seconds() -> float:
+        return analyse_study(trials, runs, history, "accuracy", STUDY_CONFIG).search_summary.iloc[0]["cpu_seconds"]
+
+    assert math.isnan(cpu_seconds())
+    trials["cpu_seconds"] = [8.0, 9.0, 10.0, 4.0, 12.0, np.nan]  # the running trial has none yet: not finished
+    summary = analyse_study(trials, runs, history, "accuracy", STUDY_CONFIG).search_summary.iloc[0]
+    assert summary["cpu_seconds"] == pytest.approx(43.0) and summary["seconds"] == pytest.approx(80.0)
+    trials.loc[1, "cpu_seconds"] = np.nan  # a trial trained before CPU time was recorded
+    assert math.isnan(cpu_seconds())
+
+
 def test_study_reference_bands_are_t_intervals():
     trials, runs, history = study_frames()
     bands = analyse_study(trials, runs, history, "accuracy", STUDY_CONFIG).reference_bands.set_index("method")

@@ -50,6 +50,7 @@ def test_a_broken_checkpoint_store_retrains_the_seeds_it_lost(tmp_path, broken):
     assert sorted(trained(output)) == lost
     runs = pd.read_csv(root / runs_dir("fixed_adacos", 0) / "runs.csv")
     assert runs["seed"].tolist() == SEEDS and (runs["status"] == "completed").all()
+    assert (runs["cpu_seconds"] > 0).all()  # the CPU time of the process each run trained in
     for seed in SEEDS:  # each checkpoint written out is the one its seed's run stored, whole
         out = (root / runs_dir("fixed_adacos", 0) / f"seed{seed}.pt").read_bytes()
         assert out == (store / f"seed{seed}.pt").read_bytes()

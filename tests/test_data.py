@@ -17,6 +17,7 @@ from study.sources import torchvision as torchvision_source
 from study.sources.digits import mnist5k_labels
 from study.sources.idx import idx_labels
 from study.splits import SPLIT_NAMES, batches, load_splits, rgb_image, save_splits, split_counts, split_dataset
+from study.results import prepared_dir, prepared_train_sizes
 
 
 def numbered_set(labels, num_classes=None):
@@ -437,6 +438,18 @@ def test_save_and_load_round_trip_with_manifest(tmp_path, twelve_classes):
         np.testing.assert_array_equal(loaded[name].labels, part.labels)
         assert loaded[name].class_names == part.class_names
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_the_prepared_training_sizes_are_the_splits_written_or_none_while_one_is_missing(tmp_path, twelve_classes,
+                                                                                        monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    written = []
+    for seed in (0, 3):
+        splits = split_dataset(twelve_classes, "open", seed=seed)
+        save_splits(splits, prepared_dir(seed), source="digits", protocol="open", seed=seed, fractions=(0.6, 0.2, 0.2))
+        written.append(len(splits["train"]))
+    assert prepared_train_sizes([0, 3]) == written
+    assert prepared_train_sizes([0, 1, 3]) is None  # split 1 not prepared: the study's iterations are unknown
 
 
 def test_folder_splits_round_trip_as_paths(tmp_path, image_folder):

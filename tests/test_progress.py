@@ -17,10 +17,11 @@ from study.workers import runs_at_once
 START = datetime.datetime(2026, 12, 6, 12, 0, 0)
 
 
-def add(study: optuna.Study, seconds: float, state=TrialState.COMPLETE, status: str | None = None) -> None:
+def add(study: optuna.Study, seconds: float, state=TrialState.COMPLETE, status: str | None = None,
+        iterations: int | None = None) -> None:
+    attrs = ({"status": status} if status else {}) | ({"iterations": iterations} if iterations is not None else {})
     trial = create_trial(state=state, value=0.5 if state == TrialState.COMPLETE else None,
-                         params={"s": 8.0}, distributions={"s": FloatDistribution(1.0, 64.0)},
-                         user_attrs={"status": status} if status else None)
+                         params={"s": 8.0}, distributions={"s": FloatDistribution(1.0, 64.0)}, user_attrs=attrs)
     trial.datetime_start, trial.datetime_complete = START, START + datetime.timedelta(seconds=seconds)
     study.add_trial(trial)
 
@@ -58,6 +59,24 @@ def test_the_end_is_the_rest_at_the_median_pace_over_the_runs_at_once(storage):
     assert progress.Progress(0, 12, ()).line(2, now) == "study: 0 of 12 trainings done"
     late = progress.Progress(0, 100, (60.0,)).line(1, now)
     assert late.endswith("(ends about 01:38 on 07 Dec)"), late
+
+
+def test_with_the_iterations_known_the_rest_is_paced_per_iteration_not_per_training():
+    # Two early-choice runs (30 steps, 3 s each) trained first, then one full run (100 steps, 10 s): 6 trainings of
+    # 30 + 30 + 4 × 100 = 460 steps. At the median training (3 s) the other 3 would take 9 s, where they are 300 steps
+    # at 16 s / 160 steps = 0.1 s a step: 30 s.
+    storage = optuna.storages.InMemoryStorage()
+    early = optuna.create_study(storage=storage, study_name="search/arcface/split0")
+    for seconds, iterations in ((3, 30), (3, 30), (10, 100)):
+        add(early, seconds, iterations=iterations)
+    now = datetime.datetime(2026, 12, 6, 12, 0, 0)
+    paced = progress.study_progress(storage, "", total=6, total_iterations=460)
+    assert paced.line(1, now) == ("study: 3 of 6 trainings done (160 of 460 iterations); about 30 s left at 100 ms an "
+                                  "iteration, 1 at once (ends about 12:00)")
+    assert progress.study_progress(storage, "", total=6).line(1, now).endswith("about 9 s left at 3 s a training, "
+                                                                               "1 at once (ends about 12:00)")
+    add(early, 5)  # a training that recorded no steps: the pace stays a training's, never a guess of its steps
+    assert "a training" in progress.study_progress(storage, "", total=6, total_iterations=460).line(1, now)
 
 
 def test_a_served_training_says_the_whole_studys_progress(storage, capsys, monkeypatch):

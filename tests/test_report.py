@@ -709,6 +709,10 @@ def test_one_seed_per_method_leaves_fixed_adacos_and_says_why():
     assert lead.endswith("; the ArcFace search cost 10 trials and 170 s of device time.")
     assert "with one seed per method nothing can be judged against the ±0.005 that matters" in lead
     assert "nothing is known about seed-to-seed spread" in statistics
+    # With the CPU time each trial's process spent (20 s a trial here), the cost says it beside the device time.
+    analysis = analyse(trials.assign(cpu_seconds=20.0), runs, history)
+    assert verdict_sentences(analysis)[0].endswith("; the ArcFace search cost 10 trials and 170 s of device time, "
+                                                   "200 s of CPU time.")
 
 
 # --- rendering and figure styles ------------------------------------------------------------

@@ -59,6 +59,7 @@ def test_a_resumed_search_keeps_its_trials_and_runs_only_the_missing_ones(digits
     table = search.trials_table("arcface", [resumed], "accuracy")
     assert list(table["state"]) == ["COMPLETE"] * 5
     assert (table["seconds"] > 0).all() and (table["iterations"] == 8).all() and set(table["device"]) == {"cpu"}
+    assert (table["cpu_seconds"] > 0).all()  # the CPU time of the process each trial trained in
     assert table["s"].between(1, 128).all() and table["m"].between(0, 1).all()
     history = search.history_table("arcface", [resumed])
     assert sorted(history["trial"].unique()) == [0, 1, 2, 3, 4]

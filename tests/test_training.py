@@ -2,6 +2,7 @@
 
 import math
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -103,6 +104,24 @@ def test_the_callback_sees_each_evaluation_and_can_stop_the_run(digits):
                    callback=stop_at_60, progress=False)
     assert result.status == "stopped" and result.iterations == 60
     assert seen == [0, 20, 40, 60]
+
+
+def test_a_run_waiting_costs_wall_seconds_not_cpu_seconds(digits):
+    # The callback sleeps at each evaluation, as a run does when the machine's other load holds the core: the wall
+    # seconds take the sleep, the CPU time of one thread cannot (it gains at most a second per second, and a sleeping
+    # thread none), so the CPU time stays below the wall seconds less the sleep.
+    naps = []
+
+    def nap(row):
+        time.sleep(0.3)
+        naps.append(0.3)
+        return False
+
+    result = train(digits, loss_name="fixed_adacos", model_config=MLP, config=FAST.replace(eval_every=20, threads=1),
+                   callback=nap, progress=False)
+    slept = sum(naps)
+    assert len(naps) >= 3 and result.seconds >= slept
+    assert 0 < result.cpu_seconds <= result.seconds - 0.9 * slept
 
 
 @pytest.mark.slow

@@ -91,13 +91,18 @@ def _method_order(runs: pd.DataFrame, history: pd.DataFrame, searched_losses: li
 
 
 def _search_summary(trials: pd.DataFrame) -> pd.DataFrame:
-    """Per searched loss: trial counts by state, device-seconds spent, and the best completed trial."""
+    """Per searched loss: trial counts by state, device-seconds (and CPU-seconds) spent, and the best completed
+    trial."""
     rows = []
     for loss, everything in trials.groupby("loss", sort=False):
         group = everything[is_evidence(everything)]
         finished = group[group["state"].isin(FINISHED_STATES)]
         complete = group[(group["state"] == "COMPLETE") & np.isfinite(pd.to_numeric(group["value"], errors="coerce"))]
         seconds = float(finite_values(finished["seconds"]).sum())
+        # CPU time only where every finished trial recorded it (trials trained before it was recorded have none): a
+        # sum over some of them would read as the search's.
+        cpu = pd.to_numeric(finished.get("cpu_seconds", pd.Series(math.nan, index=finished.index)), errors="coerce")
+        cpu_seconds = float(cpu.sum()) if len(cpu) and np.isfinite(cpu).all() else math.nan
         # The best of the first repeat: the one search a user runs, whose values the tuned runs retrain.
         first = complete[complete["repeat"] == complete["repeat"].min()] if len(complete) else complete
         best = first.loc[first["value"].astype(float).idxmax()] if len(first) else None
@@ -106,7 +111,7 @@ def _search_summary(trials: pd.DataFrame) -> pd.DataFrame:
             "complete": len(complete),
             "pruned": int((group["state"] == "PRUNED").sum()), "failed": int((group["state"] == "FAIL").sum()),
             "running": int((group["state"] == "RUNNING").sum()), "interrupted": int((~is_evidence(everything)).sum()),
-            "seconds": seconds,
+            "seconds": seconds, "cpu_seconds": cpu_seconds,
             # Every finished trial is a draw the tuning curve counts, pruned and failed ones included.
             "seconds_per_trial": seconds / len(finished) if len(finished) else math.nan,
             "best_trial": int(best["trial"]) if best is not None else None,
@@ -114,8 +119,9 @@ def _search_summary(trials: pd.DataFrame) -> pd.DataFrame:
             "best_s": float(best["s"]) if best is not None else math.nan,
             "best_m": float(best["m"]) if best is not None else math.nan,
         })
-    return pd.DataFrame(rows, columns=["loss", "repeats", "trials", "complete", "pruned", "failed", "running", "interrupted",
-                                       "seconds", "seconds_per_trial", "best_trial", "best_value", "best_s", "best_m"])
+    return pd.DataFrame(rows, columns=["loss", "repeats", "trials", "complete", "pruned", "failed", "running",
+                                       "interrupted", "seconds", "cpu_seconds", "seconds_per_trial", "best_trial",
+                                       "best_value", "best_s", "best_m"])
 
 
 def _landscape(trials: pd.DataFrame) -> pd.DataFrame:

@@ -219,6 +219,7 @@ def verdict_facts(objective: str, searched_losses, final, costs, differences, br
         "search_completed_trials": int(search["complete"].iloc[0]) if len(search) else 0,
         "search_repeats": int(search["repeats"].iloc[0]) if len(search) else 0,
         "search_seconds": _plain(search["seconds"].iloc[0]) if len(search) else None,
+        "search_cpu_seconds": _plain(search["cpu_seconds"].iloc[0]) if len(search) else None,
         "seed_luck": ({key: _plain(search[key].iloc[0]) for key in ("seed_luck", "seed_luck_low", "seed_luck_high",
                                                                     "seed_luck_splits")}
                       if len(search) and "seed_luck" in search else None),

@@ -139,7 +139,7 @@ def _cost(facts: dict, searched: str) -> str:
     if not trials:
         return f"No {searched} search finished, so its cost is not known{untuned}."
     per = f" over {splits} splits" if splits and splits > 1 else ""
-    spent = f" ({fmt.seconds(seconds)} of device time)" if not fmt.missing(seconds) else ""
+    spent = f" ({fmt.device_time(seconds, facts.get('search_cpu_seconds'))})" if not fmt.missing(seconds) else ""
     return f"The {searched} search took {trials:,} trainings{spent}{per}; Fixed AdaCos needs one per split{untuned}."
 
 

@@ -70,6 +70,13 @@ def seconds(value) -> str:
     return f"{value:,.0f} s" if abs(value) >= 100 else f"{value:.1f} s"
 
 
+def device_time(seconds_, cpu_seconds=None) -> str:
+    """'334 s of device time', with the CPU time of the training processes beside it where recorded: '334 s of device
+    time, 310 s of CPU time' (a loaded machine stretches the first, not the second)."""
+    said = f"{seconds(seconds_)} of device time"
+    return said if missing(cpu_seconds) else f"{said}, {seconds(cpu_seconds)} of CPU time"
+
+
 def count(value) -> str:
     return "n/a" if missing(value) else f"{int(value):,}"
 

@@ -84,20 +84,18 @@ def setup_section(analysis: StudyAnalysis, params: StudyParams, manifest: dict) 
     if len(split_table):
         blocks.append(Table(split_table, "Splits (from the prepare stage's manifest)"))
     if len(analysis.search_summary):
+        searches = analysis.search_summary
         table = pd.DataFrame({
-            "loss": analysis.search_summary["loss"].map(loss_name),
-            "repeats": analysis.search_summary["repeats"],
-            "trials": analysis.search_summary["trials"],
-            "completed": analysis.search_summary["complete"],
-            "pruned": analysis.search_summary["pruned"],
-            "failed": analysis.search_summary["failed"],
+            "loss": searches["loss"].map(loss_name), "repeats": searches["repeats"], "trials": searches["trials"],
+            "completed": searches["complete"], "pruned": searches["pruned"], "failed": searches["failed"],
             # Killed mid-trial and retried, or never run: no evidence, left out of every curve and cost.
-            "interrupted": analysis.search_summary["interrupted"],
-            "device-seconds": analysis.search_summary["seconds"].map(fmt.seconds),
-            "per trial": analysis.search_summary["seconds_per_trial"].map(fmt.seconds),
-            f"best val {metric_name(analysis.objective)}": analysis.search_summary["best_value"].map(fmt.score),
-            "best s": analysis.search_summary["best_s"].map(lambda v: "n/a" if fmt.missing(v) else f"{v:.3g}"),
-            "best m (rad)": analysis.search_summary["best_m"].map(lambda v: "n/a" if fmt.missing(v) else f"{v:.3g}"),
+            "interrupted": searches["interrupted"],
+            "device-seconds": searches["seconds"].map(fmt.seconds),
+            "CPU-seconds": searches["cpu_seconds"].map(fmt.seconds),
+            "per trial": searches["seconds_per_trial"].map(fmt.seconds),
+            f"best val {metric_name(analysis.objective)}": searches["best_value"].map(fmt.score),
+            "best s": searches["best_s"].map(lambda v: "n/a" if fmt.missing(v) else f"{v:.3g}"),
+            "best m (rad)": searches["best_m"].map(lambda v: "n/a" if fmt.missing(v) else f"{v:.3g}"),
         })
         blocks.append(Table(table, "The searches as run"))
     return Section("Setup", blocks)

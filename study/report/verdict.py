@@ -259,12 +259,13 @@ def _matters(row: dict) -> str:
 
 
 def _search_cost(facts: dict, searched: str) -> str:
-    """'the ArcFace search cost 48 trials and 334 s of device time' (or nothing where no search finished)."""
+    """'the ArcFace search cost 48 trials and 334 s of device time, 310 s of CPU time' (or nothing where no search
+    finished; the CPU time where its trials recorded it)."""
     trials, seconds = facts.get("search_trials"), facts.get("search_seconds")
     if not trials:
         return ""
     return (f"the {searched} search cost {fmt.plural(trials, 'trial')}"
-            + (f" and {fmt.seconds(seconds)} of device time" if not fmt.missing(seconds) else ""))
+            + (f" and {fmt.device_time(seconds, facts.get('search_cpu_seconds'))}" if not fmt.missing(seconds) else ""))
 
 
 def lead_sentence(facts: dict, searched: str, metric: str) -> str:
