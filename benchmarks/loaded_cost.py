@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 from study.config import load_params  # noqa: E402
 from study.environment import cpu_model  # noqa: E402
 from study.sources import load_dataset  # noqa: E402
-from study.splits import split_dataset  # noqa: E402
+from study.splits import class_split  # noqa: E402
 from study.training import train  # noqa: E402
 
 OUT = REPO / "benchmarks" / "results" / "loaded_cost.csv"
@@ -54,8 +54,7 @@ def main() -> None:
     args = parser.parse_args()
     params = load_params(str(REPO / "params.yaml"))
     data = params.data
-    sets = split_dataset(load_dataset(data.dataset, cache_dir=data.cache_dir), data.protocol, data.fractions,
-                         seed=data.split_seeds()[0])
+    sets = class_split(load_dataset(data.dataset, cache_dir=data.cache_dir), data, data.split_seeds()[0])
     rows = []
     for load in ("alone", "loaded"):
         stop = multiprocessing.Event()

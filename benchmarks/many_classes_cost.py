@@ -31,10 +31,10 @@ sys.path.insert(0, str(REPO))
 
 from study.environment import cpu_model  # noqa: E402
 from study.presets import build_preset  # noqa: E402
-from study.price import price_study, train_sizes  # noqa: E402
+from study.price import price_study, train_sizes, training_seconds  # noqa: E402
 from study.progress import duration  # noqa: E402
 from study.sources import load_dataset  # noqa: E402
-from study.splits import split_dataset  # noqa: E402
+from study.splits import class_split  # noqa: E402
 from study.training import evaluation_schedule, planned_iterations, resolve_device, train  # noqa: E402
 from study.validation import study_cost  # noqa: E402
 
@@ -77,15 +77,13 @@ def main() -> None:
 
     data = params.data
     rendered = time.perf_counter()
-    sets = split_dataset(load_dataset(data.dataset, cache_dir=data.cache_dir), data.protocol, data.fractions,
-                         seed=data.split_seeds()[0])
+    sets = class_split(load_dataset(data.dataset, cache_dir=data.cache_dir), data, data.split_seeds()[0])
     rendered = time.perf_counter() - rendered
-    config = params.train.replace(max_iterations=args.steps, epochs=max(1, params.train.epochs), seed=0,
-                                  eval_points=None, eval_every=args.steps, checkpoint="last")
+    config = params.train.replace(max_iterations=args.steps, seed=0, eval_points=None, eval_every=args.steps,
+                                  checkpoint="last")
     result = train(sets, loss_name="fixed_adacos", model_config=params.model, config=config,
                    image_size=data.image_size, progress=False)
-    rows = {row["iteration"]: row for row in result.history}
-    trained = {k: row["seconds"] - row["eval_seconds"] for k, row in rows.items()}
+    trained = training_seconds(result.history)
     step = (trained[result.iterations] - trained[0]) / max(result.iterations, 1)
     print(f"measured: {len(sets['train']):,} training images of {sets['train'].num_classes:,} classes rendered and "
           f"split in {rendered:.0f} s; {result.iterations} steps at {step * 1e3:.1f} ms a step (the price's "

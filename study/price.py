@@ -216,7 +216,7 @@ def calibrate(params: StudyParams, sets: dict[str, ImageSet], process_start: flo
     try:
         _, first, _, first_full_test = run(WARM_UP, eval_points=None, eval_every=WARM_UP)
         first_seconds = time.perf_counter() - began
-        rough = (first.history[-1]["seconds"] - first.history[-1]["eval_seconds"]) / WARM_UP
+        rough = training_seconds(first.history)[WARM_UP] / WARM_UP
         iterations = min(MAX_CALIBRATION_ITERATIONS, max(CALIBRATION_ITERATIONS,
                                                          math.ceil(CALIBRATION_SECONDS / max(rough, 1e-6))))
         if say is not None and first_seconds > SAY_PROGRESS_AFTER:
@@ -227,7 +227,7 @@ def calibrate(params: StudyParams, sets: dict[str, ImageSet], process_start: flo
     finally:
         torch.set_num_threads(threads_before)
     rows = {row["iteration"]: row for row in result.history}  # at 0, WARM_UP, half-way and the end
-    trained = {k: row["seconds"] - row["eval_seconds"] for k, row in rows.items()}
+    trained = training_seconds(result.history)
     step = (trained[iterations] - trained[WARM_UP]) / (iterations - WARM_UP)
     later = [k for k in sorted(rows) if k > 0]  # the first evaluation also moves val onto the device
     val = (rows[later[-1]]["eval_seconds"] - rows[0]["eval_seconds"]) / len(later)
@@ -237,6 +237,11 @@ def calibrate(params: StudyParams, sets: dict[str, ImageSet], process_start: flo
     return Calibration(device=result.device, threads=threads, step=step, start=start, val=val, test=test,
                        full_test=full_test, process_start=process_start + once, free_cores=free_cores(),
                        load=_load(), iterations=iterations, seconds=time.perf_counter() - began)
+
+
+def training_seconds(history: list[dict]) -> dict[int, float]:
+    """By evaluated iteration, the seconds a run had spent by then on everything but its evaluations."""
+    return {row["iteration"]: row["seconds"] - row["eval_seconds"] for row in history}
 
 
 def rest_of_calibration(history: list[dict], first_seconds: float, step: float, full_test: float, iterations: int,
