@@ -31,7 +31,7 @@ from study.config import StudyParams
 from study.sources import ImageSet, image_shape
 from study.training import (choice_iteration, evaluate, evaluation_schedule, planned_iterations, resolve_device,
                             train)
-from study.validation import Cost, DataProblem, planned_source, planned_splits
+from study.validation import Cost, DataProblem, planned_source, planned_splits, study_cost
 from study.workers import available_cores, runs_at_once, threads_per_run
 
 # Steps of the calibration run: at least CALIBRATION_ITERATIONS, more where they take under CALIBRATION_SECONDS (a
@@ -41,6 +41,10 @@ from study.workers import available_cores, runs_at_once, threads_per_run
 CALIBRATION_ITERATIONS, MAX_CALIBRATION_ITERATIONS = 40, 400
 CALIBRATION_SECONDS = 1.0
 WARM_UP = 10
+# ... and at most this share of the study's own iterations: a study too short for CALIBRATION_ITERATIONS within it
+# (a smoke test, a tiny own folder) is priced from the first run of WARM_UP steps alone, its step read with the
+# first steps' overhead in it (the price errs long), rather than calibrated for longer than it trains.
+CALIBRATION_SHARE = 0.1
 # A calibration whose first run took longer than this says how long the rest will take: a large backbone on a CPU,
 # with val and test sets of thousands of images, calibrates for many minutes (ResNet-50 on 2 cores: 8 min at 1,200
 # images, over 25 at 12,000), and a price that keeps silent that long looks hung.
@@ -121,7 +125,8 @@ class Price:
             f" (taking turns on {calibration.free_cores} free core(s))"
             if calibration.free_cores < self.runs_at_once * calibration.threads else "")
         lines = [
-            f"price: calibrated on {calibration.device} in {calibration.seconds:.1f} s ({calibration.iterations} steps), "
+            f"price: calibrated on {calibration.device} in {calibration.seconds:.1f} s ({calibration.iterations} steps"
+            f"{', as the study is shorter than a calibration' if calibration.iterations == WARM_UP else ''}), "
             f"{calibration.threads} thread(s) a run, load average {calibration.load:.1f} on {available_cores()} cores "
             f"({calibration.free_cores} free): a step {calibration.step * 1e3:.1f} "
             f"ms, a run's start {calibration.start:.2f} s, a val evaluation {calibration.val * 1e3:.0f} ms, test "
@@ -189,11 +194,12 @@ def stand_ins(splits: dict[str, ImageSet], shape: tuple[int, int] | None, train_
 
 
 def calibrate(params: StudyParams, sets: dict[str, ImageSet], process_start: float,
-              say: Callable[[str], None] | None = None) -> Calibration:
+              say: Callable[[str], None] | None = None, study_iterations: int | None = None) -> Calibration:
     """A first run of WARM_UP steps (what a process pays once: lazy initialisation, first kernels; and a first
     reading of the step), then one of enough steps for CALIBRATION_SECONDS on `sets` at the study's model, batch,
-    device and threads per run, then one test evaluation of each kind, timed. Where the first run took over
-    SAY_PROGRESS_AFTER seconds, `say` hears what it measured and how long the rest is expected to take."""
+    device and threads per run, then one test evaluation of each kind, timed; the second run is left out where
+    CALIBRATION_SHARE of `study_iterations` (the whole study's) is under CALIBRATION_ITERATIONS. Where the first run
+    took over SAY_PROGRESS_AFTER seconds, `say` hears what it measured and how long the rest is expected to take."""
     began = time.perf_counter()
     threads = threads_per_run(params, runs_at_once(params.train)).train.threads or torch.get_num_threads()
     per_epoch = max(len(sets["train"]) // params.train.batch_size, 1)
@@ -214,21 +220,24 @@ def calibrate(params: StudyParams, sets: dict[str, ImageSet], process_start: flo
         return config, result, time.perf_counter() - started - result.seconds - full_test, full_test
 
     try:
-        _, first, _, first_full_test = run(WARM_UP, eval_points=None, eval_every=WARM_UP)
+        _, first, first_built, first_full_test = run(WARM_UP, eval_points=None, eval_every=WARM_UP)
         first_seconds = time.perf_counter() - began
         rough = training_seconds(first.history)[WARM_UP] / WARM_UP
-        iterations = min(MAX_CALIBRATION_ITERATIONS, max(CALIBRATION_ITERATIONS,
-                                                         math.ceil(CALIBRATION_SECONDS / max(rough, 1e-6))))
-        if say is not None and first_seconds > SAY_PROGRESS_AFTER:
-            say(rest_of_calibration(first.history, first_seconds, rough, first_full_test, iterations, device))
-        config, result, built, full_test = run(iterations, eval_points=2)
-        test = _timed(lambda: evaluate(result.model, result.loss, sets, "test", config, device,
-                                       params.data.image_size))
+        iterations = calibration_steps(rough, study_iterations)
+        if iterations == WARM_UP:  # the study is shorter than a calibration: the first run prices it
+            result, built, full_test = first, first_built, first_full_test
+            test = full_test  # a test with every metric: at least one as a learning curve scores it
+        else:
+            if say is not None and first_seconds > SAY_PROGRESS_AFTER:
+                say(rest_of_calibration(first.history, first_seconds, rough, first_full_test, iterations, device))
+            config, result, built, full_test = run(iterations, eval_points=2)
+            test = _timed(lambda: evaluate(result.model, result.loss, sets, "test", config, device,
+                                           params.data.image_size))
     finally:
         torch.set_num_threads(threads_before)
-    rows = {row["iteration"]: row for row in result.history}  # at 0, WARM_UP, half-way and the end
+    rows = {row["iteration"]: row for row in result.history}  # at 0, WARM_UP, (half-way and the end)
     trained = training_seconds(result.history)
-    step = (trained[iterations] - trained[WARM_UP]) / (iterations - WARM_UP)
+    step = rough if iterations == WARM_UP else (trained[iterations] - trained[WARM_UP]) / (iterations - WARM_UP)
     later = [k for k in sorted(rows) if k > 0]  # the first evaluation also moves val onto the device
     val = (rows[later[-1]]["eval_seconds"] - rows[0]["eval_seconds"]) / len(later)
     start = built + max(0.0, trained[WARM_UP] - WARM_UP * step)
@@ -237,6 +246,18 @@ def calibrate(params: StudyParams, sets: dict[str, ImageSet], process_start: flo
     return Calibration(device=result.device, threads=threads, step=step, start=start, val=val, test=test,
                        full_test=full_test, process_start=process_start + once, free_cores=free_cores(),
                        load=_load(), iterations=iterations, seconds=time.perf_counter() - began)
+
+
+def calibration_steps(rough_step: float, study_iterations: int | None = None) -> int:
+    """The calibration's second run's steps at a first reading of the step: enough for CALIBRATION_SECONDS, within
+    CALIBRATION_ITERATIONS to MAX_CALIBRATION_ITERATIONS and CALIBRATION_SHARE of the study's iterations; WARM_UP
+    (no second run) where that share is under CALIBRATION_ITERATIONS."""
+    steps = min(MAX_CALIBRATION_ITERATIONS, max(CALIBRATION_ITERATIONS, math.ceil(CALIBRATION_SECONDS
+                                                                                 / max(rough_step, 1e-6))))
+    if study_iterations is None:
+        return steps
+    share = math.floor(CALIBRATION_SHARE * study_iterations)
+    return WARM_UP if share < CALIBRATION_ITERATIONS else min(steps, share)
 
 
 def training_seconds(history: list[dict]) -> dict[int, float]:
@@ -293,9 +314,11 @@ def price_study(params: StudyParams, cost: Cost, process_start: float | None = N
     if shape is None and splits["train"].paths is None:
         return f"price: not before prepare has read {source} (its image size is known only then)"
     train_images = params.train.batch_size * TRAIN_BATCHES
+    sizes = train_sizes(params)
     calibration = calibrate(params, stand_ins(splits, shape, train_images),
-                            process_age() if process_start is None else process_start, say)
-    return priced(params, calibration, train_sizes(params), splits["test"].num_classes)
+                            process_age() if process_start is None else process_start, say,
+                            study_cost(params, sizes).iterations)
+    return priced(params, calibration, sizes, splits["test"].num_classes)
 
 
 def train_sizes(params: StudyParams) -> list[int]:

@@ -9,8 +9,9 @@ import pytest
 from study.cautions import SCALE_CAUTION, gpu_fallback_caution, scale_cautions, scale_range_note
 from study.config import StudyParams
 from study.presets import write_params
-from study.price import (BOUNDS, RUN_BOOKKEEPING, SAY_PROGRESS_AFTER, Calibration, block_wall, duration, native_shape,
-                         price_study, priced, process_age, rest_of_calibration)
+from study.price import (BOUNDS, CALIBRATION_ITERATIONS, MAX_CALIBRATION_ITERATIONS, RUN_BOOKKEEPING,
+                         SAY_PROGRESS_AFTER, WARM_UP, Calibration, block_wall, calibration_steps, duration,
+                         native_shape, price_study, priced, process_age, rest_of_calibration, train_sizes)
 from study.validation import study_cost
 
 # The price of a study against its stages' measured time may be off by at most this factor either way. The price
@@ -231,3 +232,17 @@ def test_only_a_calibration_slower_than_its_bound_says_so_and_its_price_follows(
     assert price.calibration.iterations >= 40 and len(price.lines()) >= 2
     # The rest it announced is the run the calibration then made.
     assert all(f"the rest, {price.calibration.iterations} steps and 6 evaluations" in line for line in heard)
+
+
+def test_the_calibration_trains_at_most_a_tenth_of_the_study_and_a_shorter_one_is_priced_from_its_first_run():
+    # At 2 ms a step a second is 500 steps, cut to MAX_CALIBRATION_ITERATIONS; a study of 1,000 iterations allows 100
+    # of them; one of 399, fewer than CALIBRATION_ITERATIONS: no second run.
+    assert calibration_steps(0.002) == MAX_CALIBRATION_ITERATIONS == 400
+    assert calibration_steps(0.002, 1_000) == 100 and calibration_steps(0.5, 1_000) == CALIBRATION_ITERATIONS == 40
+    assert calibration_steps(0.002, 399) == WARM_UP
+    # One epoch of digits' 898 training images at 32 a batch: 28 steps a run, 9 runs, 252 iterations in all.
+    params = params_with(train={"epochs": 1})
+    assert study_cost(params, train_sizes(params)).iterations == 252
+    price = price_study(params, study_cost(params, None), process_start=0.0)
+    assert price.calibration.iterations == WARM_UP and price.device_seconds > 0
+    assert "(10 steps, as the study is shorter than a calibration)" in price.lines()[0]
