@@ -1,6 +1,7 @@
 """What several test modules share: a copy of the study's code in a fresh git checkout, for DVC to run."""
 
 import compileall
+import json
 import os
 import shutil
 import subprocess
@@ -32,6 +33,25 @@ def copy_study(root: Path, names=STUDY_FILES) -> Path:
             shutil.copy(source, target)
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     return root
+
+
+# Stages' `main()`s run in order in one Python process, each with its own argv: where a test is of what the stages
+# compute, not of DVC or of a stage's process, this spares each stage after the first the 3-4 s a stage's process
+# pays to start (imports, torch's first optimiser step); a failing stage ends the process, its name said before it.
+STAGES_IN_ONE_PROCESS = """
+import importlib, json, sys
+for command in json.loads(sys.argv[1]):
+    print("stage:", *command, file=sys.stderr, flush=True)
+    sys.argv = list(command)
+    importlib.import_module(command[0]).main()
+"""
+
+
+def run_stages(root: Path, commands: list[list[str]], env: dict[str, str] | None = None,
+               timeout: float = 600) -> subprocess.CompletedProcess:
+    """`commands` (each `[module, *arguments]`, as `python -m` takes them) run in `root` in one process."""
+    return subprocess.run([sys.executable, "-c", STAGES_IN_ONE_PROCESS, json.dumps(commands)], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def trained_trials(paths) -> "pd.DataFrame":

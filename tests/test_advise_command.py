@@ -23,7 +23,7 @@ from study.search import study_name
 from study.sources import load_dataset
 from study.splits import save_splits, split_dataset
 from study.storage import open_storage
-from tests.conftest import copy_study
+from tests.conftest import copy_study, run_stages
 
 SPLIT = (0.6, 0.2, 0.2)
 BENCHMARK_CELLS = Path(__file__).resolve().parents[1] / "reports" / "benchmark" / "tables" / "cells.csv"
@@ -33,6 +33,11 @@ def run(root, *arguments, check=True):
     done = subprocess.run([sys.executable, "-m", *arguments], cwd=root, capture_output=True, text=True, timeout=600)
     assert not check or done.returncode == 0, done.stdout + done.stderr
     return done
+
+
+def stages(root, *commands):
+    done = run_stages(root, list(commands))
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def digits_study(root, seeds=(0, 1), runs=(0, 1), **search):
@@ -56,10 +61,8 @@ def digits_study(root, seeds=(0, 1), runs=(0, 1), **search):
 def tiny_study(tmp_path_factory):
     """The digits study searched, run and evaluated."""
     root = digits_study(tmp_path_factory.mktemp("advise"))
-    run(root, "stages.search", "--loss", "arcface")
-    run(root, "stages.runs", "--method", "fixed_adacos")
-    run(root, "stages.runs", "--tuned", "arcface")
-    run(root, "stages.evaluate")
+    stages(root, ["stages.search", "--loss", "arcface"], ["stages.runs", "--method", "fixed_adacos"],
+           ["stages.runs", "--tuned", "arcface"], ["stages.evaluate"])
     return root
 
 
@@ -205,8 +208,7 @@ def test_the_callback_gives_the_commands_decision_on_the_same_trials(tmp_path):
     storage, and the callback of a user's own study holding the same trials (val as the value, test as the user
     attribute) with the same reference runs, margin, price and prior says the same, with the same interval."""
     root = digits_study(tmp_path, seeds=(0,), runs=(0, 1, 2))
-    run(root, "stages.search", "--loss", "arcface")
-    run(root, "stages.runs", "--method", "fixed_adacos")
+    stages(root, ["stages.search", "--loss", "arcface"], ["stages.runs", "--method", "fixed_adacos"])
     run(root, "study.cli", "advise", "--from", "storage", "--prior", "none", "--json", "advice.json")
     command = json.loads((root / "advice.json").read_text())
     params = load_params(str(root / "params.yaml"))

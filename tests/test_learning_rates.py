@@ -4,8 +4,6 @@ learn never chosen, and the searched loss's rate carried from its val-selected t
 
 import json
 import math
-import subprocess
-import sys
 
 import optuna
 import pandas as pd
@@ -21,7 +19,7 @@ from study.splits import load_splits, save_splits, split_dataset
 from study.storage import open_storage
 from study.training import choice_iteration, planned_iterations
 from study.validation import study_cost
-from tests.conftest import copy_study
+from tests.conftest import copy_study, run_stages
 
 SPLIT = (0.6, 0.2, 0.2)
 RATES = [1e-7, 0.01]  # the first moves no weight in 24 steps: its runs stay at the untrained network's score
@@ -67,14 +65,8 @@ def test_the_cost_of_choosing_early_counts_every_rate_until_the_choice_and_the_c
     assert whole.iterations == (5 + 2 * 7) * 200 and whole.early == 0
 
 
-def run(root, *arguments):
-    done = subprocess.run([sys.executable, "-m", *arguments], cwd=root, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
-
-
 def study_at_two_rates(root, choose_at, tuned=True):
-    """A tiny study at RATES trained in `root` (val choosing at `choose_at`); its params and the runs stage's output."""
+    """A tiny study at RATES trained in `root` (val choosing at `choose_at`); its params and the stages' output."""
     copy_study(root)
     params = StudyParams.from_dict({
         "data": {"dataset": "digits", "protocol": "closed", "fractions": list(SPLIT), "seeds": None},
@@ -86,12 +78,12 @@ def study_at_two_rates(root, choose_at, tuned=True):
     write_params(params, root / "params.yaml", "test")
     sets = split_dataset(load_dataset("digits"), "closed", SPLIT, seed=0)
     save_splits(sets, root / prepared_dir(0), source="digits", protocol="closed", seed=0, fractions=SPLIT)
+    commands = [["stages.runs", "--method", "fixed_adacos"]]
     if tuned:
-        run(root, "stages.search", "--loss", "arcface")
-    output = run(root, "stages.runs", "--method", "fixed_adacos")
-    if tuned:
-        run(root, "stages.runs", "--tuned", "arcface")
-    return params, output
+        commands = [["stages.search", "--loss", "arcface"], *commands, ["stages.runs", "--tuned", "arcface"]]
+    done = run_stages(root, commands)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return params, done.stdout
 
 
 @pytest.fixture(scope="module")

@@ -41,6 +41,8 @@ from study.environment import (c_library, cpu_info, cpu_model, cpu_vendor, insta
 from study.results import search_dir
 from study.workers import NOT_RUN
 
+from conftest import run_stages
+
 REPO = Path(__file__).resolve().parents[1]
 STUDY = REPO / "tests" / "data" / "reproducible_study"
 EXPECTED_DIR = STUDY / "expected"
@@ -97,10 +99,8 @@ def run_study(root: Path) -> tuple[pd.DataFrame, dict[str, int]]:
     many images its val and test sets hold."""
     shutil.copy(STUDY / "params.yaml", root / "params.yaml")
     params = yaml.safe_load((root / "params.yaml").read_text())
-    for command in stage_commands(params):
-        done = subprocess.run([sys.executable, "-m", *command], cwd=root, env=study_environment(),
-                              capture_output=True, text=True)
-        assert done.returncode == 0, f"{' '.join(command)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    done = run_stages(root, stage_commands(params), env=study_environment())
+    assert done.returncode == 0, f"a stage failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     objective = params["train"]["objective"]
     rows = []
     for loss in params["search"]["losses"]:
@@ -228,9 +228,7 @@ def test_a_changed_loss_constant_moves_the_scores_beyond_the_exact_check(tmp_pat
     study_folder, changed_code = tmp_path / "study", tmp_path / "changed"
     study_folder.mkdir()
     shutil.copy(STUDY / "params.yaml", study_folder / "params.yaml")
-    for stage in ("stages.validate", "stages.prepare"):
-        subprocess.run([sys.executable, "-m", stage], cwd=study_folder, env=study_environment(), check=True,
-                       capture_output=True)
+    run_stages(study_folder, [["stages.validate"], ["stages.prepare"]], env=study_environment()).check_returncode()
     for package in ("study", "stages"):
         shutil.copytree(REPO / package, changed_code / package, ignore=shutil.ignore_patterns("__pycache__"))
     scale = changed_code / "study" / "adacos_scale.py"
