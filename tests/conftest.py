@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 STUDY_FILES = ["dvc.yaml", "params.yaml", "stages", "study", ".dvc/config", ".dvc/plots", ".dvcignore",
                "reports/plots_template.html", "reports/benchmark/benchmark.json"]
@@ -117,3 +119,12 @@ def changed_studies(status: dict) -> set[str]:
             if isinstance(change, str) or "changed deps" in change or set(outs.values()) - {"deleted", "not in cache"}:
                 changed.add(stage.split("/dvc.yaml:")[0] if "/dvc.yaml:" in stage else ".")
     return changed
+
+
+@pytest.fixture(scope="session")
+def prepared_study(tmp_path_factory) -> Path:
+    """The tiny study prepared through `dvc repro prepare` once for every test of a test process that reads it (each
+    puts back what it changes): test_bad_inputs.prepared_checkout."""
+    from test_bad_inputs import prepared_checkout  # a test module: imported once the tests are collected
+
+    return prepared_checkout(tmp_path_factory.mktemp("study"))

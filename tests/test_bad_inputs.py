@@ -496,12 +496,11 @@ def test_every_class_split_is_checked_and_each_problem_said_once(tmp_path):
 # --- through `dvc repro`: validate stops the pipeline before anything earlier is deleted --------------------------
 
 
-@pytest.fixture(scope="module")
-def prepared_study(tmp_path_factory):
-    """A git + DVC checkout of the study with the tiny params, `dvc repro prepare` done and a previous report."""
+def prepared_checkout(root: Path) -> Path:
+    """A git + DVC checkout of the study in `root` with the tiny params, `dvc repro prepare` done and a previous
+    report: conftest's `prepared_study`, which the tests of this module and test_found_before_training share."""
     if shutil.which("dvc") is None or shutil.which("git") is None:
         pytest.skip("dvc and git are needed")
-    root = tmp_path_factory.mktemp("study")
     copy_study(root, COPIED)
     (root / "params.yaml").write_text(params_text({}))
     done = dvc(root, "repro", "prepare")

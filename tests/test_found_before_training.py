@@ -25,10 +25,7 @@ from study.validation import (MAX_ITERATIONS, MAX_TRAININGS, VERIFICATION_FOLDS,
                               verification_pairs)
 
 from conftest import REPO
-from test_bad_inputs import (CORRUPT, PREVIOUS_REPORT, RECORD, dvc, image_folder, params_text, png_bytes,
-                             prepared_study, snapshot)
-
-__all__ = ["prepared_study"]  # the fixture, shared with test_bad_inputs
+from test_bad_inputs import CORRUPT, PREVIOUS_REPORT, RECORD, dvc, image_folder, params_text, png_bytes, snapshot
 
 
 def test_the_validate_stage_says_what_the_study_will_cost(tmp_path, monkeypatch, capsys):
