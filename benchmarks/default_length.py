@@ -3,9 +3,9 @@ default study's searched (s, m), on its first class split, at the declared lengt
 
 The default study (params.yaml: 80 training classes of `glyphs:160:40`, the cnn, batch 64, cosine schedule, 500
 iterations) ends still improving. Each length here is a whole run of its own (its own cosine schedule, val at the
-study's log-spaced evaluations), at 2 seeds, as the study trains them; the plateau rule (study/analysis/convergence.py:
-the mean best val so far rises by under 1% over the second half) is read from their learning curves as the report
-reads it. Lengths double until both methods meet the rule, or up to `--cap` times the declared length.
+study's log-spaced evaluations), at 2 seeds, as the study trains them; the plateau rule (study/analysis/convergence.py
+`plateau_table`: the mean best val so far rises by under 1% over the second half) is read from their learning curves
+as the report reads it. Lengths double until both methods meet the rule, or up to `--cap` times the declared length.
 
     python benchmarks/default_length.py            # 500, 1,000, 2,000, ... iterations, two runs at a time
     python benchmarks/default_length.py --cap 4    # at most 4x the declared length
@@ -30,7 +30,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from study.analysis.convergence import PLATEAU_RISE, best_so_far_at  # noqa: E402
+from study.analysis.convergence import plateau_table  # noqa: E402
 from study.config import load_params  # noqa: E402
 from study.environment import cpu_model  # noqa: E402
 from study.sources import load_dataset  # noqa: E402
@@ -40,6 +40,7 @@ from study.training import planned_iterations, train  # noqa: E402
 OUT = REPO / "benchmarks" / "results" / "default_length.csv"
 SEARCH = REPO / "reports" / "tables" / "search.csv"  # the default study's best (s, m) over its 4 class splits
 SEEDS = (0, 1)
+STUDY: dict = {}  # each worker process's params and first class split, loaded once by `load_study`
 
 
 def methods() -> dict[str, tuple[str, dict]]:
@@ -49,23 +50,28 @@ def methods() -> dict[str, tuple[str, dict]]:
             "arcface_tuned": ("arcface", {"s": float(best["best_s"]), "m": float(best["best_m"])})}
 
 
-def one_run(task: tuple[str, int, int]) -> dict:
-    """One run of `method` at `iterations` and `seed`: its learning curve's best val at half-way and at the end."""
-    method, iterations, seed = task
+def load_study() -> None:
+    """The default study's params and its first class split, in this process's STUDY."""
     params = load_params(str(REPO / "params.yaml"))
-    sets = class_split(load_dataset(params.data.dataset, params.data.cache_dir), params.data, 0)
+    STUDY.update(params=params, sets=class_split(load_dataset(params.data.dataset, params.data.cache_dir),
+                                                 params.data, 0))
+
+
+def one_run(task: tuple[str, int, int]) -> tuple[pd.DataFrame, dict]:
+    """One run of `method` at `iterations` and `seed`: its learning curve (method, split, seed, iteration, val) and
+    its seconds."""
+    method, iterations, seed = task
+    params, sets = STUDY["params"], STUDY["sets"]
     per_epoch = max(len(sets["train"]) // params.train.batch_size, 1)
     config = params.train.replace(epochs=math.ceil(iterations / per_epoch), max_iterations=iterations, seed=seed,
                                   threads=1, device="cpu")
     loss, hyperparameters = methods()[method]
     result = train(sets, loss_name=loss, hyperparameters=hyperparameters, model_config=params.model, config=config,
                    image_size=params.data.image_size, progress=False)
-    steps = [row["iteration"] for row in result.history]
-    val = [row.get(params.train.objective, math.nan) for row in result.history]
-    return {"method": method, "iterations": result.iterations, "seed": seed,
-            "best_at_half": best_so_far_at(steps, val, steps[-1] / 2),
-            "best_at_end": best_so_far_at(steps, val, steps[-1]),
-            "seconds": result.seconds, "cpu_seconds": result.cpu_seconds}
+    curve = pd.DataFrame({"method": method, "split": 0, "seed": seed,
+                          "iteration": [row["iteration"] for row in result.history],
+                          "val": [row.get(params.train.objective, math.nan) for row in result.history]})
+    return curve, {"method": method, "seconds": result.seconds, "cpu_seconds": result.cpu_seconds}
 
 
 def main() -> None:
@@ -73,26 +79,24 @@ def main() -> None:
     parser.add_argument("--cap", type=int, default=16, help="the longest length, in times the declared (default 16)")
     parser.add_argument("--out", type=Path, default=OUT)
     arguments = parser.parse_args()
-    params = load_params(str(REPO / "params.yaml"))
-    sets = class_split(load_dataset(params.data.dataset, params.data.cache_dir), params.data, 0)
-    declared = planned_iterations(len(sets["train"]), params.train)
+    load_study()
+    declared = planned_iterations(len(STUDY["sets"]["train"]), STUDY["params"].train)
     done = pd.read_csv(arguments.out) if arguments.out.is_file() else pd.DataFrame(columns=["iterations"])
     factor = 1
     # Spawned, not forked: a child forked after this process's torch started its thread pool would hang in it.
-    with ProcessPoolExecutor(max_workers=min(2, os.cpu_count() or 1),
+    with ProcessPoolExecutor(max_workers=min(2, os.cpu_count() or 1), initializer=load_study,
                              mp_context=multiprocessing.get_context("spawn")) as pool:
         while factor <= arguments.cap:
             iterations = declared * factor
             rows = done[done["iterations"] == iterations]
             if rows.empty:
-                runs = pd.DataFrame(pool.map(one_run, [(method, iterations, seed) for method in methods()
-                                                       for seed in SEEDS]))
-                rows = runs.groupby("method", sort=False).agg(
-                    iterations=("iterations", "first"), seeds=("seed", "size"), best_at_half=("best_at_half", "mean"),
-                    best_at_end=("best_at_end", "mean"), seconds=("seconds", "mean"),
-                    cpu_seconds=("cpu_seconds", "mean")).reset_index()
-                rows["rise"] = (rows["best_at_end"] - rows["best_at_half"]) / rows["best_at_half"].abs()
-                rows["converged"] = rows["rise"] < PLATEAU_RISE
+                curves, seconds = zip(*pool.map(one_run, [(method, iterations, seed) for method in methods()
+                                                          for seed in SEEDS]))
+                # The plateau rule as the report applies it, on the mean over each method's runs.
+                rows = plateau_table(pd.concat(curves, ignore_index=True), list(methods())).rename(
+                    columns={"runs": "seeds", "last_iteration": "iterations"}).astype({"iterations": int})
+                rows = rows.merge(pd.DataFrame(seconds).groupby("method", sort=False).mean().reset_index(),
+                                  on="method")
                 rows["device"] = f"cpu:{cpu_model()}"
                 rows = rows[["method", "iterations", "seeds", "best_at_half", "best_at_end", "rise", "converged",
                              "seconds", "cpu_seconds", "device"]]

@@ -36,7 +36,6 @@ from study.progress import duration  # noqa: E402
 from study.sources import load_dataset  # noqa: E402
 from study.splits import class_split  # noqa: E402
 from study.training import evaluation_schedule, planned_iterations, resolve_device, train  # noqa: E402
-from study.validation import study_cost  # noqa: E402
 
 OUT = REPO / "benchmarks" / "results" / "many_classes_cost.csv"
 
@@ -63,8 +62,7 @@ def main() -> None:
                                     "model.pretrained=false", "data.seeds=[0]", *args.set])
     began = time.perf_counter()
     sizes = train_sizes(params)
-    cost = study_cost(params, sizes)
-    price = price_study(params, cost, say=lambda line: print(line, flush=True))
+    price = price_study(params, say=lambda line: print(line, flush=True))
     if isinstance(price, str):
         raise SystemExit(price)
     print("\n".join(price.lines()), flush=True)

@@ -32,7 +32,6 @@ from study.config import StudyParams, load_params  # noqa: E402
 from study.environment import cpu_model  # noqa: E402
 from study.price import price_study  # noqa: E402
 from study.results import REPORT_DIR, write_bytes  # noqa: E402
-from study.validation import study_cost  # noqa: E402
 
 OUT = REPO / "benchmarks" / "results" / "price_check.csv"
 GOAL = 1.5
@@ -54,7 +53,7 @@ def check(study: Path, name: str) -> dict:
     os.chdir(study)
     try:
         params = load_params("params.yaml")
-        price = price_study(params, study_cost(params, None))
+        price = price_study(params)
     finally:
         os.chdir(here)
     if isinstance(price, str):

@@ -20,7 +20,7 @@ def main() -> None:
         problems = "".join(f"  {line}\n" for line in str(error).splitlines())
         sys.exit(f"params.yaml has problems:\n{problems}{after_refusal()}")  # and what DVC changed before
     print(f"params.yaml passed; the study makes {cost.said()}", flush=True)
-    say_before_training(params, cost, started)
+    say_before_training(params, started)
     link_source(params.data)
     write_bytes(VALIDATED_TEXT.encode(), VALIDATED)
 

@@ -304,7 +304,7 @@ def _plan_command(args: argparse.Namespace) -> int:
     started = process_age()  # this process's start, its imports included: what each stage and packed worker pays
     params, cost = validate_study(args.params)  # a ConfigError (a ValueError) is said in one line by main()
     print(f"{args.params} passed; the study makes {cost.said()}", flush=True)
-    say_before_training(params, cost, started, out=sys.stdout)
+    say_before_training(params, started, out=sys.stdout)
     return 0
 
 

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from study.cautions import cautions, scale_range_note
@@ -31,7 +30,7 @@ from study.config import StudyParams
 from study.sources import ImageSet, image_shape
 from study.training import (choice_iteration, evaluate, evaluation_schedule, planned_iterations, resolve_device,
                             train)
-from study.validation import Cost, DataProblem, planned_source, planned_splits, study_cost
+from study.validation import DataProblem, planned_source, planned_splits, study_cost
 from study.workers import available_cores, runs_at_once, threads_per_run
 
 # Steps of the calibration run: at least CALIBRATION_ITERATIONS, more where they take under CALIBRATION_SECONDS (a
@@ -300,7 +299,7 @@ def _timed(work) -> float:
     return time.perf_counter() - began
 
 
-def price_study(params: StudyParams, cost: Cost, process_start: float | None = None,
+def price_study(params: StudyParams, process_start: float | None = None,
                 say: Callable[[str], None] | None = None) -> Price | str:
     """The study's Price from a calibration on its first class split; or, where it cannot be priced before
     prepare, the line that says why. `process_start` is the stage's own start (default: this process's age); `say`
@@ -448,7 +447,7 @@ def most_within(low: int, high: int, fits) -> int:
     return low
 
 
-def say_before_training(params: StudyParams, cost: Cost, process_start: float, out=None) -> None:
+def say_before_training(params: StudyParams, process_start: float, out=None) -> None:
     """What validate says of a study that passed, beside its cost: the warnings (study/cautions.py), the searched
     scale against s_f and the price, each line to `out` (default stderr: the stage's output file never holds them,
     and its stdout stays the one line of its cost)."""
@@ -461,7 +460,7 @@ def say_before_training(params: StudyParams, cost: Cost, process_start: float, o
     if lines:
         print("\n".join(lines), file=out, flush=True)
     try:
-        price = price_study(params, cost, process_start, say=lambda line: print(line, file=out, flush=True))
+        price = price_study(params, process_start, say=lambda line: print(line, file=out, flush=True))
     except (RuntimeError, ValueError, OSError) as error:  # the price says how long, never whether: it stops nothing
         price = f"price: not calibrated: {error}"
     print(price if isinstance(price, str) else "\n".join(price.lines()), file=out, flush=True)

@@ -39,7 +39,8 @@ def copy_study(root: Path, names=STUDY_FILES) -> Path:
 
 # Stages' `main()`s run in order in one Python process, each with its own argv: where a test is of what the stages
 # compute, not of DVC or of a stage's process, this spares each stage after the first the 3-4 s a stage's process
-# pays to start (imports, torch's first optimiser step); a failing stage ends the process, its name said before it.
+# pays to start (imports, torch's first optimiser step); a failing stage ends the process, its name said before it
+# and the output's end in the test's failure.
 STAGES_IN_ONE_PROCESS = """
 import importlib, json, sys
 for command in json.loads(sys.argv[1]):
@@ -51,9 +52,12 @@ for command in json.loads(sys.argv[1]):
 
 def run_stages(root: Path, commands: list[list[str]], env: dict[str, str] | None = None,
                timeout: float = 600) -> subprocess.CompletedProcess:
-    """`commands` (each `[module, *arguments]`, as `python -m` takes them) run in `root` in one process."""
-    return subprocess.run([sys.executable, "-c", STAGES_IN_ONE_PROCESS, json.dumps(commands)], cwd=root, env=env,
+    """`commands` (each `[module, *arguments]`, as `python -m` takes them) run in `root` in one process, which must
+    succeed."""
+    done = subprocess.run([sys.executable, "-c", STAGES_IN_ONE_PROCESS, json.dumps(commands)], cwd=root, env=env,
                           capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"a stage failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done
 
 
 def trained_trials(paths) -> "pd.DataFrame":

@@ -35,11 +35,6 @@ def run(root, *arguments, check=True):
     return done
 
 
-def stages(root, *commands):
-    done = run_stages(root, list(commands))
-    assert done.returncode == 0, done.stdout + done.stderr
-
-
 def digits_study(root, seeds=(0, 1), runs=(0, 1), **search):
     """A digits study of two class splits (`seeds`), four ArcFace trials and two Fixed AdaCos runs each (`runs`: their
     seeds; `search`: more keys), its params written and its splits prepared."""
@@ -61,8 +56,8 @@ def digits_study(root, seeds=(0, 1), runs=(0, 1), **search):
 def tiny_study(tmp_path_factory):
     """The digits study searched, run and evaluated."""
     root = digits_study(tmp_path_factory.mktemp("advise"))
-    stages(root, ["stages.search", "--loss", "arcface"], ["stages.runs", "--method", "fixed_adacos"],
-           ["stages.runs", "--tuned", "arcface"], ["stages.evaluate"])
+    run_stages(root, [["stages.search", "--loss", "arcface"], ["stages.runs", "--method", "fixed_adacos"],
+                      ["stages.runs", "--tuned", "arcface"], ["stages.evaluate"]])
     return root
 
 
@@ -208,7 +203,7 @@ def test_the_callback_gives_the_commands_decision_on_the_same_trials(tmp_path):
     storage, and the callback of a user's own study holding the same trials (val as the value, test as the user
     attribute) with the same reference runs, margin, price and prior says the same, with the same interval."""
     root = digits_study(tmp_path, seeds=(0,), runs=(0, 1, 2))
-    stages(root, ["stages.search", "--loss", "arcface"], ["stages.runs", "--method", "fixed_adacos"])
+    run_stages(root, [["stages.search", "--loss", "arcface"], ["stages.runs", "--method", "fixed_adacos"]])
     run(root, "study.cli", "advise", "--from", "storage", "--prior", "none", "--json", "advice.json")
     command = json.loads((root / "advice.json").read_text())
     params = load_params(str(root / "params.yaml"))

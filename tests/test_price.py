@@ -133,7 +133,7 @@ def test_the_price_lies_within_its_factor_of_the_stages_measured_time(tmp_path, 
     params = params_with(train={"epochs": 8})
     write_params(params, tmp_path / "params.yaml", "test")
     monkeypatch.chdir(tmp_path)
-    priced_at = price_study(params, study_cost(params, None), process_start=0.0)
+    priced_at = price_study(params, process_start=0.0)
     prepare.main()
     began = time.perf_counter()
     monkeypatch.setattr(sys, "argv", ["search", "--loss", "arcface"])
@@ -226,7 +226,7 @@ def test_only_a_calibration_slower_than_its_bound_says_so_and_its_price_follows(
     monkeypatch.setattr(study.price, "SAY_PROGRESS_AFTER", after)
     params = params_with()
     heard = []
-    price = price_study(params, study_cost(params, None), process_start=0.0, say=heard.append)
+    price = price_study(params, process_start=0.0, say=heard.append)
     assert len(heard) == said and all(line.startswith("price: calibrating on cpu: its first run of 10 ")
                                       for line in heard)
     assert price.calibration.iterations >= 40 and len(price.lines()) >= 2
@@ -243,6 +243,6 @@ def test_the_calibration_trains_at_most_a_tenth_of_the_study_and_a_shorter_one_i
     # One epoch of digits' 898 training images at 32 a batch: 28 steps a run, 9 runs, 252 iterations in all.
     params = params_with(train={"epochs": 1})
     assert study_cost(params, train_sizes(params)).iterations == 252
-    price = price_study(params, study_cost(params, None), process_start=0.0)
+    price = price_study(params, process_start=0.0)
     assert price.calibration.iterations == WARM_UP and price.device_seconds > 0
     assert "(10 steps, as the study is shorter than a calibration)" in price.lines()[0]
