@@ -1,18 +1,19 @@
 """How long the default study's data needs to train before the plateau rule holds: Fixed AdaCos and ArcFace at the
 default study's searched (s, m), on its first class split, at the declared length and at 2×, 4×, ... of it.
 
-The default study (params.yaml: 80 training classes of `glyphs:160:40`, the cnn, batch 64, cosine schedule, 500
-iterations) ends still improving. Each length here is a whole run of its own (its own cosine schedule, val at the
-study's log-spaced evaluations), at 2 seeds, as the study trains them; the plateau rule (study/analysis/convergence.py
-`plateau_table`: the mean best val so far rises by under 1% over the second half) is read from their learning curves
-as the report reads it. Lengths double until both methods meet the rule, or up to `--cap` times the declared length.
+Each length here is a whole run of its own (its own cosine schedule, val at the study's log-spaced evaluations), at 2
+seeds, as the study trains them; the plateau rule (study/analysis/convergence.py `plateau_table`: the mean best val so
+far rises by under 1% over the second half) is read from their learning curves as the report reads it. Lengths double
+until both methods meet the rule, or up to `--cap` times the declared length. The first rows measured the earlier
+default (80 training classes of `glyphs:160:40`, 500 iterations), which needed 4,000: so the default became 50
+training classes of `glyphs:100:40` at 1,488 iterations.
 
-    python benchmarks/default_length.py            # 500, 1,000, 2,000, ... iterations, two runs at a time
+    python benchmarks/default_length.py            # the declared length, then 2x, 4x, ... two runs at a time
     python benchmarks/default_length.py --cap 4    # at most 4x the declared length
 
 Each finished length's rows are appended to benchmarks/results/default_length.csv at once (a rerun skips the
-lengths there): method, iterations, seeds, mean best val at half-way and at the end, rise, converged, seconds and
-CPU-seconds a run (this machine, `cpu`), and its device.
+lengths there for the same data): method, data, iterations, seeds, mean best val at half-way and at the end, rise,
+converged, seconds and CPU-seconds a run (this machine, `cpu`), and its device.
 """
 
 from __future__ import annotations
@@ -81,7 +82,9 @@ def main() -> None:
     arguments = parser.parse_args()
     load_study()
     declared = planned_iterations(len(STUDY["sets"]["train"]), STUDY["params"].train)
-    done = pd.read_csv(arguments.out) if arguments.out.is_file() else pd.DataFrame(columns=["iterations"])
+    dataset = STUDY["params"].data.dataset
+    done = pd.read_csv(arguments.out) if arguments.out.is_file() else pd.DataFrame(columns=["dataset", "iterations"])
+    done = done[done["dataset"] == dataset]
     factor = 1
     # Spawned, not forked: a child forked after this process's torch started its thread pool would hang in it.
     with ProcessPoolExecutor(max_workers=min(2, os.cpu_count() or 1), initializer=load_study,
@@ -97,9 +100,9 @@ def main() -> None:
                     columns={"runs": "seeds", "last_iteration": "iterations"}).astype({"iterations": int})
                 rows = rows.merge(pd.DataFrame(seconds).groupby("method", sort=False).mean().reset_index(),
                                   on="method")
-                rows["device"] = f"cpu:{cpu_model()}"
-                rows = rows[["method", "iterations", "seeds", "best_at_half", "best_at_end", "rise", "converged",
-                             "seconds", "cpu_seconds", "device"]]
+                rows["device"], rows["dataset"] = f"cpu:{cpu_model()}", dataset
+                rows = rows[["method", "dataset", "iterations", "seeds", "best_at_half", "best_at_end", "rise",
+                             "converged", "seconds", "cpu_seconds", "device"]]
                 rows.to_csv(arguments.out, mode="a", header=not arguments.out.is_file(), index=False)
                 done = pd.concat([done, rows], ignore_index=True) if len(done) else rows
             for row in rows.itertuples():

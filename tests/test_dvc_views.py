@@ -108,7 +108,7 @@ def project_with_history(tmp_path_factory):
     tuned["verdict"].update(recommendation="arcface_tuned", tuned_test_mean=0.40591234)
     tuned["verdict"]["tuned"].update(difference=0.01231234, low=0.00511234, high=0.01951234)
     tuned["break_even"]["arcface"]["fixed_adacos"].update(trials=17, reached=True, shown=True)
-    for summary, change in ((SUMMARY, None), (tuned, ("  epochs: 10", "  epochs: 12"))):
+    for summary, change in ((SUMMARY, None), (tuned, ("  epochs: 64", "  epochs: 96"))):
         if change:
             params = root / "params.yaml"
             params.write_text(params.read_text(encoding="utf-8").replace(*change), encoding="utf-8")

@@ -33,8 +33,8 @@ def test_the_validate_stage_says_what_the_study_will_cost(tmp_path, monkeypatch,
     monkeypatch.chdir(tmp_path)
     stages.validate.main()
     line = capsys.readouterr().out.strip()
-    assert line == ("params.yaml passed; the study makes 32 trainings (4 class split(s) × (2 search trials + 6 final "
-                    "runs)), 448 iterations in all"), line
+    assert line == ("params.yaml passed; the study makes 18 trainings (3 class split(s) × (2 search trials + 4 final "
+                    "runs)), 252 iterations in all"), line
 
 
 def test_the_cost_counts_every_training_and_the_iterations_each_makes():

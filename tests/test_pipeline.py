@@ -69,7 +69,7 @@ def test_a_null_study_through_dvc_repro_recommends_no_tuning_and_reruns_only_wha
                            search__s_range=[0.99 * s_f, 1.01 * s_f], search__m_range={"arcface": [0.0, 0.01]},
                            runs__seeds=[0, 1, 2], train__parallel=1)  # packing: the Ctrl-C test below
     first = dvc(root, "repro")
-    assert {"prepare", "search@arcface", "runs@fixed_adacos", "runs@dynamic_adacos", "runs@softmax",
+    assert {"prepare", "search@arcface", "runs@fixed_adacos", "runs@dynamic_adacos",
             "runs@arcface_default", "tuned@arcface", "evaluate", "report"} <= ran_stages(first)
 
     reports = root / "reports"
@@ -92,9 +92,8 @@ def test_a_null_study_through_dvc_repro_recommends_no_tuning_and_reruns_only_wha
             assert image.size[0] > 100
     metrics = json.loads((reports / "metrics.json").read_text())
     runs = pd.read_csv(root / "results" / "evaluation" / "runs.csv")
-    assert set(runs["method"]) == {"fixed_adacos", "dynamic_adacos", "p2sgrad", "softmax", "arcface_default",
-                                   "arcface_tuned"}
-    assert len(runs) == 18 and runs["test_accuracy"].notna().all()
+    assert set(runs["method"]) == {"fixed_adacos", "dynamic_adacos", "arcface_default", "arcface_tuned"}
+    assert len(runs) == 12 and runs["test_accuracy"].notna().all()
     trials = _trials(root)
     assert len(trials) == 8 and (trials["state"] == "COMPLETE").all()
     assert trials["s"].between(0.99 * s_f, 1.01 * s_f).all() and trials["m"].between(0, 0.01).all()

@@ -1,0 +1,78 @@
+"""The default study from nothing cached: `dvc repro` in a fresh clone of the repository's HEAD (no data/, results/,
+DVC cache or rendered glyphs), timed from outside, and the plateau rule read from the report it writes. The goal:
+Fixed AdaCos and tuned ArcFace meet the plateau rule, and the whole job ends within 10 minutes on a 2-core CPU.
+
+    python benchmarks/default_repro.py
+
+Run it on an idle machine: the wall-clock time is the job's, and anything else running slows it. It appends one row
+to benchmarks/results/default_repro.csv: the date, the commit, this CPU and its cores, the study's data, class splits
+and iterations a run, the job's wall-clock and CPU seconds (every process it started), and each method's rise over
+the second half of training and whether the plateau rule holds (study/analysis/convergence.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from study.config import load_params  # noqa: E402
+from study.environment import cpu_model  # noqa: E402
+from study.progress import duration  # noqa: E402
+
+OUT = REPO / "benchmarks" / "results" / "default_repro.csv"
+GOAL_SECONDS = 600
+JUDGED = ("fixed_adacos", "arcface_tuned")  # the methods whose convergence the default study's answer needs
+
+
+def children_cpu_seconds() -> float:
+    """User and system seconds of every finished child process (and theirs) so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=OUT, help="the CSV the row is appended to")
+    arguments = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        clone = Path(folder) / "clone"
+        subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone)], check=True)
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=clone, check=True, capture_output=True,
+                                text=True).stdout.strip()
+        # An empty home: the glyphs are rendered anew (their cache defaults to ~/.cache/study), as on a fresh machine.
+        env = {**os.environ, "HOME": str(Path(folder) / "home")}
+        cpu_before, began = children_cpu_seconds(), time.perf_counter()
+        subprocess.run([sys.executable, "-m", "dvc", "repro"], cwd=clone, env=env, check=True)
+        wall, cpu = time.perf_counter() - began, children_cpu_seconds() - cpu_before
+        plateau = pd.read_csv(clone / "reports" / "tables" / "plateau.csv").set_index("method")
+        params = load_params(str(clone / "params.yaml"), build_losses=False)
+    row = {"date": datetime.date.today().isoformat(), "commit": commit, "cpu": cpu_model(), "cores": os.cpu_count(),
+           "dataset": params.data.dataset, "splits": len(params.data.split_seeds()),
+           "iterations": int(plateau.loc[JUDGED[0], "last_iteration"]),
+           "wall_seconds": round(wall, 1), "cpu_seconds": round(cpu, 1)}
+    for method in JUDGED:
+        row[f"{method}_rise"] = plateau.loc[method, "rise"]
+        row[f"{method}_converged"] = bool(plateau.loc[method, "converged"])
+    pd.DataFrame([row]).to_csv(arguments.out, mode="a", header=not arguments.out.is_file(), index=False)
+    converged = all(row[f"{method}_converged"] for method in JUDGED)
+    rises = ", ".join(f"{method} {row[f'{method}_rise']:+.2%}" for method in JUDGED)
+    print(f"the default study from nothing cached: {duration(wall)} of wall-clock ({duration(cpu)} of CPU) on "
+          f"{row['cores']} cores of {row['cpu']}; rise over the second half {rises}: "
+          f"{'converged' if converged else 'still improving'}; goal {duration(GOAL_SECONDS)} converged: "
+          f"{'met' if converged and wall <= GOAL_SECONDS else 'not met'}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
