@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from study.report.answer_card import CARD_WORDS, AnswerCard, study_card
+from study.report.answer_card import CARD_WORDS, AnswerCard, corrected_away, study_card
 from study.report.document import MAX_PARAGRAPH_WORDS, short_paragraphs
 from study.report.sections import convergence_sentence
 
@@ -161,3 +161,21 @@ def test_the_benchmarks_card_names_the_sources_alone_where_their_class_counts_ov
     assert dict(card.how_sure)["cells where tuning led beyond the margin"] == (
         "interval beyond it: none; point estimate only: fashion-mnist (C = 50), glyphs (C = 1,000), cards (C = 26) "
         "and wesnoth (C = 37)")
+
+
+def test_an_interval_clear_of_zero_that_holms_correction_leaves_open_is_called_so_not_short_of_the_margin():
+    """The interval the card prints is each metric's own; the recommendation reads the test Holm-corrected over the
+    test metrics. Where the first excludes zero and the second does not reach significance, the card says why the
+    gain is not taken; where the interval itself crosses zero, the margin is what is not shown."""
+    clear = {**facts("not_resolved", difference=0.036), "reference_test_mean": 0.4}
+    clear["tuned"]["significant"] = False  # [+0.026, +0.046] excludes zero, yet not significant after Holm
+    first = study_card(clear, PLATEAU, {"source": "digits", "train_classes": [50]}, "ArcFace", "MAP@R",
+                       0.95).sentences[0]
+    assert "[+6.5%, +11.5%] of its score here, not shown once corrected for the other test metrics," in first
+    crossing = facts("not_resolved", difference=0.004)  # [-0.006, +0.014]
+    crossing["tuned"]["significant"] = False
+    first = study_card(crossing, PLATEAU, {"source": "digits", "train_classes": [50]}, "ArcFace", "MAP@R",
+                       0.95).sentences[0]
+    assert "[-1.5%, +3.5%] of its score here, not shown beyond the ±2.0% margin," in first
+    clear["tuned"]["significant"] = True  # significant after Holm: never "corrected away"
+    assert not corrected_away(clear["tuned"]) and corrected_away({"low": -0.03, "high": -0.01, "significant": False})

@@ -10,7 +10,7 @@ import pandas as pd
 from study.analysis import REFERENCE_METHOD, StudyAnalysis, count_or_none
 import study.report.formats as fmt
 from study.report.formats import loss_name, method_name, metric_name, trials_interval
-from study.report.answer_card import price_clause, share
+from study.report.answer_card import corrected_away, price_clause, share
 
 
 def _how_paired(row: dict) -> str:
@@ -255,6 +255,9 @@ def _matters(row: dict) -> str:
         return f"a real difference, not shown to reach {margin}"
     if row["equivalent"]:
         return f"inside {margin}"
+    if corrected_away(row):
+        return (f"but not significantly once corrected for the other test metrics (Holm), so this study cannot yet "
+                f"tell whether that reaches {margin}")
     return f"and this study cannot yet tell whether that reaches {margin}"
 
 
