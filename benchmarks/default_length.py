@@ -6,7 +6,7 @@ seeds, as the study trains them; the plateau rule (study/analysis/convergence.py
 far rises by under 1% over the second half) is read from their learning curves as the report reads it. Lengths double
 until both methods meet the rule, or up to `--cap` times the declared length. The first rows measured the earlier
 default (80 training classes of `glyphs:160:40`, 500 iterations), which needed 4,000: so the default became 50
-training classes of `glyphs:100:40` at 1,488 iterations.
+training classes of `glyphs:100:40` at 1,984 iterations.
 
     python benchmarks/default_length.py            # the declared length, then 2x, 4x, ... two runs at a time
     python benchmarks/default_length.py --cap 4    # at most 4x the declared length
