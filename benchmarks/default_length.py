@@ -39,9 +39,9 @@ from study.splits import class_split  # noqa: E402
 from study.training import planned_iterations, train  # noqa: E402
 
 OUT = REPO / "benchmarks" / "results" / "default_length.csv"
-SEARCH = REPO / "reports" / "tables" / "search.csv"  # the default study's best (s, m) over its 4 class splits
+SEARCH = REPO / "reports" / "tables" / "search.csv"  # the default study's best (s, m) over its class splits
 SEEDS = (0, 1)
-STUDY: dict = {}  # each worker process's params and first class split, loaded once by `load_study`
+STUDY: dict = {}  # each process's params, first class split and methods, loaded once by `load_study`
 
 
 def methods() -> dict[str, tuple[str, dict]]:
@@ -52,10 +52,10 @@ def methods() -> dict[str, tuple[str, dict]]:
 
 
 def load_study() -> None:
-    """The default study's params and its first class split, in this process's STUDY."""
+    """The default study's params, its first class split and the methods, in this process's STUDY."""
     params = load_params(str(REPO / "params.yaml"))
     STUDY.update(params=params, sets=class_split(load_dataset(params.data.dataset, params.data.cache_dir),
-                                                 params.data, 0))
+                                                 params.data, 0), methods=methods())
 
 
 def one_run(task: tuple[str, int, int]) -> tuple[pd.DataFrame, dict]:
@@ -66,7 +66,7 @@ def one_run(task: tuple[str, int, int]) -> tuple[pd.DataFrame, dict]:
     per_epoch = max(len(sets["train"]) // params.train.batch_size, 1)
     config = params.train.replace(epochs=math.ceil(iterations / per_epoch), max_iterations=iterations, seed=seed,
                                   threads=1, device="cpu")
-    loss, hyperparameters = methods()[method]
+    loss, hyperparameters = STUDY["methods"][method]
     result = train(sets, loss_name=loss, hyperparameters=hyperparameters, model_config=params.model, config=config,
                    image_size=params.data.image_size, progress=False)
     curve = pd.DataFrame({"method": method, "split": 0, "seed": seed,
@@ -93,10 +93,10 @@ def main() -> None:
             iterations = declared * factor
             rows = done[done["iterations"] == iterations]
             if rows.empty:
-                curves, seconds = zip(*pool.map(one_run, [(method, iterations, seed) for method in methods()
+                curves, seconds = zip(*pool.map(one_run, [(method, iterations, seed) for method in STUDY["methods"]
                                                           for seed in SEEDS]))
                 # The plateau rule as the report applies it, on the mean over each method's runs.
-                rows = plateau_table(pd.concat(curves, ignore_index=True), list(methods())).rename(
+                rows = plateau_table(pd.concat(curves, ignore_index=True), list(STUDY["methods"])).rename(
                     columns={"runs": "seeds", "last_iteration": "iterations"}).astype({"iterations": int})
                 rows = rows.merge(pd.DataFrame(seconds).groupby("method", sort=False).mean().reset_index(),
                                   on="method")

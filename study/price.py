@@ -3,8 +3,9 @@ the whole design, and a cheaper design that asks the same question when the pric
 
 The calibration is one run of the study's first class split as it will train: its model, its loss head at the
 split's training classes, its batch, image size, device and threads per run, for a few dozen steps (at least a
-second of them; a study of fewer than ten times that many, its first ten steps alone), then one evaluation of test (as a final run's learning curve scores it) and one with every metric (as a search trial and
-the evaluate stage score it). Pixels are random stand-ins of the source's image size where the source is generated
+second of them; a study of fewer than ten times that many, its first ten steps alone), then one evaluation of test
+(as a final run's learning curve scores it) and one with every metric (as a search trial and the evaluate stage
+score it). Pixels are random stand-ins of the source's image size where the source is generated
 or held in memory (a kernel's time does not depend on the pixels), the files themselves for a folder: nothing is
 rendered or downloaded. The price is that calibration times each run's planned iterations and evaluations
 (study/training.py's `planned_iterations` and `evaluation_schedule`), over every class split × (search trials +
