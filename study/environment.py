@@ -90,16 +90,17 @@ def c_library() -> str:
 def kernel_capability() -> str:
     """The CPU kernels torch runs in this process's environment (DEFAULT, AVX2, AVX512), found without importing torch.
 
-    torch takes ATEN_CPU_CAPABILITY (lower case) where this CPU supports it, else the best kernels the CPU's flags
-    allow; tests/test_reproducibility.py checks this against torch.backends.cpu.get_cpu_capability(). Off x86-64
-    the rule is torch's own for that architecture, which the CPU's flags do not tell here.
+    torch takes ATEN_CPU_CAPABILITY as asked where it names kernels its x86-64 build has (lower case), without
+    checking the CPU's flags (asked for AVX512 on a CPU without it, torch reports AVX512); otherwise the best kernels
+    the flags allow. tests/test_reproducibility.py checks this against torch.backends.cpu.get_cpu_capability(). Off
+    x86-64 the rule is torch's own for that architecture, which the CPU's flags do not tell here.
     """
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return f"torch's own for {platform.machine() or 'this architecture'}"
     flags = set((cpu_info("flags") or "").split())
     supported = [name for name, needed in KERNEL_FLAGS.items() if needed <= flags]
     asked = os.environ.get("ATEN_CPU_CAPABILITY", "")
-    return asked.upper() if asked.islower() and asked.upper() in supported else supported[0]
+    return asked.upper() if asked.islower() and asked.upper() in KERNEL_FLAGS else supported[0]
 
 
 def machine_summary() -> str:
