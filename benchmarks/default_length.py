@@ -2,7 +2,7 @@
 default study's searched (s, m), on its first class split, at the declared length and at 2×, 4×, ... of it.
 
 Each length here is a whole run of its own (its own cosine schedule, val at the study's log-spaced evaluations), at 2
-seeds, as the study trains them; the plateau rule (study/analysis/convergence.py `plateau_table`: the mean best val so
+seeds, as the study trains them; the plateau rule (study/plateau.py `plateau_table`: the mean best val so
 far rises by under 1% over the second half) is read from their learning curves as the report reads it. Lengths double
 until both methods meet the rule, or up to `--cap` times the declared length. The first rows measured the earlier
 default (80 training classes of `glyphs:160:40`, 500 iterations), which needed 4,000: so the default became 50
@@ -31,7 +31,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from study.analysis.convergence import plateau_table  # noqa: E402
+from study.plateau import plateau_table  # noqa: E402
 from study.config import load_params  # noqa: E402
 from study.environment import cpu_model  # noqa: E402
 from study.sources import load_dataset  # noqa: E402

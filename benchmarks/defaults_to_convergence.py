@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from study.analysis import differences_to_fixed_adacos  # noqa: E402
-from study.analysis.convergence import PLATEAU_RISE, plateau_table  # noqa: E402
+from study.plateau import PLATEAU_RISE, plateau_table  # noqa: E402
 from study.analysis.headline import headline_cells  # noqa: E402
 from study.benchmark.run_pool import run_summary, train_as_the_cell, train_missing_runs  # noqa: E402
 from study.benchmark.trained_on import FACTORS, plateau_rise, run_path, run_scores, taken_length, written  # noqa: E402

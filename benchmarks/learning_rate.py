@@ -130,7 +130,7 @@ def train_one(cells_dir: Path, out: Path, cell_name: str, method: str, factor: f
     """Train one run and write its learning curve and summary (whole files, so a killed run leaves nothing)."""
     import torch
 
-    from study.analysis.convergence import plateau_rise
+    from study.plateau import plateau_rise
     from study.sources import load_dataset
     from study.splits import class_split
     from study.training import train

@@ -77,7 +77,7 @@ def run_path(out: Path, cell: str, method: str, split: int, rate: float, seed: i
 
 def train_one(cells_dir: Path, out: Path, cell: str, method: str, split: int, rate: float, seed: int) -> str:
     """Train one run as the cell's runs stage trains it, at `rate`; write its summary (a whole file, last)."""
-    from study.analysis.convergence import plateau_rise
+    from study.plateau import plateau_rise
 
     params, result = train_as_the_cell(cells_dir, cell, method, split, rate, seed)
     objective = params.train.objective

@@ -307,6 +307,9 @@ class RunsConfig(ParamsModel):
     methods: tuple[Text, ...] = ("fixed_adacos", "dynamic_adacos", "arcface_default")
     fixed: dict[str, FixedRun] = Field(
         default_factory=lambda: {"arcface_default": FixedRun(loss="arcface", s=64.0, m=0.5)})
+    # A method whose final runs, over every class split, miss the plateau rule (study/plateau.py) trains them again at
+    # 2x, 4x, ... the declared length, up to this many times it; 1: never. Search trials keep the declared length.
+    plateau_cap: Int = Field(4, ge=1)
 
     @model_validator(mode="after")
     def _known_methods(self) -> Self:
@@ -451,6 +454,12 @@ class StudyParams(ParamsModel):
     def at_learning_rate(self, lr: float) -> Self:
         """The params of the runs at one learning rate of train.learning_rates (the list stays: what the runs mean)."""
         return self.replace(train=self.train.replace(lr=lr))
+
+    def at_length(self, factor: int) -> Self:
+        """The params of final runs trained `factor` times the declared length (runs.plateau_cap)."""
+        train = self.train
+        return self.replace(train=train.replace(epochs=train.epochs * factor, max_iterations=train.max_iterations
+                                                and train.max_iterations * factor))
 
     def for_split(self, split: int) -> Self:
         """The params of one class split's study: data.seed set to it, data.seeds cleared (what its stages and study

@@ -109,6 +109,8 @@ class Price:
     bound: float
     exact: bool  # False where pruning may stop trials early: then the price is at most
     cheaper: tuple[str, str] | None = None  # (the changes as `dvc exp run -S` arguments, what it costs and gives up)
+    longer_seconds: float = 0.0  # device-seconds of every final run trained again up to runs.plateau_cap, at most
+    plateau_cap: int = 1
 
     @property
     def beyond_bound(self) -> bool:
@@ -136,6 +138,10 @@ class Price:
             f"searches {duration(self.search_seconds)}), {wall} of wall-clock with {packed} and {self.starts} stage "
             "and worker starts; prepare's data and the report's figures come on top",
         ]
+        if self.plateau_cap > 1:
+            lines.append(f"price: a method whose runs miss the plateau rule trains them again at twice the length, up "
+                         f"to {self.plateau_cap}x (runs.plateau_cap): at most {duration(self.longer_seconds)} more "
+                         "device time")
         if self.beyond_bound:
             lines.append(f"price: beyond {duration(self.bound)} on {calibration.device.split(':')[0]}; "
                          + (f"cheaper, the same question: {self.cheaper[0]} ({self.cheaper[1]})" if self.cheaper else
@@ -345,7 +351,7 @@ def priced(params: StudyParams, calibration: Calibration, sizes: list[int], test
     at_once = min(parallel, max(1, cores // calibration.threads))
     # (runs training at a time, whether packed workers start) for the fast and the slow wall-clock
     speedups = ((at_once, True), (1, False)) if gpu else ((at_once, True), (at_once, True))
-    device = search_device = 0.0
+    device = search_device = longer = 0.0
     walls = [0.0, 0.0]
     stages = 3 + 2 * len(search.losses) + len(runs.methods)  # prepare, search, runs, tuned, evaluate, report
     starts = stages
@@ -372,15 +378,24 @@ def priced(params: StudyParams, calibration: Calibration, sizes: list[int], test
         kept = (len(runs.methods) + len(search.losses)) * seeds  # the evaluate stage scores each kept run on test
         device += trials * trial + sum(count * seconds for count, seconds in blocks[len(search.losses):])
         device += kept * calibration.full_test
+        for factor in longer_factors(runs.plateau_cap):
+            extended = planned_iterations(size, params.at_length(factor).train)
+            longer += kept * calibration.run_seconds(extended, len(evaluation_schedule(extended, train)) + 1, True)
         walls = [wall + kept * calibration.full_test for wall in walls]
     process_starts = stages * calibration.process_start
     price = Price(calibration=calibration, device_seconds=device, search_seconds=search_device,
                   wall_seconds=(walls[0] + process_starts, walls[1] + process_starts), runs_at_once=parallel,
                   starts=starts, bound=BOUNDS.get(calibration.device.split(":")[0], BOUNDS["cuda"]),
-                  exact=search.pruner == "none")
+                  exact=search.pruner == "none", longer_seconds=longer, plateau_cap=runs.plateau_cap)
     if propose and price.beyond_bound:
         return replace(price, cheaper=cheaper_design(params, calibration, sizes, test_classes, price.bound))
     return price
+
+
+def longer_factors(cap: int) -> list[int]:
+    """The lengths, as multiples of the declared one, that runs missing the plateau rule train again at: 2, 4, ...
+    up to `cap` (runs.plateau_cap)."""
+    return [2 ** power for power in range(1, cap.bit_length()) if 2 ** power <= cap]
 
 
 def block_wall(count: int, seconds: float, at_once: int, spawned: int, worker_start: float) -> float:

@@ -20,6 +20,9 @@ from optuna.trial import TrialState
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)  # FAIL: only a diverged training counts
 KINDS = ("search/", "final/")  # the studies of trainings (study/study_names.py); a name with '@' is one moved aside
+# A runs study trained again longer (runs.plateau_cap) records each run's planned iterations under this: its
+# trainings come on top of the study's declared ones, which `announce` was told.
+PLANNED = "planned_iterations"
 
 
 def duration(seconds: float) -> str:
@@ -76,6 +79,12 @@ def study_progress(storage: optuna.storages.BaseStorage, namespace: str, total: 
         name = study.study_name
         if not name.startswith(namespace) or "@" in name or not name[len(namespace):].startswith(KINDS):
             continue
+        if PLANNED in study.user_attrs:  # runs trained again longer: a training a seed more to do
+            trials = storage.get_all_trials(storage.get_study_id_from_name(name), deepcopy=False)
+            seeds = {trial.user_attrs.get("seed") for trial in trials}
+            total += len(seeds - {None})
+            if total_iterations is not None:
+                total_iterations += len(seeds - {None}) * int(study.user_attrs[PLANNED])
         for trial in storage.get_all_trials(storage.get_study_id_from_name(name), deepcopy=False, states=FINISHED):
             trained = trial.state != TrialState.FAIL or trial.user_attrs.get("status") == "diverged"
             if trained and trial.datetime_start is not None and trial.datetime_complete is not None:

@@ -39,13 +39,16 @@ KIND = "runs"
 LOST = "lost_checkpoints"
 
 
-def runs_study_name(method: str, params: StudyParams, root: str | Path = ".", early: bool = False) -> str:
+def runs_study_name(method: str, params: StudyParams, root: str | Path = ".", early: bool = False,
+                    factor: int = 1) -> str:
     """The study of `method`'s runs on one class split: `final/fixed_adacos/split0`, `final/arcface_tuned/split0` (see
     study/study_names.py `namespace` for the study in folder `root` sharing a database with others)."""
     # With train.learning_rates each rate's runs are a study of their own: `final/fixed_adacos/split0/lr0.009`, and
     # with train.choose_at its runs until val chooses the rate another: `final/fixed_adacos/split0/lr0.009/early`.
+    # Runs trained again longer (runs.plateau_cap) another: `final/fixed_adacos/split0/x2`, beside the shorter ones.
     rate = f"/lr{params.train.lr:g}" if params.train.learning_rates else ""
-    return f"{namespace(params, root)}final/{method}/split{params.data.seed}{rate}{'/early' if early else ''}"
+    longer = f"/x{factor}" if factor != 1 else ""
+    return f"{namespace(params, root)}final/{method}/split{params.data.seed}{rate}{'/early' if early else ''}{longer}"
 
 
 def legacy_runs_study_name(method: str, loss: str, hyperparameters: dict, params: StudyParams) -> str:
@@ -71,15 +74,20 @@ def _is_done(trial: FrozenTrial, lost=frozenset()) -> bool:
 
 
 def open_runs(method: str, loss: str, hyperparameters: dict, params: StudyParams, storage,
-              root: str | Path = ".", early: bool = False) -> optuna.Study:
+              root: str | Path = ".", early: bool = False, factor: int = 1) -> optuna.Study:
     """The runs study of `method`, with a trial queued for every seed of runs.seeds that has none done or under way
     (a done seed whose checkpoint under `root` is lost counts as none: see `retire_lost_checkpoints`). `early`: its
-    runs until val chooses the learning rate, which keep no checkpoint (test never reads them)."""
-    study = open_current(runs_study_name(method, params, root, early), runs_meaning(loss, hyperparameters, params, early),
-                         storage, params.train.objective, stores=[Path(root) / CHECKPOINT_STORE],
-                         legacy=None if early else legacy_runs_study_name(method, loss, hyperparameters, params))
+    runs until val chooses the learning rate, which keep no checkpoint (test never reads them). `factor`: its runs at
+    that many times the declared length (runs.plateau_cap)."""
+    longer = params.at_length(factor)
+    study = open_current(runs_study_name(method, params, root, early, factor),
+                         runs_meaning(loss, hyperparameters, longer, early), storage, params.train.objective,
+                         stores=[Path(root) / CHECKPOINT_STORE],
+                         legacy=None if early or factor != 1 else legacy_runs_study_name(method, loss, hyperparameters,
+                                                                                         params))
     set_missing_user_attrs(study, {"kind": KIND, "method": method, "loss": loss, "hyperparameters": hyperparameters,
-                                   "split": params.data.seed, "lr": params.train.lr, "early": early})
+                                   "split": params.data.seed, "lr": params.train.lr, "early": early,
+                                   "length_factor": factor})
     retire_lost_checkpoints(study, root)
     lost = lost_trials(study)
     trials = study.get_trials(deepcopy=False)
@@ -296,9 +304,10 @@ def join_runs(params: StudyParams, storage, sets: dict[str, ImageSet], root: str
             continue
         # Its learning rate: one of train.learning_rates, or a tuned loss's searched one (its meaning checks it).
         at = params.at_learning_rate(attrs["lr"]) if "lr" in attrs else params
-        early = bool(attrs.get("early"))
-        if summary.study_name != runs_study_name(attrs["method"], at, root, early):
+        early, factor = bool(attrs.get("early")), int(attrs.get("length_factor", 1))
+        if summary.study_name != runs_study_name(attrs["method"], at, root, early, factor):
             continue  # another class split's runs, or runs kept aside
+        at = at.at_length(factor)
         study = load_current(summary.study_name, runs_meaning(attrs["loss"], attrs["hyperparameters"], at, early),
                              storage)
         if study is None:

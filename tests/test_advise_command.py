@@ -44,7 +44,7 @@ def digits_study(root, seeds=(0, 1), runs=(0, 1), **search):
         "model": {"name": "mlp", "embedding_size": 16},
         "train": {"epochs": 1, "batch_size": 128, "eval_every": 5, "device": "cpu", "lr": 0.01,
                   "objective": "accuracy", "threads": 1, "parallel": 1},
-        "search": {"n_trials": 4, **search}, "runs": {"seeds": list(runs), "methods": ["fixed_adacos"]}})
+        "search": {"n_trials": 4, **search}, "runs": {"seeds": list(runs), "methods": ["fixed_adacos"], "plateau_cap": 1}})
     write_params(params, root / "params.yaml", "test")
     for seed in seeds:
         sets = split_dataset(load_dataset("digits"), "closed", SPLIT, seed=seed)

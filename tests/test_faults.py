@@ -42,7 +42,7 @@ def study_folder(root: Path, train: dict | None = None, runs_seeds: tuple[int, .
               "model": {"name": "mlp", "embedding_size": 16},
               "train": {"epochs": 1, "batch_size": 128, "eval_every": 4, "device": "cpu", "lr": 0.01,
                         "objective": "accuracy", **(train or {})},
-              "search": {"n_trials": 8, **search}, "runs": {"seeds": list(runs_seeds)}}
+              "search": {"n_trials": 8, **search}, "runs": {"seeds": list(runs_seeds), "plateau_cap": 1}}
     write_params(load_params_from(params), root / "params.yaml", "fault test")
     sets = split_dataset(load_dataset("digits"), "closed", (0.6, 0.2, 0.2), seed=0)
     save_splits(sets, root / prepared_dir(0), source="digits", protocol="closed", seed=0, fractions=(0.6, 0.2, 0.2))

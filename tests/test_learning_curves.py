@@ -12,8 +12,7 @@ import pytest
 import torch
 
 from study.analysis.comparison import equivalence_margin
-from study.analysis.convergence import (PLATEAU_RISE, best_so_far_at, plateau_rise, plateau_stop, plateau_table,
-                                        stopped_runs)
+from study.plateau import PLATEAU_RISE, best_so_far_at, plateau_rise, plateau_stop, plateau_table, stopped_runs
 from study.analysis.learning_curves import crossover, difference_curve, learning_curves_table
 from study.benchmark.long_cell import write_long_cell_report
 from study.benchmark.meta import RELATIVE_MARGIN

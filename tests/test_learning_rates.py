@@ -74,7 +74,7 @@ def study_at_two_rates(root, choose_at, tuned=True):
         "train": {"epochs": 3, "batch_size": 128, "eval_every": 4, "eval_points": None, "device": "cpu",
                   "lr": 0.01, "learning_rates": RATES, "choose_at": choose_at, "objective": "accuracy",
                   "threads": 1, "parallel": 1},
-        "search": {"n_trials": 4}, "runs": {"seeds": [0, 1], "methods": ["fixed_adacos"]}})
+        "search": {"n_trials": 4}, "runs": {"seeds": [0, 1], "methods": ["fixed_adacos"], "plateau_cap": 1}})
     write_params(params, root / "params.yaml", "test")
     sets = split_dataset(load_dataset("digits"), "closed", SPLIT, seed=0)
     save_splits(sets, root / prepared_dir(0), source="digits", protocol="closed", seed=0, fractions=SPLIT)

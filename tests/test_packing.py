@@ -39,7 +39,7 @@ def checkout(root, digits, parallel):
         "train": {"epochs": 25, "batch_size": 128, "eval_every": 5, "device": "cpu", "lr": 0.01,
                   "objective": "accuracy", "threads": 1, "parallel": parallel},
         "search": {"n_trials": 6},
-        "runs": {"seeds": [0, 1, 2, 3], "methods": ["fixed_adacos"]}})
+        "runs": {"seeds": [0, 1, 2, 3], "methods": ["fixed_adacos"], "plateau_cap": 1}})
     write_params(params, root / "params.yaml", "test")
     save_splits(digits, root / prepared_dir(0), source="digits", protocol="closed", seed=0, fractions=SPLIT)
     return root

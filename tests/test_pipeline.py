@@ -30,7 +30,7 @@ def make_study_copy(root: Path, **overrides) -> Path:
     params["model"].update(name="mlp", embedding_size=16)
     params["train"].update(epochs=2, eval_every=4, device="cpu", lr=0.01)
     params["search"].update(n_trials=4)
-    params["runs"].update(seeds=[0, 1])
+    params["runs"].update(seeds=[0, 1], plateau_cap=1)  # the declared length: this tests the stages
     params["analysis"].update(n_bootstrap=200)
     params["data"]["protocol"] = "closed"  # digits has 10 classes: too few to split into train, val and test sets
     params["train"]["objective"] = "accuracy"

@@ -54,6 +54,12 @@ def test_the_price_is_the_design_counted_by_hand():
     # evaluate, report).
     assert price.wall_seconds == pytest.approx((2 * per_split + 7 * 5.0,) * 2)
     assert price.exact and not price.beyond_bound
+    # Every kept run trained again at 2x (200 steps, 21 evaluations: 0.5 + 2 + 21 × 0.3 = 8.8 s) and 4x (400 steps,
+    # 41 evaluations: 16.8 s), the worst case of runs.plateau_cap 4; none with a cap of 1.
+    assert price.longer_seconds == pytest.approx(2 * 6 * (8.8 + 16.8 + 2 * RUN_BOOKKEEPING))
+    assert "up to 4x (runs.plateau_cap)" in price.lines()[-1]
+    never = priced(params.replace(runs=params.runs.replace(plateau_cap=1)), calibration(), [1000, 1000], 10)
+    assert never.longer_seconds == 0 and len(never.lines()) == 2
 
 
 def test_choosing_the_rate_early_is_priced_as_every_rate_until_the_choice_and_the_chosen_one_to_the_end():
@@ -197,16 +203,18 @@ def test_validate_prints_the_price_to_the_terminal_only_and_study_plan_prints_it
     stages.validate.main()
     said = capsys.readouterr()
     assert said.out.startswith("params.yaml passed; the study makes 9 trainings") and "price" not in said.out
-    price = [line for line in said.err.splitlines() if line.startswith("price: ")]
-    assert len(price) == 2 and price[0].startswith("price: calibrated on cpu in ")
+    # The price's own lines; a calibration slowed by a loaded machine also says how it goes ("price: calibrating").
+    price = [line for line in said.err.splitlines() if line.startswith("price: ") and "calibrating" not in line]
+    assert len(price) == 3 and price[0].startswith("price: calibrated on cpu in ")
     assert " of device time (the searches " in price[1] and "of wall-clock with one run at a time" in price[1]
     assert (tmp_path / VALIDATED).read_bytes() == VALIDATED_TEXT.encode()  # the same bytes, whatever the price
 
     assert cli.main(["plan"]) == 0
     planned = capsys.readouterr().out.splitlines()
     assert planned[0].startswith("params.yaml passed; the study makes 9 trainings")
-    lines = [line for line in planned if line.startswith("price: ")]
-    assert len(lines) == 2 and lines[0].startswith("price: calibrated on cpu") and " of device time " in lines[1]
+    lines = [line for line in planned if line.startswith("price: ") and "calibrating" not in line]
+    assert len(lines) == 3 and lines[0].startswith("price: calibrated on cpu") and " of device time " in lines[1]
+    assert "trains them again at twice the length, up to 4x (runs.plateau_cap)" in lines[2]
 
 
 def test_a_slow_calibration_says_what_its_first_run_measured_and_how_long_the_rest_will_take():

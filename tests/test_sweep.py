@@ -394,7 +394,7 @@ def test_a_real_sweep_through_dvc_reruns_nothing_when_unchanged_and_only_the_rep
     root = study_repository(tmp_path / "repo")
     tiny = ["data.dataset=digits", "data.protocol=closed", "model.name=mlp", "model.embedding_size=16", "train.epochs=1",
             "train.eval_every=5", "train.device=cpu", "train.parallel=1", "search.n_trials=2", "runs.seeds=[0]",
-            "runs.methods=[fixed_adacos]", "analysis.n_bootstrap=100"]
+            "runs.methods=[fixed_adacos]", "runs.plateau_cap=1", "analysis.n_bootstrap=100"]
     arguments = ["sweep", "--classes", "10", "--preset", "default", "--dataset-template", "digits", "--out", "sweeps",
                  "--report-dir", "agg", *(word for assignment in tiny for word in ("--set", assignment))]
     monkeypatch.chdir(root)

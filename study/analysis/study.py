@@ -22,8 +22,8 @@ from study.analysis.convergence import (
     crossings_table,
     final_gap_tests,
     mean_curves,
-    plateau_table,
 )
+from study.plateau import plateau_table
 from study.analysis.learning_curves import (DIFFERENCE_CURVE_COLUMNS, crossover_table, difference_curve,
                                            learning_curves_table)
 from study.analysis.tuning import _trial_draws, reference_bands, seed_luck_over_splits, tuning_budget

@@ -14,7 +14,7 @@ import pandas as pd
 
 from study.analysis import (REFERENCE_METHOD, TEST_PREFIX, count_or_none, differences_to_fixed_adacos,
                             expected_selected_after_n_trials, seed_luck)
-from study.analysis.convergence import PLATEAU_RISE, plateau_rise, plateau_table
+from study.plateau import PLATEAU_RISE, plateau_rise, plateau_table
 from study.analysis.rate_selection import selection_bias_bound
 from study.analysis.verdict import difference_row, recommendation_rule
 from study.benchmark.rate_edges import rate_edges
@@ -201,7 +201,7 @@ def learning_curves(directory: str | Path) -> pd.DataFrame | None:
 
 
 def cell_plateau(directory: str | Path) -> tuple[dict[str, float], str]:
-    """Per method, the plateau rule's rise over the second half of training (study.analysis.convergence), and what it
+    """Per method, the plateau rule's rise over the second half of training (study.plateau), and what it
     was read from: every run's learning curve (tables/learning_curves.csv), or, in cells written before runs kept
     theirs, the mean val curve over runs (tables/curves.csv)."""
     curves = learning_curves(directory)

@@ -11,7 +11,7 @@ import pandas as pd
 
 import study.report.formats as fmt
 from study.analysis import REFERENCE_METHOD, differences_to_fixed_adacos
-from study.analysis.convergence import stopped_runs
+from study.plateau import stopped_runs
 from study.benchmark.long_cell import seconds_per_iteration
 from study.analysis.headline import headline_cells
 from study.report import method_name
@@ -64,7 +64,7 @@ def benchmark_seconds(rows: pd.DataFrame) -> dict:
 
 def plateau_stop_table(curves: dict[str, pd.DataFrame], floors=STOP_FLOORS) -> pd.DataFrame:
     """Per floor and cell (`curves`: each cell's learning_curves.csv), what stopping every final run at its plateau
-    (study.analysis.convergence.stopped_runs) would have trained and changed: the iterations, tuned ArcFace − Fixed
+    (study.plateau.stopped_runs) would have trained and changed: the iterations, tuned ArcFace − Fixed
     AdaCos in % of Fixed AdaCos's score over the whole curves and stopped, and the largest loss of any method's mean
     test score in % of Fixed AdaCos's."""
     rows = []

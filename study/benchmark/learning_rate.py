@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 import study.report.formats as fmt
-from study.analysis.convergence import PLATEAU_RISE
+from study.plateau import PLATEAU_RISE
 from study.learning_rates import choose_rate
 from study.report.document import Section, Table
 from study.report.formats import method_name, metric_name

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from study.analysis.convergence import PLATEAU_RISE, plateau_table
+from study.plateau import PLATEAU_RISE, plateau_table
 from study.analysis.learning_curves import crossover_table, difference_curve, learning_curves_table
 from study.benchmark.meta import RELATIVE_MARGIN
 import study.report.formats as fmt

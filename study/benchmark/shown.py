@@ -11,7 +11,7 @@ import pandas as pd
 
 import study.report.formats as fmt
 from study.analysis import published_beside_prediction
-from study.analysis.convergence import PLATEAU_RISE
+from study.plateau import PLATEAU_RISE
 from study.analysis.headline import headline_cells, rate_chosen
 from study.analysis.published_comparisons import InsideByChance, inside_by_chance
 from study.benchmark.meta import (RELATIVE_MARGIN, SCOPES, length_by_source)

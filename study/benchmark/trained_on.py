@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from study.analysis import differences_to_fixed_adacos
-from study.analysis.convergence import PLATEAU_RISE, plateau_table
+from study.plateau import PLATEAU_RISE, plateau_table
 
 FOLDER = "defaults_to_convergence"
 FACTORS = (2, 4)  # the declared lengths, × the cell's iterations; 4× is the cap

@@ -116,7 +116,9 @@ def _conditions(plateau: pd.DataFrame, compared: list[str], manifest: dict) -> s
     found = plateau.set_index("method") if len(plateau) else pd.DataFrame()
     if found.empty:
         return f"It holds for {data}, at the training length used here."
-    iterations = fmt.iterations(found["last_iteration"].max())
+    lengths = found.loc[[method for method in compared if method in found.index] or found.index, "last_iteration"]
+    iterations = fmt.iterations(lengths.max()) if lengths.nunique() == 1 else \
+        f"{fmt.iterations(lengths.min())}–{fmt.iterations(lengths.max())}"  # trained longer until the plateau
     still = [f"{fmt.method_name(method)} {fmt.rise(found.loc[method, 'rise'])}" for method in compared
              if method in found.index and not found.loc[method, "converged"]]
     if still:

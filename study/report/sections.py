@@ -493,25 +493,29 @@ def convergence_sentence(analysis: StudyAnalysis) -> str:
     plateau = analysis.plateau.set_index("method")
     if plateau.empty:
         return ""
-    last = fmt.iterations(plateau["last_iteration"].max())
+    lengths = plateau["last_iteration"]
     converged = [method_name(m) for m in analysis.methods if m in plateau.index and plateau.loc[m, "converged"]]
     not_converged = [f"{method_name(m)} ({fmt.rise(plateau.loc[m, 'rise'])})" for m in analysis.methods
                      if m in plateau.index and not plateau.loc[m, "converged"]]
     compared = [REFERENCE_METHOD] + [m for m in analysis.methods if m.endswith("_tuned")][:1]
     short = any(m in plateau.index and not plateau.loc[m, "converged"] for m in compared)
-    parts = [f"Every run trained {last} iterations and kept the checkpoint val selected."]
+    each = fmt.listing([f"{method_name(m)} {fmt.iterations(lengths[m])}" for m in analysis.methods if m in lengths])
+    lead = (f"Every run trained {fmt.iterations(lengths.max())} iterations and" if lengths.nunique() == 1 else
+            f"Each method trained until its runs met the plateau rule, up to runs.plateau_cap ({each} iterations); "
+            "every run")
+    parts = [f"{lead} kept the checkpoint val selected."]
     if converged:
         parts.append(f"Converged (best val rose under 1% over the second half): {fmt.listing(converged)}.")
     if not_converged:
         parts.append(f"Still improving: {fmt.listing(not_converged)}.")
     parts.append(f"So this answer is for training this short, not for converged models; train "
-                 f"{train_next(analysis.plateau)} iterations (train.epochs or train.max_iterations) and check again "
-                 "for the converged answer." if short else "So the answer compares converged models.")
+                 f"{train_next(analysis.plateau)} iterations (train.epochs, or a larger runs.plateau_cap) and check "
+                 "again for the converged answer." if short else "So the answer compares converged models.")
     return " ".join(parts)
 
 
 def plateau_shown(plateau: pd.DataFrame) -> Table:
-    """study.analysis.convergence.plateau_table as the reader sees it."""
+    """study.plateau.plateau_table as the reader sees it."""
     rows = [{"method": method_name(row.method), "converged": "yes" if row.converged else "no",
              "runs meeting the rule": f"{row.runs_converged} of {row.runs}",
              "best val at half-way": fmt.score(row.best_at_half), "at the end": fmt.score(row.best_at_end),
@@ -585,13 +589,9 @@ def report_sections(analysis: StudyAnalysis, params: StudyParams, manifest: dict
         benchmark_section(beside_benchmark(analysis, benchmark_numbers)),
         benchmark_form_section(analysis, params.analysis.score_share(METRIC_KIND[analysis.objective])),
         Section("What this answers", [answers]),
-        setup_section(analysis, params, manifest),
-        tuning_section(analysis, figures_after_answer),
-        final_section(analysis, figures),
-        convergence_section(analysis, figures),
-        crossings_section(analysis, figures),
-        angles_section(analysis, figures),
-        landscape_section(analysis, figures),
+        setup_section(analysis, params, manifest), tuning_section(analysis, figures_after_answer),
+        final_section(analysis, figures), convergence_section(analysis, figures),
+        crossings_section(analysis, figures), angles_section(analysis, figures), landscape_section(analysis, figures),
         *([reproduction_section(published_setup(params.report.reproduce), reproduction, manifest)]
           if params.report.reproduce and reproduction is not None else []),
         footer_section(environment),
