@@ -20,6 +20,7 @@ import argparse
 import datetime
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -65,6 +66,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=OUT, help="the CSV the row is appended to")
     parser.add_argument("--own-folder", metavar="CLASSES:PER_CLASS",
                         help="run on a folder of that many glyph classes and images a class instead of the default data")
+    parser.add_argument("--keep-report", type=Path, metavar="DIR",
+                        help="copy the study's reports/ folder here before the clone is deleted")
     arguments = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         clone = Path(folder) / "clone"
@@ -82,6 +85,8 @@ def main() -> None:
         subprocess.run([sys.executable, "-m", "dvc", "repro"], cwd=clone, env=env, check=True)
         wall, cpu = time.perf_counter() - began, children_cpu_seconds() - cpu_before
         plateau = pd.read_csv(clone / "reports" / "tables" / "plateau.csv").set_index("method")
+        if arguments.keep_report:
+            shutil.copytree(clone / "reports", arguments.keep_report, dirs_exist_ok=True)
         params = load_params(str(clone / "params.yaml"), build_losses=False)
     dataset = f"own folder of {arguments.own_folder} glyphs" if arguments.own_folder else params.data.dataset
     row = {"date": datetime.date.today().isoformat(), "commit": commit, "cpu": cpu_model(), "cores": os.cpu_count(),
@@ -94,13 +99,17 @@ def main() -> None:
     for method in plateau.index:  # each method's length: the declared one, or longer where it trained again
         row[f"{method}_iterations"] = int(plateau.loc[method, "last_iteration"])
     earlier = pd.read_csv(arguments.out) if arguments.out.is_file() else pd.DataFrame()
-    pd.concat([earlier, pd.DataFrame([row])], ignore_index=True).to_csv(arguments.out, index=False)
+    rows = pd.concat([earlier, pd.DataFrame([row])], ignore_index=True)
+    lengths = [column for column in rows if column.endswith("_iterations")]  # empty in rows from before they were kept
+    rows.astype({column: "Int64" for column in lengths}).to_csv(arguments.out, index=False)
     converged = all(row[f"{method}_converged"] for method in JUDGED)
     rises = ", ".join(f"{method} {row[f'{method}_rise']:+.2%}" for method in JUDGED)
-    print(f"the default study from nothing cached: {duration(wall)} of wall-clock ({duration(cpu)} of CPU) on "
+    study = f"the shipped params on {dataset}" if arguments.own_folder else "the default study"
+    print(f"{study} from nothing cached: {duration(wall)} of wall-clock ({duration(cpu)} of CPU) on "
           f"{row['cores']} cores of {row['cpu']}; rise over the second half {rises}: "
-          f"{'converged' if converged else 'still improving'}; goal {duration(GOAL_SECONDS)} converged: "
-          f"{'met' if converged and wall <= GOAL_SECONDS else 'not met'}", flush=True)
+          f"{'converged' if converged else 'still improving'}"
+          + ("" if arguments.own_folder else f"; goal {duration(GOAL_SECONDS)} converged: "
+             f"{'met' if converged and wall <= GOAL_SECONDS else 'not met'}"), flush=True)
 
 
 if __name__ == "__main__":

@@ -205,7 +205,7 @@ def test_validate_prints_the_price_to_the_terminal_only_and_study_plan_prints_it
     assert said.out.startswith("params.yaml passed; the study makes 9 trainings") and "price" not in said.out
     # The price's own lines; a calibration slowed by a loaded machine also says how it goes ("price: calibrating").
     price = [line for line in said.err.splitlines() if line.startswith("price: ") and "calibrating" not in line]
-    assert len(price) == 3 and price[0].startswith("price: calibrated on cpu in ")
+    assert len(price) == 3 and price[0].startswith("price: calibrated on cpu in "), said.err
     assert " of device time (the searches " in price[1] and "of wall-clock with one run at a time" in price[1]
     assert (tmp_path / VALIDATED).read_bytes() == VALIDATED_TEXT.encode()  # the same bytes, whatever the price
 
@@ -213,7 +213,8 @@ def test_validate_prints_the_price_to_the_terminal_only_and_study_plan_prints_it
     planned = capsys.readouterr().out.splitlines()
     assert planned[0].startswith("params.yaml passed; the study makes 9 trainings")
     lines = [line for line in planned if line.startswith("price: ") and "calibrating" not in line]
-    assert len(lines) == 3 and lines[0].startswith("price: calibrated on cpu") and " of device time " in lines[1]
+    assert len(lines) == 3 and lines[0].startswith("price: calibrated on cpu") and " of device time " in lines[1], \
+        planned
     assert "trains them again at twice the length, up to 4x (runs.plateau_cap)" in lines[2]
 
 
