@@ -58,8 +58,9 @@ def main() -> None:
                 chosen = {split: run_split(args, params.for_split(split), storage, split, factor, lr)
                           for split, (lr, _) in chosen.items()}
             if rise is not None:
-                print(f"{method_of(args)}: best val still rose {rise:.1%} at {factor}x the declared length, "
-                      f"runs.plateau_cap; the report says so", flush=True)
+                print(f"{method_of(args)}: best val still rose {rise:.1%} over the second half at {factor}x the "
+                      f"declared length, the most runs.plateau_cap ({params.runs.plateau_cap}) allows; the report says "
+                      "it is still improving", flush=True)
             for split, (lr, study) in chosen.items():
                 at = params.for_split(split).at_learning_rate(lr).at_length(factor)
                 runs, history = collect_runs(study, at, runs_dir(method_of(args), split))
