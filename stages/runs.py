@@ -21,7 +21,7 @@ from study.results import (JOURNAL, prepared_dir, prepared_train_sizes, read_jso
                            write_csv)
 from study.runs import collect_runs, done_seeds, open_runs, packed_service, serve_runs
 from study.splits import load_splits
-from study.plateau import PLATEAU_RISE, plateau_table
+from study.plateau import PLATEAU_RISE, longer_factors, plateau_table
 from study.progress import PLANNED, announce
 from study.study_names import namespace
 from study.validation import study_cost
@@ -47,16 +47,16 @@ def main() -> None:
                      cost.iterations if cost.exact else None)
             splits = params.data.split_seeds()
             chosen = {split: run_split(args, params.for_split(split), storage, split) for split in splits}
-            factor = 1
-            # Until the method's runs meet the plateau rule: trained again at twice the length, up to the cap.
-            while (rise := short_of_plateau(args, params, chosen, factor)) is not None \
-                    and 2 * factor <= params.runs.plateau_cap:
-                factor *= 2
+            factor, rise = 1, short_of_plateau(args, params, chosen, 1)
+            # Until the method's runs meet the plateau rule: trained again at 2x, 4x, ... the length, up to the cap.
+            for factor in longer_factors(params.runs.plateau_cap) if rise is not None else []:
                 print(f"{method_of(args)}: best val still rose {rise:.1%} over the second half of its runs (plateau "
                       f"rule: under {PLATEAU_RISE:.0%}); every seed of every class split trains again at {factor}x "
                       f"the length (runs.plateau_cap {params.runs.plateau_cap})", flush=True)
                 chosen = {split: run_split(args, params.for_split(split), storage, split, factor, lr)
                           for split, (lr, _) in chosen.items()}
+                if (rise := short_of_plateau(args, params, chosen, factor)) is None:
+                    break
             if rise is not None:
                 print(f"{method_of(args)}: best val still rose {rise:.1%} over the second half at {factor}x the "
                       f"declared length, the most runs.plateau_cap ({params.runs.plateau_cap}) allows; the report says "

@@ -113,3 +113,9 @@ def stopped_runs(curves: pd.DataFrame, earliest_share: float) -> pd.DataFrame:
                      "stop_iteration": steps[stop], "test": tests[np.nanargmax(values)],
                      "test_stopped": tests[np.nanargmax(values[:stop + 1])]})
     return pd.DataFrame(rows, columns=STOPPED_COLUMNS)
+
+
+def longer_factors(cap: int) -> list[int]:
+    """The lengths, as multiples of the declared one, that runs missing the plateau rule train again at: 2, 4, ...
+    up to `cap` (runs.plateau_cap)."""
+    return [2 ** power for power in range(1, cap.bit_length()) if 2 ** power <= cap]

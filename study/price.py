@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from study.cautions import cautions, scale_range_note
+from study.plateau import longer_factors
 from study.progress import duration
 from study.config import StudyParams
 from study.sources import ImageSet, image_shape
@@ -390,12 +391,6 @@ def priced(params: StudyParams, calibration: Calibration, sizes: list[int], test
     if propose and price.beyond_bound:
         return replace(price, cheaper=cheaper_design(params, calibration, sizes, test_classes, price.bound))
     return price
-
-
-def longer_factors(cap: int) -> list[int]:
-    """The lengths, as multiples of the declared one, that runs missing the plateau rule train again at: 2, 4, ...
-    up to `cap` (runs.plateau_cap)."""
-    return [2 ** power for power in range(1, cap.bit_length()) if 2 ** power <= cap]
 
 
 def block_wall(count: int, seconds: float, at_once: int, spawned: int, worker_start: float) -> float:

@@ -79,13 +79,13 @@ def study_progress(storage: optuna.storages.BaseStorage, namespace: str, total: 
         name = study.study_name
         if not name.startswith(namespace) or "@" in name or not name[len(namespace):].startswith(KINDS):
             continue
+        trials = storage.get_all_trials(storage.get_study_id_from_name(name), deepcopy=False)
         if PLANNED in study.user_attrs:  # runs trained again longer: a training a seed more to do
-            trials = storage.get_all_trials(storage.get_study_id_from_name(name), deepcopy=False)
-            seeds = {trial.user_attrs.get("seed") for trial in trials}
-            total += len(seeds - {None})
+            seeds = len({trial.user_attrs.get("seed") for trial in trials} - {None})
+            total += seeds
             if total_iterations is not None:
-                total_iterations += len(seeds - {None}) * int(study.user_attrs[PLANNED])
-        for trial in storage.get_all_trials(storage.get_study_id_from_name(name), deepcopy=False, states=FINISHED):
+                total_iterations += seeds * int(study.user_attrs[PLANNED])
+        for trial in (trial for trial in trials if trial.state in FINISHED):
             trained = trial.state != TrialState.FAIL or trial.user_attrs.get("status") == "diverged"
             if trained and trial.datetime_start is not None and trial.datetime_complete is not None:
                 seconds.append((trial.datetime_complete - trial.datetime_start).total_seconds())
