@@ -18,6 +18,10 @@ STUDY_FILES = ["dvc.yaml", "params.yaml", "stages", "study", ".dvc/config", ".dv
 # thread, where torch's default of one per core would oversubscribe the cores, its threads spinning as they wait.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+# Every `python -m study.cli` a test starts finds this checkout's code, installed (`pip install -e .`) or not; a
+# process started in a copied study (its cwd first on sys.path) still runs the copy.
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+
 # Every stage a test starts is a new Python process that imports the study's code; compiled once here (into the
 # ignored __pycache__ folders, which DVC ignores too) and copied with the code, it is not compiled again in each.
 for package in ("study", "stages"):
