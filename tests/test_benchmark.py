@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from study.benchmark import CELL_INPUTS, cell_finished, cells_to_run, load_plan, write_benchmark
-from study.benchmark.plan import planned_iterations
+from study.benchmark.plan import planned_iterations, trained_iterations
 from study.search import tpe_startup_trials
 from study.benchmark.pipelines import plain_params
 from study.many_studies import StudiesError
@@ -229,6 +229,26 @@ def test_a_finished_cell_whose_source_is_absent_here_keeps_the_iterations_it_tra
     facts = json.loads(plan.to_json(tmp_path / "bench"))["cells"]
     assert facts[2]["iterations"] == 120
     assert facts[0]["iterations"] == json.loads(plan.to_json())["cells"][0]["iterations"] > 0  # counted, as before
+    # Learning curves name each split: the plan's count is the first split's, though another trained longer.
+    (tables / "learning_curves.csv").write_text("method,split,seed,iteration,val,test\nfixed_adacos,0,0,100,0.4,0.3\n"
+                                                "fixed_adacos,1,0,140,0.4,0.3\nfixed_adacos,2,0,90,0.4,0.3\n")
+    assert json.loads(plan.to_json(tmp_path / "bench"))["cells"][2]["iterations"] == 100
+
+
+def test_a_committed_cells_curves_give_the_iterations_its_plan_counts_from_its_data():
+    """Where a committed cell's source is here, the iterations its first class split trained (read from its learning
+    curves, what plan.json keeps where the source is absent) are those its data counts: the other splits, with
+    other training classes, train other lengths and are not the plan's."""
+    plan = load_plan(REPO / "presets" / "benchmark" / "full.yaml")
+    compared = 0
+    for cell in plan.cells:
+        folder = REPO / "benchmarks" / "cells" / cell.name
+        counted = planned_iterations(cell.params)
+        if counted is None or not (folder / "reports" / "tables" / "learning_curves.csv").exists():
+            continue
+        assert trained_iterations(folder, cell.params.data.split_seeds()[0]) == counted, cell.name
+        compared += 1
+    assert compared >= 10
 
 
 @pytest.mark.parametrize("text, message", [

@@ -59,7 +59,8 @@ class Cell:
         return {"name": self.name, "configuration": self.configuration, "tuner": self.tuner, "primary": self.primary,
                 "source": source_of(params.data.dataset), "dataset": params.data.dataset,
                 "longer_of": self.longer_of,
-                "iterations": trained_iterations(directory) if planned is None and directory else planned,
+                "iterations": (trained_iterations(directory, params.data.split_seeds()[0]) if planned is None and directory
+                               else planned),
                 "protocol": params.data.protocol, "train_classes": self.train_classes,
                 "objective": params.train.objective, "losses": list(params.search.losses),
                 "sampler": params.search.sampler, "repeats": params.search.repeats, "pruner": params.search.pruner,
@@ -114,10 +115,18 @@ def planned_runs(params: StudyParams) -> int:
     return study_cost(params, None).trainings
 
 
-def trained_iterations(directory: Path) -> int | None:
-    """The iterations a finished cell's runs trained, read from its committed curves; None before it reported."""
+def trained_iterations(directory: Path, split: int) -> int | None:
+    """The iterations a finished cell's runs trained on class split `split`, as planned_iterations counts them (each
+    split's training classes set its length), read from its committed learning curves; from its curves over every
+    split in a cell that reported before those were written; None before it reported."""
+    tables = directory / REPORT_DIR / "tables"
     try:
-        with (directory / REPORT_DIR / "tables" / "curves.csv").open(encoding="utf-8") as curves:
+        with (tables / "learning_curves.csv").open(encoding="utf-8") as curves:
+            return max(int(row["iteration"]) for row in csv.DictReader(curves) if int(row["split"]) == split)
+    except (OSError, KeyError, ValueError):  # no learning curves, or none of that split
+        pass
+    try:
+        with (tables / "curves.csv").open(encoding="utf-8") as curves:
             return max(int(row["iteration"]) for row in csv.DictReader(curves))
     except (OSError, KeyError, ValueError):  # no curves yet, or none with an iteration
         return None
