@@ -1,8 +1,10 @@
 """What validate warns of without refusing: a margin loss's scale far above AdaCos's s_f at the study's class count,
-and `train.device: auto` training on the CPU of a machine that has an NVIDIA GPU torch cannot use.
+more class splits than the classes make with disjoint test classes, and `train.device: auto` training on the CPU of a
+machine that has an NVIDIA GPU torch cannot use.
 
-Neither is an error: a study may mean to run ArcFace at the paper's s = 64 (what users get untuned), and a CPU
-fallback still trains, only slower. Each is one line naming the key, what was found and the fix.
+None is an error: a study may mean to run ArcFace at the paper's s = 64 (what users get untuned), splits beyond the
+disjoint ones still narrow the interval around these classes, and a CPU fallback still trains, only slower. Each is
+one line naming the key, what was found and the fix.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Callable
 import torch
 
 from study.adacos_scale import fixed_adacos_scale
+from study.analysis.design import disjoint_test_splits
 from study.config import StudyParams
 from study.losses import LOSSES
 
@@ -114,8 +117,23 @@ def gpu_fallback_caution(device: str, cuda_available: Callable[[], bool] = torch
             "GPU\"); or set train.device: cpu to say the CPU is meant")
 
 
-def cautions(params: StudyParams, train_classes: int | None) -> list[str]:
-    """Every warning validate prints for `params` (the scale ones where the training classes are known)."""
+def split_caution(params: StudyParams, class_counts: dict[str, int]) -> str | None:
+    """Where the open protocol's class splits (data.seeds) are more than the classes make with disjoint test classes
+    (`class_counts`: one split's classes per part): the splits beyond those test on classes already tested."""
+    seeds = params.data.split_seeds()
+    most = disjoint_test_splits(class_counts) if params.data.protocol == "open" else None
+    if most is None or len(seeds) <= most:
+        return None
+    return (f"data.seeds: {len(seeds)} class splits, but these {sum(class_counts.values())} classes make only {most} "
+            f"with disjoint test classes ({class_counts['test']} test classes each): the splits beyond those test on "
+            f"classes already tested, so they narrow the interval around these classes, not around the source's; "
+            f"give at most {most} seeds, or more classes (data.classes, or a larger source)")
+
+
+def cautions(params: StudyParams, train_classes: int | None, class_counts: dict[str, int] | None = None) -> list[str]:
+    """Every warning validate prints for `params` (the scale ones where the training classes are known, the split
+    one where the classes of each part of a split are)."""
     found = [] if train_classes is None else scale_cautions(params, train_classes)
+    split = split_caution(params, class_counts) if class_counts else None
     fallback = gpu_fallback_caution(params.train.device)
-    return found + ([fallback] if fallback else [])
+    return found + [line for line in (split, fallback) if line]

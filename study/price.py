@@ -465,7 +465,8 @@ def say_before_training(params: StudyParams, process_start: float, out=None) -> 
     out = sys.stderr if out is None else out
     planned = first_split(params)
     train_classes = planned[1]["train"].num_classes if planned else None
-    lines = [f"warning: {line}" for line in cautions(params, train_classes)]
+    class_counts = {part: split.num_classes for part, split in planned[1].items()} if planned else None
+    lines = [f"warning: {line}" for line in cautions(params, train_classes, class_counts)]
     note = None if train_classes is None else scale_range_note(params, train_classes)
     lines += [note] if note else []
     if lines:

@@ -355,6 +355,18 @@ def seeds_to_show_equivalence(
     return _smallest_n(enough, max_seeds)
 
 
+def replicates_to_resolve(difference: float, sd: float, margin: float, decision_alpha: float, alpha: float = 0.05,
+                          power: float = 0.8) -> int | None:
+    """The fewest replicates (seeds, or class splits) of sd `sd` that resolve a difference of this size either way:
+    detect it at `decision_alpha` (Holm's strictest step) or show it equivalent within ±margin at `alpha`, with that
+    power; None where neither comes within max_seeds (or the margin is not finite)."""
+    needed = [seeds_to_detect(difference, sd, decision_alpha, power)]
+    if math.isfinite(margin):
+        needed.append(seeds_to_show_equivalence(difference, sd, margin, alpha, power))
+    needed = [count for count in needed if count is not None]
+    return min(needed) if needed else None
+
+
 @functools.cache
 def expected_maximum(n: int) -> float:
     """E[max of n independent standard normal draws]: 0 for n = 1, 1/√π for 2, 3/(2√π) for 3. What picking the best

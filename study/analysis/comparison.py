@@ -24,8 +24,7 @@ from study.statistics import (
     holm_adjusted,
     minimum_detectable_difference,
     paired_difference,
-    seeds_to_detect,
-    seeds_to_show_equivalence,
+    replicates_to_resolve,
 )
 
 # A published number is "within our seed-to-seed spread" when it lies inside mean ± this many sample stds.
@@ -242,10 +241,8 @@ def _method_differences(group: pd.DataFrame, reference: pd.DataFrame, method: st
             else math.nan
         not_detectable = bool(detectable > METRIC_RANGE)
         detectable = math.nan if not_detectable else detectable
-        to_detect = seeds_to_detect(result["difference"], sd, decision_alpha, config.power) if resolvable else None
-        to_show = (seeds_to_show_equivalence(result["difference"], sd, margin, alpha, config.power)
-                   if resolvable and np.isfinite(margin) else None)
-        needed = [count for count in (to_detect, to_show) if count is not None]
+        to_resolve = (replicates_to_resolve(result["difference"], sd, margin, decision_alpha, alpha, config.power)
+                      if resolvable else None)
         rows.append({"method": method, "metric": metric, "test": test, "pairs": len(pairs), "splits": splits,
                      "unit": unit, "difference": result["difference"], "low": float(within_range(result["low"])),
                      "high": float(within_range(result["high"])),
@@ -258,7 +255,7 @@ def _method_differences(group: pd.DataFrame, reference: pd.DataFrame, method: st
                      "margin": margin, **margin_meaning(margin, metric, reference[metric], reference_splits),
                      "tost_p_value": tost["p_value"], "equivalent": bool(tost["equivalent"]),
                      "detectable": detectable, "not_detectable": not_detectable, "decision_alpha": decision_alpha,
-                     "seeds_to_resolve": min(needed) if needed else None,
+                     "seeds_to_resolve": to_resolve,
                      "higher_is_better": higher_is_better(metric)})
     frame = pd.DataFrame(rows, columns=[c for c in DIFFERENCE_COLUMNS if c not in ("p_holm", "significant",
                                                                                     "tost_p_holm")])

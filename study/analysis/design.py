@@ -1,6 +1,7 @@
 """What more data can and cannot settle: the between-source spread, the floor under a new source's interval, and the
-sources the mean needs, from the same two-stage model as pool_across_sources (study/analysis/pooling.py); and, within
-one source, how many class splits its classes can make that are new evidence."""
+sources the mean needs, from the same two-stage model as pool_across_sources (study/analysis/pooling.py); within
+one source, how many class splits its classes can make that are new evidence; and the next study's trials, seeds and
+class splits on the same data, from the variance and the search this one measured."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 from scipy import stats
 
 from study.analysis.pooling import pool_across_sources, source_membership
+from study.statistics import replicates_to_resolve
 
 
 def independent_splits(manifest: dict) -> int | None:
@@ -20,8 +23,13 @@ def independent_splits(manifest: dict) -> int | None:
     closed protocol, where every split holds every class."""
     if manifest.get("protocol") != "open":
         return None
-    counts = {name: int(split["num_classes"]) for name, split in manifest["splits"].items()}
-    return sum(counts.values()) // counts["test"] if counts.get("test") else None
+    return disjoint_test_splits({name: int(split["num_classes"]) for name, split in manifest["splits"].items()})
+
+
+def disjoint_test_splits(class_counts: dict[str, int]) -> int | None:
+    """How many class splits make disjoint test classes, from one open-protocol split's class count per part
+    (train, val, test): all the classes // the test part's."""
+    return sum(class_counts.values()) // class_counts["test"] if class_counts.get("test") else None
 
 
 @dataclass(frozen=True)
@@ -78,3 +86,78 @@ def design_limits(estimates, standard_errors, sources, confidence: float = 0.95,
         sources_to_exclude_zero=needed,
         sources_for_power=((z + stats.norm.ppf(power)) * math.sqrt(s2) / abs(mean)) ** 2 if mean else math.inf,
         confidence=confidence)
+
+
+# More seeds than this a split narrow nothing that the split's own variance does not already bound.
+MOST_SEEDS = 10
+
+
+@dataclass(frozen=True)
+class NextDesign:
+    """The next study on the same data, laid out from what this one measured (study.analysis.variance's split,
+    search and seed variance of the tuned − Fixed AdaCos difference, and the search's tuning curve)."""
+
+    trials: int  # a split's trials: the fewest whose expected test score comes within the margin of the whole search's
+    trials_run: int
+    search_still_gaining: bool  # the search's last trial still gained more than the margin: more trials may pay
+    seeds: int  # a split's seeds: the fewest trainings per unit of the mean difference's variance
+    splits: int | None  # the class splits that resolve a difference of the observed size; None: no practical number
+    independent_splits: int | None  # the splits with disjoint test classes these classes make (open protocol)
+    trainings: int | None  # splits × (trials + seeds × final runs a seed)
+    splits_run: int
+    seeds_run: int
+    trainings_run: int  # this study's, counted the same way
+    split_sd: float  # the sd of one split's mean difference at `seeds`
+    between_to_seed: float  # the split's and search's variance over one seed's
+
+
+def trials_within_margin(n, expected, margin: float, higher_is_better: bool = True) -> tuple[int, bool]:
+    """The fewest trials whose expected test score (a tuning curve over n) comes within `margin` of the whole
+    search's (its largest n), and whether the search's last trial still gained more than the margin."""
+    n, expected = np.asarray(n, int), np.asarray(expected, float)
+    order = np.argsort(n)
+    n, score = n[order], expected[order] if higher_is_better else -expected[order]
+    fewest = int(n[np.argmax(score[-1] - score <= margin)])
+    return fewest, bool(len(score) >= 2 and score[-1] - score[-2] > margin)
+
+
+def seeds_per_split(between: float, seed: float, trials: int, runs_per_seed: int, most: int = MOST_SEEDS) -> int:
+    """The seeds a split that give the mean difference the least variance per training: a split's mean varies by
+    between + seed / seeds and costs trials + seeds × runs_per_seed trainings (Cochran's two-stage allocation,
+    √(seed·trials / (between·runs_per_seed)), taken over the whole numbers 2..most: two at least, so that the next
+    study measures its own seed noise)."""
+    choices = np.arange(2, most + 1)
+    per_training = (between + seed / choices) * (trials + choices * runs_per_seed)
+    return int(choices[np.argmin(per_training)])
+
+
+def next_design(sources: dict | None, comparison: dict | None, search_curve: pd.DataFrame, runs_per_seed: int,
+                independent: int | None, confidence: float, power: float,
+                higher_is_better: bool = True) -> NextDesign | None:
+    """The next study's trials, seeds and class splits on the same data, for a difference the size of `comparison`'s
+    (a differences row over class splits: difference, standard_error, splits, margin, decision_alpha): its search's
+    tuning curve (n, expected_test: a split's search of n trials) sets the trials; the variance of a split's mean
+    (the comparison's own, standard_error²·splits) less its seeds' share (variance_sources' seed variance over its
+    seeds) is what splits and searches add, which sets the seeds; the splits are those that variance needs, by the
+    rule the comparison's seeds_to_resolve follows (at this study's seeds and trials, the same count). None where
+    the comparison did not run over class splits, or nothing was searched."""
+    if (not sources or not comparison or comparison.get("unit") != "splits" or comparison.get("margin") is None
+            or search_curve.empty):
+        return None
+    seed, seeds_run = sources.get("seed"), sources.get("seeds")
+    if seed is None or not math.isfinite(seed) or not seeds_run:
+        return None
+    split_mean_variance = comparison["standard_error"] ** 2 * comparison["splits"]
+    between = max(0.0, split_mean_variance - seed / seeds_run)
+    margin = comparison["margin"]
+    trials, gaining = trials_within_margin(search_curve["n"], search_curve["expected_test"], margin, higher_is_better)
+    seeds = seeds_per_split(between, seed, trials, runs_per_seed)
+    split_sd = math.sqrt(between + seed / seeds)
+    splits = replicates_to_resolve(comparison["difference"], split_sd, margin, comparison["decision_alpha"],
+                                   1 - confidence, power) if split_sd > 0 else None
+    return NextDesign(trials=trials, trials_run=int(search_curve["n"].max()), search_still_gaining=gaining,
+                      seeds=seeds, splits=splits, independent_splits=independent, split_sd=split_sd,
+                      trainings=None if splits is None else splits * (trials + seeds * runs_per_seed),
+                      splits_run=comparison["splits"], seeds_run=int(seeds_run),
+                      trainings_run=comparison["splits"] * (int(search_curve["n"].max()) + seeds_run * runs_per_seed),
+                      between_to_seed=between / seed if seed > 0 else math.inf)

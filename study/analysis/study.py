@@ -8,14 +8,16 @@ Pure functions on pandas frames: no file I/O, no plotting.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
 
-from study.analysis.common import (ADACOS_METHODS, ARCFACE_METHODS, FINISHED_STATES, REFERENCE_METHOD, TEST_PREFIX, finite_values, fixed_scale_of, is_evidence,
-                                   primary_loss, split_of, untuned_methods)
+from study.analysis.common import (ADACOS_METHODS, ARCFACE_METHODS, FINISHED_STATES, REFERENCE_METHOD, TEST_PREFIX,
+                                   finite_values, fixed_scale_of, higher_is_better, is_evidence, primary_loss,
+                                   split_of, untuned_methods)
 from study.analysis.comparison import final_tables, run_score_table
+from study.analysis.design import next_design
 from study.analysis.convergence import (
     angle_dynamics,
     convergence_tables,
@@ -213,6 +215,12 @@ def analyse_study(trials: pd.DataFrame, runs: pd.DataFrame, history: pd.DataFram
                           estimator, default_hyperparameters, config, run_scores,
                           _search_variance(trials, runs, primary_loss(searched_losses), objective))
     facts["independent_splits"] = independent_splits
+    loss = facts["tuned_loss"]
+    design = next_design(facts["variance_sources"], facts["tuned"],
+                         tuning_curves[(tuning_curves["method"] == loss) & (tuning_curves["kind"] == "search")],
+                         int(runs["method"].nunique()), independent_splits, config.confidence, config.power,
+                         higher_is_better(facts["metric"]))
+    facts["next_design"] = None if design is None else asdict(design)
     return StudyAnalysis(
         objective=objective, confidence=config.confidence, methods=methods, searched_losses=searched_losses,
         search_summary=summary, tuning_curves=tuning_curves, estimator=estimator, reference_bands=bands,

@@ -11,6 +11,7 @@ from study.analysis import REFERENCE_METHOD, StudyAnalysis, count_or_none
 import study.report.formats as fmt
 from study.report.formats import loss_name, method_name, metric_name, trials_interval
 from study.report.answer_card import corrected_away, price_clause, share
+from study.report.design import next_design_sentence
 
 
 def _how_paired(row: dict) -> str:
@@ -182,9 +183,7 @@ def verdict_sentences(analysis: StudyAnalysis) -> list[str]:
     sentences = [lead_sentence(facts, searched, metric)]
     if row:
         sentences.append(statistics_sentence(facts, confidence))
-    variance = variance_sentence(facts)
-    if variance:
-        sentences.append(variance)
+    sentences += [sentence for sentence in (variance_sentence(facts), next_design_sentence(facts)) if sentence]
 
     even = facts["break_even"]
     if even and even["max_trials"]:
