@@ -90,7 +90,9 @@ def test_at_this_studys_seeds_and_trials_the_next_design_asks_the_splits_its_com
     # Two final runs a seed and a costly search: two seeds a split is the allocation, as this study ran.
     design = next_design(sources, row, curve, runs_per_seed=2, independent=None, confidence=0.95, power=0.8)
     assert (design.trials, design.search_still_gaining, design.seeds) == (3, True, 2)
-    assert design.splits == row["seeds_to_resolve"] and design.splits > 3
+    assert design.splits == row["seeds_to_resolve"] and design.splits > 3 and design.proposed_splits == design.splits
+    capped = next_design(sources, row, curve, runs_per_seed=2, independent=3, confidence=0.95, power=0.8)
+    assert (capped.splits, capped.proposed_splits, capped.trainings) == (design.splits, 3, 3 * (3 + 2 * 2))
     assert design.split_sd == pytest.approx(row["standard_error"] * math.sqrt(3))
     assert design.trainings == design.splits * (3 + 2 * 2) and design.trainings_run == 3 * (3 + 2 * 2)
     # More seeds a split where a seed is noisy and the search dear: fewer splits for the same difference.
@@ -117,15 +119,18 @@ def test_the_report_says_the_next_design_and_why_and_where_the_classes_run_out()
     from study.report.design import next_design_sentence
 
     design = {"trials": 6, "trials_run": 8, "search_still_gaining": False, "seeds": 2, "splits": 6,
-              "independent_splits": 4, "trainings": 84, "split_sd": 0.0137, "splits_run": 3, "seeds_run": 2,
+              "independent_splits": 4, "proposed_splits": 4, "trainings": 56, "split_sd": 0.0137, "splits_run": 3, "seeds_run": 2,
               "trainings_run": 48, "between_to_seed": 3.53}
     assert next_design_sentence({"next_design": design}) == (
         "A next study on these data, from this one's point estimates: 6 trials a split (a search of 6 is expected to "
         "score within the margin of one of 8), 2 seeds a split (its class split and search vary a split's mean 3.5 "
         "times as much as one seed does, and each split pays for a search: 2 give the narrowest interval per "
-        "training) and 6 class splits to resolve a difference of the size observed: 84 trainings (this one: 3 "
-        "splits, 48); but these classes make only 4 splits with disjoint test classes: more classes, or another "
+        "training) and 4 class splits, all these classes make with disjoint test classes, short of the 6 a "
+        "difference of the size observed needs: 56 trainings (this one: 3 splits, 48); more classes, or another "
         "source, would settle it.")
+    enough = next_design_sentence({"next_design": design | {"proposed_splits": 6, "trainings": 84}})
+    assert enough.endswith("and 6 class splits to resolve a difference of the size observed: 84 trainings (this one: "
+                           "3 splits, 48).")
     unresolved = next_design_sentence({"next_design": design | {"splits": None, "search_still_gaining": True}})
     assert "at least the 8 trials a split this one ran" in unresolved
     assert "and no practical number of class splits resolves a difference of the size observed." in unresolved

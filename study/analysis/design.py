@@ -103,7 +103,8 @@ class NextDesign:
     seeds: int  # a split's seeds: the fewest trainings per unit of the mean difference's variance
     splits: int | None  # the class splits that resolve a difference of the observed size; None: no practical number
     independent_splits: int | None  # the splits with disjoint test classes these classes make (open protocol)
-    trainings: int | None  # splits × (trials + seeds × final runs a seed)
+    proposed_splits: int | None  # `splits`, or the independent ones where fewer: never more than the classes make
+    trainings: int | None  # proposed splits × (trials + seeds × final runs a seed)
     splits_run: int
     seeds_run: int
     trainings_run: int  # this study's, counted the same way
@@ -155,9 +156,11 @@ def next_design(sources: dict | None, comparison: dict | None, search_curve: pd.
     split_sd = math.sqrt(between + seed / seeds)
     splits = replicates_to_resolve(comparison["difference"], split_sd, margin, comparison["decision_alpha"],
                                    1 - confidence, power) if split_sd > 0 else None
+    proposed = None if splits is None else min(splits, independent) if independent else splits
     return NextDesign(trials=trials, trials_run=int(search_curve["n"].max()), search_still_gaining=gaining,
-                      seeds=seeds, splits=splits, independent_splits=independent, split_sd=split_sd,
-                      trainings=None if splits is None else splits * (trials + seeds * runs_per_seed),
+                      seeds=seeds, splits=splits, independent_splits=independent, proposed_splits=proposed,
+                      split_sd=split_sd,
+                      trainings=None if proposed is None else proposed * (trials + seeds * runs_per_seed),
                       splits_run=comparison["splits"], seeds_run=int(seeds_run),
                       trainings_run=comparison["splits"] * (int(search_curve["n"].max()) + seeds_run * runs_per_seed),
                       between_to_seed=between / seed if seed > 0 else math.inf)

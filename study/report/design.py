@@ -23,13 +23,15 @@ def next_design_sentence(facts: dict) -> str | None:
     seeds = (f"{design['seeds']} seeds a split (its class split and search vary a split's mean "
              f"{design['between_to_seed']:.1f} times as much as one seed does, and each split pays for a search: "
              f"{design['seeds']} give the narrowest interval per training)")
-    splits, most = design["splits"], design["independent_splits"]
+    splits, proposed = design["splits"], design["proposed_splits"]
+    this_one = f"this one: {fmt.plural(design['splits_run'], 'split')}, {design['trainings_run']:,}"
     if splits is None:
         resolved = "and no practical number of class splits resolves a difference of the size observed"
+    elif proposed < splits:
+        resolved = (f"and {proposed} class splits, all these classes make with disjoint test classes, short of the "
+                    f"{splits} a difference of the size observed needs: {design['trainings']:,} trainings "
+                    f"({this_one}); more classes, or another source, would settle it")
     else:
-        beyond = (f"; but these classes make only {most} splits with disjoint test classes: more classes, or another "
-                  "source, would settle it" if most and splits > most else "")
         resolved = (f"and {fmt.plural(splits, 'class split')} to resolve a difference of the size observed: "
-                    f"{design['trainings']:,} trainings (this one: {fmt.plural(design['splits_run'], 'split')}, "
-                    f"{design['trainings_run']:,}){beyond}")
+                    f"{design['trainings']:,} trainings ({this_one})")
     return f"A next study on these data, from this one's point estimates: {searched}, {seeds} {resolved}."
