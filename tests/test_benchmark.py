@@ -122,7 +122,7 @@ title: A tiny benchmark
 preset: default
 set: {data.seeds: [0, 1], model.name: mlp, model.embedding_size: 16, train.epochs: 1, train.eval_every: 5,
       train.device: cpu, train.parallel: 1, search.n_trials: 2, runs.seeds: [0, 1], runs.methods: [fixed_adacos],
-      analysis.n_bootstrap: 100}
+      runs.plateau_cap: 1, analysis.n_bootstrap: 100}
 tuners:
   random: {search.sampler: random}
   tpe: {search.sampler: tpe, search.repeats: 2, search.losses: [arcface]}

@@ -99,8 +99,9 @@ def test_at_this_studys_seeds_and_trials_the_next_design_asks_the_splits_its_com
     noisy = next_design(sources | {"seed": 50 * sources["seed"]}, row, pd.DataFrame({"n": range(1, 41),
                         "expected_test": np.linspace(0.4, 0.5, 40)}), 2, None, 0.95, 0.8)
     assert noisy.seeds > 2
-    # One class split: no split variance measured, no design.
+    # One class split (no split variance measured), or seeds without noise (nothing to weigh splits by): no design.
     assert next_design(sources, row | {"unit": "seeds"}, curve, 2, None, 0.95, 0.8) is None
+    assert next_design(sources | {"seed": 0.0}, row, curve, 2, None, 0.95, 0.8) is None
 
 
 def test_validate_warns_of_class_splits_beyond_the_disjoint_ones_naming_the_count():
@@ -131,6 +132,9 @@ def test_the_report_says_the_next_design_and_why_and_where_the_classes_run_out()
     enough = next_design_sentence({"next_design": design | {"proposed_splits": 6, "trainings": 84}})
     assert enough.endswith("and 6 class splits to resolve a difference of the size observed: 84 trainings (this one: "
                            "3 splits, 48).")
+    no_spread = next_design_sentence({"next_design": design | {"between_to_seed": 0.0, "seeds": 10}})
+    assert ("10 seeds a split (beyond seed noise these splits and searches showed no spread of their own, so a seed "
+            "costs less than a split: 10 give the narrowest interval per training)") in no_spread
     unresolved = next_design_sentence({"next_design": design | {"splits": None, "search_still_gaining": True}})
     assert "at least the 8 trials a split this one ran" in unresolved
     assert "and no practical number of class splits resolves a difference of the size observed." in unresolved

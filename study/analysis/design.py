@@ -141,12 +141,12 @@ def next_design(sources: dict | None, comparison: dict | None, search_curve: pd.
     (the comparison's own, standard_error²·splits) less its seeds' share (variance_sources' seed variance over its
     seeds) is what splits and searches add, which sets the seeds; the splits are those that variance needs, by the
     rule the comparison's seeds_to_resolve follows (at this study's seeds and trials, the same count). None where
-    the comparison did not run over class splits, or nothing was searched."""
+    the comparison did not run over class splits, nothing was searched, or the seeds showed no noise."""
     if (not sources or not comparison or comparison.get("unit") != "splits" or comparison.get("margin") is None
             or search_curve.empty):
         return None
     seed, seeds_run = sources.get("seed"), sources.get("seeds")
-    if seed is None or not math.isfinite(seed) or not seeds_run:
+    if seed is None or not math.isfinite(seed) or seed <= 0 or not seeds_run:  # no seed noise to weigh splits by
         return None
     split_mean_variance = comparison["standard_error"] ** 2 * comparison["splits"]
     between = max(0.0, split_mean_variance - seed / seeds_run)
@@ -163,4 +163,4 @@ def next_design(sources: dict | None, comparison: dict | None, search_curve: pd.
                       trainings=None if proposed is None else proposed * (trials + seeds * runs_per_seed),
                       splits_run=comparison["splits"], seeds_run=int(seeds_run),
                       trainings_run=comparison["splits"] * (int(search_curve["n"].max()) + seeds_run * runs_per_seed),
-                      between_to_seed=between / seed if seed > 0 else math.inf)
+                      between_to_seed=between / seed)

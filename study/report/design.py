@@ -20,9 +20,11 @@ def next_design_sentence(facts: dict) -> str | None:
         searched = f"{fmt.plural(trials, 'trial')} a split (a search of {trials} is expected to score within the margin of one of {run})"
     else:
         searched = f"{fmt.plural(trials, 'trial')} a split (fewer fall short of the search's score by the margin)"
-    seeds = (f"{design['seeds']} seeds a split (its class split and search vary a split's mean "
-             f"{design['between_to_seed']:.1f} times as much as one seed does, and each split pays for a search: "
-             f"{design['seeds']} give the narrowest interval per training)")
+    why = (f"its class split and search vary a split's mean {design['between_to_seed']:.1f} times as much as one seed "
+           "does, and each split pays for a search" if design["between_to_seed"] > 0 else
+           "beyond seed noise these splits and searches showed no spread of their own, so a seed costs less than a "
+           "split")
+    seeds = f"{design['seeds']} seeds a split ({why}: {design['seeds']} give the narrowest interval per training)"
     splits, proposed = design["splits"], design["proposed_splits"]
     this_one = f"this one: {fmt.plural(design['splits_run'], 'split')}, {design['trainings_run']:,}"
     if splits is None:
