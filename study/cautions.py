@@ -18,9 +18,9 @@ from typing import Callable
 import torch
 
 from study.adacos_scale import fixed_adacos_scale
-from study.analysis.design import disjoint_test_splits
 from study.config import StudyParams
 from study.losses import LOSSES
+from study.class_splits import disjoint_test_splits
 
 # A fixed scale beyond this many times s_f = √2·ln(C − 1) is warned of. The face recipes that chose s = 64 train at
 # 4-5× s_f (CASIA-WebFace's 10,572 identities: s_f = 13.1; MS1M's 85,742: 16.1), where it works; the reported

@@ -9,9 +9,9 @@ import pytest
 from scipy import stats
 
 from study.analysis import recommend
-from study.analysis.design import (design_limits, disjoint_test_splits, next_design, seeds_per_split,
-                                   trials_within_margin)
+from study.analysis.design import design_limits, next_design, seeds_per_split, trials_within_margin
 from study.cautions import split_caution
+from study.class_splits import disjoint_test_splits
 from test_decision import run_scores
 from test_price import params_with
 

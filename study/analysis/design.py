@@ -13,23 +13,16 @@ import pandas as pd
 from scipy import stats
 
 from study.analysis.pooling import pool_across_sources, source_membership
+from study.class_splits import disjoint_test_splits
 from study.statistics import replicates_to_resolve
 
 
 def independent_splits(manifest: dict) -> int | None:
-    """Under the open protocol, how many class splits a source's classes make with disjoint test classes (all its
-    classes // the test split's, from a prepared split's manifest): more splits of the same classes test on classes
-    already tested, so they narrow the interval around these classes, not around the source's. None under the
+    """Under the open protocol, study.class_splits.disjoint_test_splits from a prepared split's manifest; None under the
     closed protocol, where every split holds every class."""
     if manifest.get("protocol") != "open":
         return None
     return disjoint_test_splits({name: int(split["num_classes"]) for name, split in manifest["splits"].items()})
-
-
-def disjoint_test_splits(class_counts: dict[str, int]) -> int | None:
-    """How many class splits make disjoint test classes, from one open-protocol split's class count per part
-    (train, val, test): all the classes // the test part's."""
-    return sum(class_counts.values()) // class_counts["test"] if class_counts.get("test") else None
 
 
 @dataclass(frozen=True)

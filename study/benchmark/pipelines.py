@@ -33,7 +33,7 @@ CELL_INPUTS = (*REPORT_INPUTS, FINGERPRINT_FILE)
 REPORT_OUTS = ("report.md", "report.html", "details.md", "details.html", "benchmark.json", "tables", "figures")
 AGGREGATE_MODULES = ("stages.benchmark_report", "study.benchmark", "study.report", "study.analysis", "study.advice",
                      "study.advice_difference", "study.advice_inputs", "study.advice_evidence", "study.adacos_scale",
-                     "study.plateau")
+                     "study.plateau", "study.class_splits")
 UNIT = "cell"
 
 

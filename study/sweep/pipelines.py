@@ -23,7 +23,8 @@ TOTAL_PLACEHOLDER = "{total}"
 MANIFEST_NAME = "manifest.json"
 REPORT_FILES = ("class_count.csv", "class_count.png", "report.md", "report.html")
 # The modules the aggregate stage runs, declared as its code deps.
-AGGREGATE_MODULES = ("stages.sweep_report", "study.sweep", "study.report", "study.analysis", "study.plateau")
+AGGREGATE_MODULES = ("stages.sweep_report", "study.sweep", "study.report", "study.analysis", "study.plateau",
+                     "study.class_splits")
 SweepError = StudiesError  # the sweep's failures are the driver's
 
 
