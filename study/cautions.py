@@ -121,7 +121,7 @@ def split_caution(params: StudyParams, class_counts: dict[str, int]) -> str | No
     """Where the open protocol's class splits (data.seeds) are more than the classes make with disjoint test classes
     (`class_counts`: one split's classes per part): the splits beyond those test on classes already tested."""
     seeds = params.data.split_seeds()
-    most = disjoint_test_splits(class_counts) if params.data.protocol == "open" else None
+    most = disjoint_test_splits(params.data.protocol, class_counts)
     if most is None or len(seeds) <= most:
         return None
     return (f"data.seeds: {len(seeds)} class splits, but these {sum(class_counts.values())} classes make only {most} "
@@ -130,10 +130,10 @@ def split_caution(params: StudyParams, class_counts: dict[str, int]) -> str | No
             f"give at most {most} seeds, or more classes (data.classes, or a larger source)")
 
 
-def cautions(params: StudyParams, train_classes: int | None, class_counts: dict[str, int] | None = None) -> list[str]:
-    """Every warning validate prints for `params` (the scale ones where the training classes are known, the split
-    one where the classes of each part of a split are)."""
-    found = [] if train_classes is None else scale_cautions(params, train_classes)
+def cautions(params: StudyParams, class_counts: dict[str, int] | None) -> list[str]:
+    """Every warning validate prints for `params`; the scale and split ones where the classes of each part of the
+    first class split (train, val, test) are known."""
+    found = [] if class_counts is None else scale_cautions(params, class_counts["train"])
     split = split_caution(params, class_counts) if class_counts else None
     fallback = gpu_fallback_caution(params.train.device)
     return found + [line for line in (split, fallback) if line]

@@ -464,10 +464,9 @@ def say_before_training(params: StudyParams, process_start: float, out=None) -> 
     and its stdout stays the one line of its cost)."""
     out = sys.stderr if out is None else out
     planned = first_split(params)
-    train_classes = planned[1]["train"].num_classes if planned else None
     class_counts = {part: split.num_classes for part, split in planned[1].items()} if planned else None
-    lines = [f"warning: {line}" for line in cautions(params, train_classes, class_counts)]
-    note = None if train_classes is None else scale_range_note(params, train_classes)
+    lines = [f"warning: {line}" for line in cautions(params, class_counts)]
+    note = None if class_counts is None else scale_range_note(params, class_counts["train"])
     lines += [note] if note else []
     if lines:
         print("\n".join(lines), file=out, flush=True)

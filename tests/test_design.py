@@ -106,7 +106,7 @@ def test_at_this_studys_seeds_and_trials_the_next_design_asks_the_splits_its_com
 
 def test_validate_warns_of_class_splits_beyond_the_disjoint_ones_naming_the_count():
     counts = {"train": 50, "val": 25, "test": 25}
-    assert disjoint_test_splits(counts) == 4
+    assert disjoint_test_splits("open", counts) == 4 and disjoint_test_splits("closed", counts) is None
     def declared(seeds, protocol="open"):
         return params_with(data={"seeds": seeds, "protocol": protocol}, train={"objective": "map_at_r"})
 

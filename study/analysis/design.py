@@ -18,11 +18,9 @@ from study.statistics import replicates_to_resolve
 
 
 def independent_splits(manifest: dict) -> int | None:
-    """Under the open protocol, study.class_splits.disjoint_test_splits from a prepared split's manifest; None under the
-    closed protocol, where every split holds every class."""
-    if manifest.get("protocol") != "open":
-        return None
-    return disjoint_test_splits({name: int(split["num_classes"]) for name, split in manifest["splits"].items()})
+    """study.class_splits.disjoint_test_splits from a prepared split's manifest."""
+    return disjoint_test_splits(manifest.get("protocol"),
+                                {name: int(split["num_classes"]) for name, split in manifest["splits"].items()})
 
 
 @dataclass(frozen=True)
