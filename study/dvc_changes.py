@@ -17,6 +17,8 @@ from pathlib import Path
 
 import yaml
 
+from study.plain_yaml import read_yaml
+
 # DVC sets these in the environment of the stages `dvc exp run` runs: the baseline commit, and the repository's root
 # (the workspace, unless the experiment runs in a temporary copy: --temp or the queue).
 EXPERIMENT = "DVC_EXP_BASELINE_REV"
@@ -49,7 +51,7 @@ def stage_names(pipeline: dict, params: dict) -> set[str] | None:
 
 def _read_yaml(path: Path) -> dict:
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        return read_yaml(path.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError):
         return {}
 

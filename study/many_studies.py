@@ -27,6 +27,7 @@ import yaml
 
 from study.config import StudyParams
 from study.interruptions import ends_with_this_process
+from study.plain_yaml import read_yaml
 from study.presets import write_params
 from study.results import REPORT_DIR
 from study.validation import SOURCE_LINK
@@ -227,7 +228,7 @@ def root_pipeline(project: Project, unit: str) -> tuple[Path, dict]:
     root_file = project.repository / PIPELINE_FILE
     if not root_file.is_file():
         raise StudiesError(f"{root_file} is missing: every {unit} runs the pipeline it defines")
-    return root_file, yaml.safe_load(root_file.read_text(encoding="utf-8"))
+    return root_file, read_yaml(root_file.read_text(encoding="utf-8"))
 
 
 def write_study(project: Project, name: str, params: StudyParams, origin: str, unit: str,

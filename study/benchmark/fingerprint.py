@@ -13,11 +13,11 @@ import math
 from pathlib import Path, PurePosixPath
 
 import pandas as pd
-import yaml
 
 from study.analysis import TEST_PREFIX
 from study.benchmark.cells import TABLES
 from study.many_studies import DIFFERENCES_FILE, METRICS_FILE
+from study.plain_yaml import read_yaml
 from study.results import REPORT_DIR, write_json
 from study.validation import SOURCE_LINK
 
@@ -54,8 +54,7 @@ def _lock(directory: Path) -> dict:
     path = directory / "dvc.lock"
     if not path.is_file():
         return {}
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's, where installed: a lock is long
-    return (yaml.load(path.read_text(encoding="utf-8"), Loader=loader) or {}).get("stages", {})
+    return (read_yaml(path.read_text(encoding="utf-8")) or {}).get("stages", {})
 
 
 def reported(directory: str | Path) -> bool:

@@ -20,6 +20,7 @@ from study.benchmark.plan import FULL_PLAN, NAME, QUICK_PLAN, BenchmarkPlan, loa
 from study.benchmark.trained_on import FOLDER as TRAINED_ON
 from study.many_studies import (Log, Project, StudiesError, open_project, reproduce, to_stderr, write_aggregate,
                                 write_generated, write_study)
+from study.plain_yaml import read_yaml
 from study.results import JOURNAL
 from study.storage import journal_storage
 
@@ -193,7 +194,7 @@ def cell_finished(directory: str | Path, params: dict | None = None) -> bool:
     if not lock_path.is_file() or (params is None and not params_path.is_file()):
         return False
     if params is None:
-        params = yaml.safe_load(params_path.read_text(encoding="utf-8")) or {}
+        params = read_yaml(params_path.read_text(encoding="utf-8")) or {}
     declared = _declared_stages(directory, params)
     stages = _locked_stages(lock_path, declared)
     report = stages.get("report")
@@ -251,7 +252,7 @@ def _declared_stages(directory: Path, params: dict) -> dict[str, dict] | None:
     """The stages the cell's dvc.yaml declares, named as its dvc.lock names them (a foreach stage once per item of
     its params, e.g. search@arcface), each with the parts DVC records of it; None without a dvc.yaml read whole."""
     try:
-        declared = yaml.safe_load((directory / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+        declared = read_yaml((directory / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
         stages = {}
         for name, stage in declared.items():
             if "foreach" not in stage:
@@ -275,7 +276,7 @@ def missing_stages(directory: str | Path, params: dict | None = None) -> list[st
     directory = Path(directory)
     lock = directory / "dvc.lock"
     if params is None:
-        params = yaml.safe_load((directory / "params.yaml").read_text(encoding="utf-8")) or {}
+        params = read_yaml((directory / "params.yaml").read_text(encoding="utf-8")) or {}
     declared = _declared_stages(directory, params)
     if declared is None or not lock.is_file():
         return []
@@ -302,7 +303,7 @@ def _locked_stages(lock: Path, declared: dict[str, set[str]] | None = None) -> d
     """The stages a cell's dvc.lock records, each holding every part its dvc.yaml (`declared`, where known) declares
     for it; a ValueError naming it and the fix where it is not whole."""
     try:
-        locked = yaml.safe_load(lock.read_text(encoding="utf-8"))
+        locked = read_yaml(lock.read_text(encoding="utf-8"))
         if locked is None:  # what a kill while DVC rewrites the file leaves; DVC itself only says a key is missing
             raise ValueError("it is empty")
         stages = locked.get("stages") or {}
