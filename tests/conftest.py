@@ -27,6 +27,11 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.g
 for package in ("study", "stages"):
     compileall.compile_dir(REPO / package, quiet=1)
 
+# Pytest keeps each test module's rewritten bytecode in the same folders unless Python may not write bytecode (the
+# environment's PYTHONDONTWRITEBYTECODE): then every worker of every run rewrites all the test modules again, nearly
+# half of its collection's time.
+sys.dont_write_bytecode = False
+
 
 def copy_study(root: Path, names=STUDY_FILES) -> Path:
     """The study's code (and the shipped params.yaml) copied into `root`, made a git repository."""
@@ -49,8 +54,9 @@ STAGES_IN_ONE_PROCESS = """
 import importlib, json, sys
 for command in json.loads(sys.argv[1]):
     print("stage:", *command, file=sys.stderr, flush=True)
-    sys.argv = list(command)
-    importlib.import_module(command[0]).main()
+    stage = importlib.import_module(command[0])
+    sys.argv = [stage.__file__, *command[1:]]  # as `python -m` sets it: a stage knows itself by its path
+    stage.main()
 """
 
 
@@ -62,6 +68,28 @@ def run_stages(root: Path, commands: list[list[str]], env: dict[str, str] | None
                           capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, f"a stage failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done
+
+
+def pipeline_commands(root: Path, leave_out: tuple[str, ...] = ()) -> list[list[str]]:
+    """The commands of the DVC pipeline in `root`, in the order `dvc repro` runs them (DVC's own reading of dvc.yaml
+    and params.yaml: its foreach stages expanded), each as `run_stages` takes it; stages named in `leave_out` (their
+    names before any @item) are left out."""
+    import shlex
+    import warnings
+
+    from dvc.repo import Repo
+    from dvc.repo.reproduce import plan_repro
+
+    commands = []
+    with Repo(str(root)) as repo, warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # DVC's own use of its path trie's library
+        for stage in plan_repro(repo.index.graph):
+            if stage.name.split("@")[0] in leave_out:
+                continue
+            words = shlex.split(stage.cmd)
+            assert words[:2] == ["python", "-m"], f"stage {stage.name} runs {stage.cmd!r}, not a module of the study"
+            commands.append(words[2:])
+    return commands
 
 
 def trained_trials(paths) -> "pd.DataFrame":

@@ -7,8 +7,6 @@ thread count moves scores by float rounding.
 """
 
 import re
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
@@ -20,7 +18,7 @@ from study.presets import write_params
 from study.results import prepared_dir, runs_dir, search_dir
 from study.sources import load_dataset
 from study.splits import save_splits, split_dataset
-from tests.conftest import copy_study, trained_trials
+from tests.conftest import copy_study, run_stages, trained_trials
 
 SPLIT = (0.6, 0.2, 0.2)
 
@@ -45,19 +43,13 @@ def checkout(root, digits, parallel):
     return root
 
 
-def stage(root, *arguments):
-    done = subprocess.run([sys.executable, "-m", *arguments], cwd=root, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
-
-
 @pytest.fixture(scope="module")
 def alone_and_packed(tmp_path_factory, digits):
     roots = {}
     for parallel in (1, 3):
         root = checkout(tmp_path_factory.mktemp(f"parallel{parallel}"), digits, parallel)
-        stage(root, "stages.search", "--loss", "arcface")
-        (root / "runs-stage.log").write_text(stage(root, "stages.runs", "--method", "fixed_adacos"))
+        done = run_stages(root, [["stages.search", "--loss", "arcface"], ["stages.runs", "--method", "fixed_adacos"]])
+        (root / "stages.log").write_text(done.stdout)
         roots[parallel] = root
     return roots[1], roots[3]
 
@@ -89,7 +81,7 @@ def test_packed_final_runs_train_each_seed_to_the_same_scores_and_weights(alone_
 @pytest.mark.slow
 def test_each_process_of_a_runs_stage_says_how_many_seeds_it_trained(alone_and_packed):
     for root in alone_and_packed:
-        output = (root / "runs-stage.log").read_text()
+        output = (root / "stages.log").read_text()
         seeds = re.findall(r"^fixed_adacos seed (\d+): completed", output, re.MULTILINE)
         counts = re.findall(r"^fixed_adacos, split 0: (\d+) seeds? trained by (.+)$", output, re.MULTILINE)
         # The stage and each packed worker that trained seeds: one line each, adding up to the seeds trained.

@@ -16,7 +16,7 @@ from PIL import Image
 
 from study.analysis import expected_best_after_n_trials
 
-from conftest import REPO, copy_study, trained_trials
+from conftest import REPO, copy_study, run_stages, trained_trials
 
 # Each test runs the study through `dvc repro`: minutes on 2 cores.
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(shutil.which("dvc") is None, reason="dvc is not installed")]
@@ -179,7 +179,7 @@ def test_ctrl_c_interrupts_the_search_in_a_few_lines_and_a_rerun_draws_the_unint
     # The uninterrupted search in a second copy: the resumed one trained exactly its points at its seeds, to the same
     # val and test scores, so everything downstream of the search (tuned runs, verdict) is the same too.
     whole = make_study_copy(tmp_path / "whole", **overrides)
-    dvc(whole, "repro", "search@arcface")
+    run_stages(whole, [["stages.prepare"], ["stages.search", "--loss", "arcface"]])  # DVC was tested above
     points = ["trial", "s", "m", "seed", "iterations", "value", "test_value"]
     done = resumed[resumed["state"] == "COMPLETE"][points].sort_values("trial", ignore_index=True)
     pd.testing.assert_frame_equal(done, _trials(whole)[points].sort_values("trial", ignore_index=True))

@@ -270,8 +270,10 @@ def test_every_recorded_table_names_its_environment_and_runs_on_the_portable_ker
         assert list(scores.columns) == COLUMNS and len(scores) > 0, path.name
 
 
+@pytest.mark.slow
 def test_the_report_names_torchs_kernels_as_torch_does():
-    """study.environment.kernel_capability reads the CPU's flags, not torch: torch must agree with it."""
+    """study.environment.kernel_capability reads the CPU's flags, not torch: torch must agree with it (SLOW: five
+    processes that import torch, one for each setting)."""
     for asked in (None, "avx2", "default", "AVX2", "avx512"):
         env = {key: value for key, value in os.environ.items() if key != "ATEN_CPU_CAPABILITY"}
         env |= {} if asked is None else {"ATEN_CPU_CAPABILITY": asked}

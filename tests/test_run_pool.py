@@ -5,13 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from run_pool_stand_ins import fail_on_b, write_marker
 from study.benchmark.run_pool import train_missing_runs
-
-
-def write_marker(folder: str, name: str) -> str:
-    """A stand-in for a training: writes its file (as a run's summary) and says which process it ran in."""
-    (Path(folder) / f"{name}.done").write_text(str(os.getpid()))
-    return f"{name} in {os.getpid()}"
 
 
 def test_only_the_missing_runs_train_each_in_another_process(tmp_path, capsys):
@@ -24,13 +19,6 @@ def test_only_the_missing_runs_train_each_in_another_process(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("1 of 3 runs done; training 2 with 2 process(es)")
     assert sorted(line.split("] ")[1].split(" in ")[0] for line in out.splitlines()[1:]) == ["b", "c"]
-
-
-def fail_on_b(folder: str, name: str) -> str:
-    """A stand-in that fails for run "b" as a run whose data is missing would."""
-    if name == "b":
-        raise FileNotFoundError("the emoji font is missing: install fonts-noto-color-emoji")
-    return write_marker(folder, name)
 
 
 def test_a_failing_run_is_named_and_stops_no_other_run(tmp_path, capsys):
