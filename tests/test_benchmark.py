@@ -122,7 +122,7 @@ title: A tiny benchmark
 preset: default
 set: {data.seeds: [0, 1], model.name: mlp, model.embedding_size: 16, train.epochs: 1, train.eval_every: 5,
       train.device: cpu, train.parallel: 1, search.n_trials: 2, runs.seeds: [0, 1], runs.methods: [fixed_adacos],
-      runs.plateau_cap: 1, analysis.n_bootstrap: 100}
+      runs.plateau_cap: 1, analysis.n_bootstrap: 100, report.dpi: 60}
 tuners:
   random: {search.sampler: random}
   tpe: {search.sampler: tpe, search.repeats: 2, search.losses: [arcface]}
@@ -290,7 +290,7 @@ def test_the_benchmark_writes_each_cells_pipeline_and_an_aggregate_reading_commi
     assert "../../stages/search.py" in pipeline["stages"]["search"]["do"]["deps"]
     stage = yaml.safe_load((root / "bench" / "dvc.yaml").read_text())["stages"]["aggregate"]
     assert stage["cmd"] == ("python -m stages.benchmark_report --plan plan.json --report-dir ../reports/bench "
-                            "--label bench --dpi 120")
+                            "--label bench --dpi 60")
     # Only files a finished cell commits, of the cells finished now: none yet.
     assert not [dep for dep in stage["deps"] if dep.split("/")[0] in benchmark.cells]
     assert "plan.json" in stage["deps"] and "../stages/benchmark_report.py" in stage["deps"]

@@ -32,6 +32,7 @@ def make_study_copy(root: Path, **overrides) -> Path:
     params["search"].update(n_trials=4)
     params["runs"].update(seeds=[0, 1], plateau_cap=1)  # the declared length: this tests the stages
     params["analysis"].update(n_bootstrap=200)
+    params["report"]["dpi"] = 60  # figures drawn at half the shipped resolution: a report stage 12.7 s -> 10.2 s
     params["data"]["protocol"] = "closed"  # digits has 10 classes: too few to split into train, val and test sets
     params["train"]["objective"] = "accuracy"
     for key, value in overrides.items():
