@@ -120,8 +120,8 @@ def test_the_report_says_the_next_design_and_why_and_where_the_classes_run_out()
     from study.report.design import next_design_sentence
 
     design = {"trials": 6, "trials_run": 8, "search_still_gaining": False, "seeds": 2, "splits": 6,
-              "independent_splits": 4, "proposed_splits": 4, "trainings": 56, "split_sd": 0.0137, "splits_run": 3, "seeds_run": 2,
-              "trainings_run": 48, "between_to_seed": 3.53}
+              "independent_splits": 4, "proposed_splits": 4, "trainings": 56, "split_sd": 0.0137, "splits_run": 3,
+              "seeds_run": 2, "trainings_run": 48, "between_to_seed": 3.53}
     assert next_design_sentence({"next_design": design}) == (
         "A next study on these data, from this one's point estimates: 6 trials a split (a search of 6 is expected to "
         "score within the margin of one of 8), 2 seeds a split (its class split and search vary a split's mean 3.5 "

@@ -17,7 +17,7 @@ import pandas as pd
 from study.analysis import TEST_PREFIX
 from study.benchmark.cells import TABLES
 from study.many_studies import DIFFERENCES_FILE, METRICS_FILE
-from study.plain_yaml import read_yaml
+from study.plain_yaml import read_yaml_file
 from study.results import REPORT_DIR, write_json
 from study.validation import SOURCE_LINK
 
@@ -54,7 +54,7 @@ def _lock(directory: Path) -> dict:
     path = directory / "dvc.lock"
     if not path.is_file():
         return {}
-    return (read_yaml(path.read_text(encoding="utf-8")) or {}).get("stages", {})
+    return (read_yaml_file(path) or {}).get("stages", {})
 
 
 def reported(directory: str | Path) -> bool:

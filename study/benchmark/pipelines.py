@@ -20,7 +20,7 @@ from study.benchmark.plan import FULL_PLAN, NAME, QUICK_PLAN, BenchmarkPlan, loa
 from study.benchmark.trained_on import FOLDER as TRAINED_ON
 from study.many_studies import (Log, Project, StudiesError, open_project, reproduce, to_stderr, write_aggregate,
                                 write_generated, write_study)
-from study.plain_yaml import read_yaml
+from study.plain_yaml import read_yaml, read_yaml_file
 from study.results import JOURNAL
 from study.storage import journal_storage
 
@@ -303,7 +303,7 @@ def _locked_stages(lock: Path, declared: dict[str, set[str]] | None = None) -> d
     """The stages a cell's dvc.lock records, each holding every part its dvc.yaml (`declared`, where known) declares
     for it; a ValueError naming it and the fix where it is not whole."""
     try:
-        locked = read_yaml(lock.read_text(encoding="utf-8"))
+        locked = read_yaml_file(lock)
         if locked is None:  # what a kill while DVC rewrites the file leaves; DVC itself only says a key is missing
             raise ValueError("it is empty")
         stages = locked.get("stages") or {}

@@ -59,8 +59,8 @@ class Cell:
         return {"name": self.name, "configuration": self.configuration, "tuner": self.tuner, "primary": self.primary,
                 "source": source_of(params.data.dataset), "dataset": params.data.dataset,
                 "longer_of": self.longer_of,
-                "iterations": (trained_iterations(directory, params.data.split_seeds()[0]) if planned is None and directory
-                               else planned),
+                "iterations": (trained_iterations(directory, params.data.split_seeds()[0])
+                               if planned is None and directory else planned),
                 "protocol": params.data.protocol, "train_classes": self.train_classes,
                 "objective": params.train.objective, "losses": list(params.search.losses),
                 "sampler": params.search.sampler, "repeats": params.search.repeats, "pruner": params.search.pruner,

@@ -17,7 +17,8 @@ def next_design_sentence(facts: dict) -> str | None:
         searched = (f"at least the {run} trials a split this one ran (its search still gained more than the margin "
                     "with its last trial)")
     elif trials < run:
-        searched = f"{fmt.plural(trials, 'trial')} a split (a search of {trials} is expected to score within the margin of one of {run})"
+        searched = (f"{fmt.plural(trials, 'trial')} a split (a search of {trials} is expected to score within the "
+                    f"margin of one of {run})")
     else:
         searched = f"{fmt.plural(trials, 'trial')} a split (fewer fall short of the search's score by the margin)"
     why = (f"its class split and search vary a split's mean {design['between_to_seed']:.1f} times as much as one seed "
