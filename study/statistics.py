@@ -12,7 +12,7 @@ import math
 import warnings
 
 import numpy as np
-from scipy import integrate, optimize, stats
+from scipy import integrate, optimize, special, stats
 
 
 def finite_vector(values, name: str) -> np.ndarray:
@@ -367,6 +367,9 @@ def replicates_to_resolve(difference: float, sd: float, margin: float, decision_
     return min(needed) if needed else None
 
 
+NORMAL_DENSITY_CONSTANT = np.sqrt(2 * np.pi)  # scipy.stats.norm's own
+
+
 @functools.cache
 def expected_maximum(n: int) -> float:
     """E[max of n independent standard normal draws]: 0 for n = 1, 1/√π for 2, 3/(2√π) for 3. What picking the best
@@ -376,5 +379,7 @@ def expected_maximum(n: int) -> float:
         raise ValueError(f"expected_maximum needs at least one draw, got n = {n}")
     if n == 1:
         return 0.0
-    return float(integrate.quad(lambda x: x * n * stats.norm.pdf(x) * stats.norm.cdf(x) ** (n - 1),
-                                -np.inf, np.inf)[0])
+    # The normal's density and CDF written as scipy.stats.norm computes them (the same floats), without its
+    # per-call checks, which cost 30x the arithmetic in quad's thousand scalar evaluations.
+    return float(integrate.quad(lambda x: x * n * (np.exp(-x ** 2 / 2.0) / NORMAL_DENSITY_CONSTANT)
+                                * special.ndtr(x) ** (n - 1), -np.inf, np.inf)[0])

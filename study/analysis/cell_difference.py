@@ -20,9 +20,17 @@ def paired_differences(run_scores: pd.DataFrame, method: str, metric: str,
                        reference: str = REFERENCE_METHOD) -> pd.DataFrame:
     """method − reference on `metric` per class split and seed (runs of one split and seed pair: same
     initialisation and data order): what standard_error_floor takes."""
+    return _paired(_by_split_and_seed(run_scores, metric), method, reference)
+
+
+def _by_split_and_seed(run_scores: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """`metric` of every method (columns) per class split and seed (rows)."""
     scores = run_scores[run_scores[metric].notna()] if metric in run_scores else run_scores.iloc[:0]
     split = scores["split"] if "split" in scores else 0
-    table = scores.assign(split=split).pivot_table(index=["split", "seed"], columns="method", values=metric)
+    return scores.assign(split=split).pivot_table(index=["split", "seed"], columns="method", values=metric)
+
+
+def _paired(table: pd.DataFrame, method: str, reference: str) -> pd.DataFrame:
     if method not in table or reference not in table:
         return pd.DataFrame(columns=["split", "seed", "difference"])
     return (table[method] - table[reference]).dropna().rename("difference").reset_index()
@@ -32,11 +40,12 @@ def differences_to_fixed_adacos(run_scores: pd.DataFrame, metric: str, confidenc
     """Every method − Fixed AdaCos on `metric` as a benchmark cell forms it: paired by split and seed, a split's seeds
     averaged, standard_error_floor's interval over splits, and in % of Fixed AdaCos's mean score (relative)."""
     reference = float(run_scores.loc[run_scores["method"] == REFERENCE_METHOD, metric].mean())
+    table = _by_split_and_seed(run_scores, metric)  # once for every method
     rows = []
     for method in dict.fromkeys(run_scores["method"]):
         if method == REFERENCE_METHOD:
             continue
-        estimate = standard_error_floor(paired_differences(run_scores, method, metric), confidence)
+        estimate = standard_error_floor(_paired(table, method, REFERENCE_METHOD), confidence)
         rows.append({"method": method, "reference_test_mean": reference, "difference": estimate.estimate,
                      "low": estimate.low, "high": estimate.high, "standard_error": estimate.standard_error,
                      "df": estimate.df, "se_splits": estimate.se_splits, "se_floor": estimate.se_floor,

@@ -5,6 +5,7 @@ class splits on the same data, from the variance and the search this one measure
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -40,6 +41,18 @@ class DesignLimits:
     confidence: float
 
 
+# The source counts design_limits looks through for the fewest whose mean's CI excludes 0.
+SOURCE_COUNTS = np.arange(2, 10_000)
+
+
+@functools.lru_cache(maxsize=8)
+def _t_critical(confidence: float) -> np.ndarray:
+    """t_{k−1} at the two-sided `confidence` for every k in SOURCE_COUNTS (the same for every call: computed once)."""
+    critical = stats.t.ppf(0.5 + confidence / 2, SOURCE_COUNTS - 1)
+    critical.flags.writeable = False  # shared by every call
+    return critical
+
+
 def design_limits(estimates, standard_errors, sources, confidence: float = 0.95, power: float = 0.8) -> DesignLimits:
     """pool_across_sources' model, read for the design: ȳᵢ (source means) vary with
     E[s²_sources] = σ²_s + mean((σ²_c + se̅ᵢ²)/nᵢ), so a new configuration's true spread is
@@ -68,8 +81,8 @@ def design_limits(estimates, standard_errors, sources, confidence: float = 0.95,
     mean = pooled.mean
     needed = math.nan
     if k >= 2 and mean != 0:
-        needed = next((float(n) for n in range(2, 10_000)
-                       if stats.t.ppf(0.5 + confidence / 2, n - 1) * math.sqrt(s2 / n) < abs(mean)), math.inf)
+        excludes = np.flatnonzero(_t_critical(confidence) * np.sqrt(s2 / SOURCE_COUNTS) < abs(mean))
+        needed = float(SOURCE_COUNTS[excludes[0]]) if excludes.size else math.inf
     return DesignLimits(
         mean=mean, sources=k, source_sd=math.sqrt(s2), spread=spread_of(s2),
         spread_low=spread_of((k - 1) * s2 / chi_high), spread_high=spread_of((k - 1) * s2 / chi_low),

@@ -33,17 +33,16 @@ def seed_covariance(runs: pd.DataFrame, metric: str) -> dict:
     """One method's seed noise from its runs (split, seed, val_score, `metric`): the within-split covariance of test
     with val, val's variance and its degrees of freedom, pooled over the splits with two or more finite runs."""
     finite = runs[np.isfinite(runs[VAL_SCORE].astype(float)) & np.isfinite(runs[metric].astype(float))]
-    by_split = finite.groupby("split") if "split" in finite else [(0, finite)]
-    cross = squares = 0.0
-    df = 0
-    for _, own in by_split:
-        if len(own) < 2:
-            continue
-        val = own[VAL_SCORE].astype(float).to_numpy()
-        test = own[metric].astype(float).to_numpy()
-        cross += float(np.sum((val - val.mean()) * (test - test.mean())))
-        squares += float(np.sum((val - val.mean()) ** 2))
-        df += len(own) - 1
+    val = finite[VAL_SCORE].astype(float)
+    test = finite[metric].astype(float)
+    split = finite["split"] if "split" in finite else pd.Series(0, index=finite.index)
+    runs_in_split = split.map(split.value_counts())
+    measured = runs_in_split >= 2  # a split with one run measures no noise
+    val_deviation = (val - val.groupby(split).transform("mean"))[measured].to_numpy()
+    test_deviation = (test - test.groupby(split).transform("mean"))[measured].to_numpy()
+    cross = float(np.sum(val_deviation * test_deviation))
+    squares = float(np.sum(val_deviation ** 2))
+    df = int(measured.sum() - split[measured].nunique())
     if df == 0:
         return {"covariance": math.nan, "val_variance": math.nan, "df": 0}
     return {"covariance": cross / df, "val_variance": squares / df, "df": df}
