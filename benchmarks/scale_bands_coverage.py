@@ -1,12 +1,14 @@
 """Coverage of the stalled-trial rates the benchmark's details print per band of s / s_f (study.analysis.scale_bands:
-Wilson's interval on the trials over the design effect of their cells), in worlds where trials of one cell share a cell effect, as the benchmark's do.
+the wider of Wilson's interval on the trials over their cells' design effect and the cluster-robust one over cells),
+in worlds where trials of one cell share a cell effect, as the benchmark's do.
 
 Per band with stalled trials, the design is the band's real one (each cell's trials in it, from the committed cells'
 landscape tables through study.benchmark.cells.search_trials); each cell's true stall rate is drawn from a beta
 distribution whose mean is the band's observed share and whose intraclass correlation ρ is 0 (independent trials),
-the band's own method-of-moments estimate, or 0.2; a cell's stalls are binomial at its rate. The truth is the beta's
-mean: the rate for a trial at that scale on a new cell like these. The table gives, per band and ρ, the share of
-simulated benchmarks whose interval held it, with its Monte Carlo error.
+the band's own method-of-moments estimate, or 0.2; a cell's stalls are binomial at its rate, each read against its
+split's best trial at a good scale, as in a real search. The truth is the beta's mean: the rate for a trial at that
+scale on a new cell like these. The table gives, per band and ρ, the share of simulated benchmarks whose interval
+held it, with its Monte Carlo error.
 
     python benchmarks/scale_bands_coverage.py [--benchmarks 4000] [--out benchmarks/results/scale_bands_coverage.csv]
 """
@@ -39,6 +41,21 @@ def band_cells(trials: pd.DataFrame) -> dict[tuple[float, float], pd.DataFrame]:
     return out
 
 
+WORLD_BAND = 1.0  # the lower edge of the band a world's trials fall in: s = 1.5 s_f, in (1, 2]
+
+
+def world_trials(trials: np.ndarray, stalled: np.ndarray) -> pd.DataFrame:
+    """A world's trials as scale_bands reads them: each cell's `trials` in the band, `stalled` of them stalled, and
+    beside them its split's best trial at a good scale (0.75 s_f, another band), as every real search has one. A stall
+    is read against the split's best: without it a cell whose band trials all stalled would count none."""
+    band = pd.DataFrame({"cell": np.repeat(np.arange(len(trials)), trials), "split": 0, "s_f": 1.0,
+                         "s": 1.5,
+                         "value": np.concatenate([np.r_[np.full(k, 0.1), np.full(m - k, 1.0)]
+                                                  for k, m in zip(stalled, trials)])})
+    best = pd.DataFrame({"cell": np.arange(len(trials)), "split": 0, "s_f": 1.0, "s": 0.75, "value": 1.0})
+    return pd.concat([band, best], ignore_index=True)
+
+
 def simulate(cells: pd.DataFrame, rho: float, benchmarks: int, rng: np.random.Generator) -> tuple[float, float]:
     """Coverage of the band's Wilson interval and its Monte Carlo error, in `benchmarks` worlds at intraclass ρ."""
     n = cells["n"].to_numpy(int)
@@ -50,11 +67,7 @@ def simulate(cells: pd.DataFrame, rho: float, benchmarks: int, rng: np.random.Ge
             rates = rng.beta(a, b, size=len(n))
         else:
             rates = np.full(len(n), mean)
-        stalled = rng.binomial(n, rates)
-        rows = pd.DataFrame({"cell": np.repeat(np.arange(len(n)), n), "split": 0, "s_f": 1.0,
-                             "s": 1.5, "value": np.concatenate([np.r_[np.full(k, 0.1), np.full(m - k, 1.0)]
-                                                                for k, m in zip(stalled, n)])})
-        band = scale_bands(rows).set_index("low").loc[1.0]
+        band = scale_bands(world_trials(n, rng.binomial(n, rates))).set_index("low").loc[WORLD_BAND]
         held += band["stalled_low"] <= mean <= band["stalled_high"]
     coverage = held / benchmarks
     return coverage, math.sqrt(coverage * (1 - coverage) / benchmarks)

@@ -1,13 +1,18 @@
 """Tests for study.analysis.scale_bands: trials counted into their s / s_f band, stalled against their own split's
 best, and the Wilson interval checked against its closed form."""
 
+import importlib.util
 import math
+from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
 
 from study.analysis.scale_bands import BANDS, scale_bands, within_cell_correlation
+
+COVERAGE_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "scale_bands_coverage.py"
 
 
 def wilson(stalled: int, count: int, confidence: float = 0.95) -> tuple[float, float]:
@@ -53,3 +58,15 @@ def test_stalls_that_cluster_in_cells_count_as_fewer_trials():
     band = scale_bands(trials).set_index("low").loc[2.0]
     low, high = wilson(1, 4)
     assert band["stalled_share"] == 0.25 and band["stalled_low"] <= low and band["stalled_high"] >= high
+
+
+def test_the_coverage_simulations_worlds_count_every_stall_they_draw():
+    """benchmarks/scale_bands_coverage.py's worlds, read by scale_bands: a cell whose band trials all stalled counts
+    them all (against its split's best at another scale, as in a real search), so the simulated rate is the drawn
+    one."""
+    spec = importlib.util.spec_from_file_location("scale_bands_coverage", COVERAGE_SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    trials, stalled = np.array([5, 3, 4, 2]), np.array([5, 0, 1, 2])  # cells 0 and 3 stalled in every trial
+    band = scale_bands(script.world_trials(trials, stalled)).set_index("low").loc[script.WORLD_BAND]
+    assert (band["trials"], band["stalled"], band["cells"]) == (14, 8, 4)

@@ -331,8 +331,9 @@ def _write_benchmark_report(plan: dict, rows: pd.DataFrame, cells_dir: Path, rep
                    Table(findings_shown(rows), "ArcFace's best (s, m) per configuration"),
                    Table(scale_bands_shown(scales, confidence), "Every trial of the random ArcFace searches by its s "
                          f"in units of s_f at its cell's class count: how many stalled, ending below "
-                         f"{STALLED:.0%} of the best val of its class split's search (tables/scale_bands.csv); where "
-                         "stalls cluster in a few cells the interval is too narrow (its coverage: "
+                         f"{STALLED:.0%} of the best val of its class split's search (tables/scale_bands.csv), "
+                         "with an interval that allows for stalls clustering in a few cells (its coverage in "
+                         "simulated benchmarks clustered as these cells are: "
                          "benchmarks/results/scale_bands_coverage.csv)")]),
                Section("Trends and training length", [
                    slope_sentence(slope), *longer_sentences(longer),
