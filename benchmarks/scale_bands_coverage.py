@@ -48,8 +48,7 @@ def world_trials(trials: np.ndarray, stalled: np.ndarray) -> pd.DataFrame:
     """A world's trials as scale_bands reads them: each cell's `trials` in the band, `stalled` of them stalled, and
     beside them its split's best trial at a good scale (0.75 s_f, another band), as every real search has one. A stall
     is read against the split's best: without it a cell whose band trials all stalled would count none."""
-    band = pd.DataFrame({"cell": np.repeat(np.arange(len(trials)), trials), "split": 0, "s_f": 1.0,
-                         "s": 1.5,
+    band = pd.DataFrame({"cell": np.repeat(np.arange(len(trials)), trials), "split": 0, "s_f": 1.0, "s": 1.5,
                          "value": np.concatenate([np.r_[np.full(k, 0.1), np.full(m - k, 1.0)]
                                                   for k, m in zip(stalled, trials)])})
     best = pd.DataFrame({"cell": np.arange(len(trials)), "split": 0, "s_f": 1.0, "s": 0.75, "value": 1.0})

@@ -31,6 +31,7 @@ def _by_split_and_seed(run_scores: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def _paired(table: pd.DataFrame, method: str, reference: str) -> pd.DataFrame:
+    """method − reference per class split and seed of _by_split_and_seed's table, where both ran."""
     if method not in table or reference not in table:
         return pd.DataFrame(columns=["split", "seed", "difference"])
     return (table[method] - table[reference]).dropna().rename("difference").reset_index()
