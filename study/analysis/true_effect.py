@@ -16,7 +16,7 @@ from scipy import special, stats
 from study.analysis.common import ResultFields
 from study.analysis.pooling import (_dersimonian_laird_rows, _source_labels, estimates_and_errors,
                                    pool_across_sources, source_membership)
-from study.statistics import check_probability
+from study.statistics import check_probability, normal_density
 
 # The half-normal prior's scale on τ, the sd of the true effects between data sources, on the relative scale the
 # verdict reads (a share of Fixed AdaCos's score), set from the largest plausible spread: a between-source sd of 10%
@@ -62,7 +62,7 @@ def _mixture_quantiles(probabilities: np.ndarray, centres: np.ndarray, spreads: 
     tolerance = 1e-15 * (high - low)
     mean = np.sum(probabilities * centres, axis=-1)
     sd = np.sqrt(np.maximum(np.sum(probabilities * (spreads ** 2 + centres ** 2), axis=-1) - mean ** 2, 0.0))
-    density_weights = probabilities / (math.sqrt(2.0 * math.pi) * spreads)
+    density_weights = probabilities / spreads
     results = []
     for level in levels:
         below, above = low.copy(), high.copy()
@@ -71,7 +71,7 @@ def _mixture_quantiles(probabilities: np.ndarray, centres: np.ndarray, spreads: 
         for _ in range(200):
             z = (x[going, None] - centres[going]) / spreads[going]
             cdf = np.sum(probabilities[going] * special.ndtr(z), axis=-1)
-            density = np.sum(density_weights[going] * np.exp(-0.5 * z * z), axis=-1)
+            density = np.sum(density_weights[going] * normal_density(z), axis=-1)
             short = cdf < level
             below[going] = np.where(short, x[going], below[going])
             above[going] = np.where(short, above[going], x[going])
