@@ -12,6 +12,7 @@ from study.statistics import (
     holm_adjusted,
     mean_ci,
     minimum_detectable_difference,
+    normal_density,
     paired_difference,
     seeds_to_detect,
     seeds_to_show_equivalence,
@@ -527,3 +528,9 @@ def test_difference_ci_zero_variance_in_one_group_is_ordinary_welch():
 def test_difference_ci_rejects_non_finite():
     with pytest.raises(ValueError):
         difference_ci([0.1, np.nan], [0.2, 0.3])
+
+
+def test_the_normal_density_is_scipys_float_for_float():
+    z = np.concatenate([np.linspace(-40.0, 40.0, 2001), [0.0, 1e-300, -7.5, 38.6]])
+    assert np.array_equal(normal_density(z), stats.norm.pdf(z))
+    assert normal_density(0.0) == pytest.approx(1 / math.sqrt(2 * math.pi), rel=1e-15)
