@@ -35,12 +35,13 @@ def identity_folder(root, identities: int = 20, per_identity: int = 8):
 def test_the_large_preset_runs_end_to_end_at_a_tiny_size_on_the_cpu(tmp_path):
     root = copy_study(tmp_path / "study")
     faces = identity_folder(tmp_path / "faces")
-    # The preset as it ships, but for what a CPU test can afford: a small ResNet without weights, 32 px, one split,
+    # The preset as it ships, but for what a CPU test can afford: timm's own tiny test ResNet without weights (a
+    # ResNet's blocks at a 30th of resnet18's weights, 8x faster here), 32 px, one split,
     # Fixed AdaCos beside tuned ArcFace, at the declared length (its barely trained runs would train again at 2x
     # and 4x). Its models score 0 on some metrics (TAR at FAR 1e-3), where a margin of "2% of score" is none: the
     # report says so rather than failing.
     params = build_preset("large", [f"data.dataset=folder:{faces}", "data.image_size=32", "data.seeds=[0]",
-                                    "model.name=timm/resnet18", "model.embedding_size=32", "model.pretrained=false",
+                                    "model.name=timm/test_resnet", "model.embedding_size=32", "model.pretrained=false",
                                     "train.batch_size=16", "train.epochs=2", "train.num_workers=0",
                                     "train.device=cpu", "train.parallel=1", "search.n_trials=2",
                                     "runs.methods=[fixed_adacos]", "runs.plateau_cap=1"])
@@ -52,4 +53,4 @@ def test_the_large_preset_runs_end_to_end_at_a_tiny_size_on_the_cpu(tmp_path):
     kept = pd.read_csv(root / runs_dir("fixed_adacos", 0) / "runs.csv")
     assert kept["iterations"].min() > tried["iterations"].max()  # the chosen rate trained on past the choice
     report = (root / "reports" / "report.md").read_text()
-    assert "timm/resnet18" in report and "at 30% of the length" in report
+    assert "timm/test_resnet" in report and "at 30% of the length" in report
