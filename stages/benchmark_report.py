@@ -4,6 +4,7 @@
 import argparse
 import sys
 
+from stages import begin
 from study.benchmark import aggregate_benchmark
 from study.benchmark.fingerprint import CellReportError
 from study.benchmark.pipelines import read_plan_file
@@ -13,6 +14,7 @@ from study.interruptions import Interrupted, ends_as_interrupted
 def main() -> None:
     """Read the arguments DVC's command gives and write the benchmark's report; a cell that cannot be pooled ends it
     in one line, and Ctrl-C or SIGTERM in one line saying the previous report is as it was."""
+    begin()
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--plan", default="plan.json", help="the cells, as `study benchmark` wrote them")
     parser.add_argument("--report-dir", required=True, help="where the report, tables and figures go")

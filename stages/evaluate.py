@@ -5,6 +5,7 @@ import sys
 
 import pandas as pd
 
+from stages import begin
 from study.config import load_params
 from study.results import EVALUATION_DIR, prepared_dir, read_csv, runs_dir, tuned_method, write_csv
 from study.splits import load_splits
@@ -12,6 +13,7 @@ from study.training import build_modules, evaluate, input_shape_of, load_checkpo
 
 
 def main() -> None:
+    begin()
     params = load_params()
     rows, histories = [], []
     for split in params.data.split_seeds():

@@ -6,6 +6,7 @@ one line per problem, naming its key or file and the fix, not a traceback."""
 
 import sys
 
+from stages import begin
 from study.config import DataConfig, load_params
 from study.results import prepared_dir
 from study.sources import ImageSet, load_dataset
@@ -14,6 +15,7 @@ from study.validation import DataProblem, check_images, check_training_split, pl
 
 
 def main() -> None:
+    begin()
     params = load_params()
     try:
         prepare(params)

@@ -8,6 +8,7 @@ import sys
 
 import pandas as pd
 
+from stages import begin
 from study.analysis import analyse_study
 from study.analysis.design import independent_splits
 from study.config import load_params
@@ -51,6 +52,7 @@ def environment(params, devices) -> dict:
 
 
 def main() -> None:
+    begin()
     params = load_params(build_losses=False)  # validate built the losses; the report needs no torch
     try:
         check_writable(REPORT_DIR)  # before the analysis: a folder that refuses the report stops the stage at once

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from stages import begin
 from study.config import load_params
 from study.interruptions import Interrupted, ends_as_interrupted
 from study.learning_rates import choose_rate, split_searched
@@ -31,6 +32,7 @@ from study.workers import ends_cleanly, packed, runs_at_once
 
 
 def main() -> None:
+    begin()
     parser = argparse.ArgumentParser(description=__doc__)
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--method", help="a baseline of runs.methods")

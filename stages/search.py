@@ -5,6 +5,7 @@ import argparse
 import contextlib
 from pathlib import Path
 
+from stages import begin
 from study.config import load_params
 from study.interruptions import Interrupted, ends_as_interrupted
 from study.results import JOURNAL, prepared_dir, prepared_train_sizes, search_dir, write_csv, write_json
@@ -18,6 +19,7 @@ from study.workers import ends_cleanly, runs_at_once
 
 
 def main() -> None:
+    begin()
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--loss", required=True)
     loss = parser.parse_args().loss

@@ -3,10 +3,12 @@ every C's study in one table, one figure and a report with the trend, read from 
 
 import argparse
 
+from stages import begin
 from study.sweep import aggregate_sweep
 
 
 def main() -> None:
+    begin()
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--classes", type=int, nargs="+", required=True, help="the class counts, one folder C<C> each")
     parser.add_argument("--report-dir", required=True, help="where the table, figure and reports go")

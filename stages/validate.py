@@ -5,6 +5,7 @@ output stays the same bytes for the same params."""
 
 import sys
 
+from stages import begin
 from study.config import ConfigError
 from study.dvc_changes import after_refusal
 from study.price import process_age, say_before_training
@@ -13,6 +14,7 @@ from study.validation import VALIDATED, VALIDATED_TEXT, link_source, validate_st
 
 
 def main() -> None:
+    begin()
     started = process_age()  # this stage's start, its imports included: what every stage and packed worker pays
     try:
         params, cost = validate_study()

@@ -100,6 +100,39 @@ def test_the_report_stage_starts_without_torch(tmp_path):
         assert done.returncode == imports_torch, command
 
 
+STAGES = sorted(path for path in (REPO / "stages").glob("*.py") if path.name != "__init__.py")
+
+
+@pytest.mark.parametrize("path", STAGES, ids=lambda path: path.stem)
+def test_each_stage_begins_by_freezing_what_its_imports_made(path):
+    main = next(node for node in ast.parse(path.read_text(encoding="utf-8")).body
+                if isinstance(node, ast.FunctionDef) and node.name == "main")
+    statements = [node for node in main.body
+                  if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))]
+    first = ast.unparse(statements[0])  # its docstring aside
+    assert first == "begin()", f"{path.name}: main() starts with {first!r}, not begin() (stages/__init__.py says why)"
+
+
+def test_begin_freezes_the_imports_objects_once_and_the_stages_own_are_collected_as_before():
+    """In a process of its own (a freeze in the test's process would outlive the test)."""
+    probe = """
+import gc, weakref
+import pandas, stages  # a stage's imports
+imported = len(gc.get_objects())
+stages.begin()
+frozen = gc.get_freeze_count()
+class Node:
+    pass
+first = Node(); first.itself = first; alive = weakref.ref(first); del first
+for _ in range(10_000):  # cycles enough for the collector's own passes, never called here
+    node = Node(); node.itself = node
+stages.begin()
+print(frozen >= 0.9 * imported, gc.get_freeze_count() == frozen, alive() is None)
+"""
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["True", "True", "True"], "frozen at the first begin(), once; later cycles collected"
+
+
 def test_the_hostile_cases_page_names_only_tests_that_exist():
     """tests/hostile_cases.md points a reader at the test holding each case: every test it names is defined."""
     text = (REPO / "tests" / "hostile_cases.md").read_text(encoding="utf-8")

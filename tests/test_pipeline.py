@@ -70,6 +70,7 @@ def test_a_null_study_through_dvc_repro_recommends_no_tuning_and_reruns_only_wha
                            search__s_range=[0.99 * s_f, 1.01 * s_f], search__m_range={"arcface": [0.0, 0.01]},
                            runs__seeds=[0, 1, 2], train__parallel=1)  # packing: the Ctrl-C test below
     first = dvc(root, "repro")
+    assert "leaked" not in first  # each stage's objects freed at exit without a binding's leak warning (stages.begin)
     assert {"prepare", "search@arcface", "runs@fixed_adacos", "runs@dynamic_adacos",
             "runs@arcface_default", "tuned@arcface", "evaluate", "report"} <= ran_stages(first)
 
