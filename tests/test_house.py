@@ -1,5 +1,6 @@
 """The house (issue 28): no import circle among the study's modules, deferred imports included, no module over
-600 lines, a report stage that starts without torch, and a tracked tree small enough to copy to a GPU machine."""
+600 lines, a report stage that starts without torch, stages that begin by freezing their imports' objects, and a
+tracked tree small enough to copy to a GPU machine."""
 
 import ast
 import os
