@@ -28,7 +28,8 @@ from study.study_names import namespace
 from study.validation import study_cost
 from study.storage import open_storage, set_missing_user_attrs, storage_url
 from study.training import planned_iterations
-from study.workers import ends_cleanly, packed, runs_at_once
+from study.packing import packed, runs_at_once
+from study.workers import ends_cleanly
 
 
 def main() -> None:

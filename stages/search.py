@@ -15,7 +15,8 @@ from study.splits import load_splits
 from study.storage import open_storage
 from study.study_names import namespace
 from study.validation import study_cost
-from study.workers import ends_cleanly, runs_at_once
+from study.packing import runs_at_once
+from study.workers import ends_cleanly
 
 
 def main() -> None:

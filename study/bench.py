@@ -169,10 +169,10 @@ def training_loop_speed(params: StudyParams, sets: dict[str, ImageSet], steps: i
 def trials_per_hour(params: StudyParams, sets: dict[str, ImageSet], packings: tuple[int, ...],
                     trials_per_run: int) -> dict[str, dict[str, float]]:
     """Trials per hour of a random search of the study's trials with K = train.parallel packed runs (the stage's own
-    mechanism, study/workers.py), K × `trials_per_run` trials each, and the ratio to the first K.
+    mechanism, study/packing.py), K × `trials_per_run` trials each, and the ratio to the first K.
 
-    `per_hour` counts the whole search, the K - 1 workers' start included (paid once per stage); `running_per_hour`
-    only the span from the first trial's start to the last one's end.
+    `per_hour` counts the whole search, the K - 1 workers' join delay and start included (paid once per stage);
+    `running_per_hour` only the span from the first trial's start to the last one's end.
     """
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rates, threads = {}, torch.get_num_threads()  # packed runs set this process's threads: the later figures need all

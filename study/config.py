@@ -194,7 +194,7 @@ class TrainConfig(ParamsModel):
     # Torch's threads per process; null: torch's default (one per core), or cores ÷ parallel when runs are packed.
     threads: Optional[Int] = Field(None, ge=1)
     # Runs trained at once on one device, a process each (search trials, final seeds): auto is 4 on a GPU and
-    # one per core, up to 4, on a CPU. Neither knob changes what a run means (see study/workers.py).
+    # one per core, up to 4, on a CPU. Neither knob changes what a run means (see study/packing.py).
     parallel: Annotated[Any, _check(lambda v: v == "auto" or (type(v) is int and v >= 1),
                         "{value!r} runs at once: give auto or a whole number of at least 1")] = "auto"
     seed: Seed = 0  # a single `study train` run's seed; search trials and final runs derive or list their own

@@ -33,7 +33,7 @@ from study.sources import ImageSet, image_shape
 from study.training import (choice_iteration, evaluate, evaluation_schedule, planned_iterations, resolve_device,
                             train)
 from study.validation import DataProblem, planned_source, planned_splits, study_cost
-from study.workers import available_cores, runs_at_once, threads_per_run
+from study.packing import WORKERS_JOIN_AFTER_SECONDS, available_cores, runs_at_once, threads_per_run
 
 # Steps of the calibration run: at least CALIBRATION_ITERATIONS, more where they take under CALIBRATION_SECONDS (a
 # small model's step of a millisecond, timed over 40 steps, would read the machine's other load more than itself),
@@ -370,7 +370,8 @@ def priced(params: StudyParams, calibration: Calibration, sizes: list[int], test
                   + [(seeds, early)] * (len(runs.methods) * rates if choice else 0)
                   + [(seeds, final)] * (len(runs.methods) * (1 if choice else rates) + len(search.losses)))
         for count, seconds in blocks:
-            spawned = min(parallel, count)  # the stage's process and its packed workers
+            # the stage's process and its packed workers, which join only a block that outlasts their delay
+            spawned = min(parallel, count) if count * seconds > WORKERS_JOIN_AFTER_SECONDS else 1
             for which, (speedup, spawning) in enumerate(speedups):
                 walls[which] += block_wall(count, seconds, min(speedup, count), spawned if spawning else 1,
                                            calibration.process_start)
@@ -395,12 +396,17 @@ def priced(params: StudyParams, calibration: Calibration, sizes: list[int], test
 
 def block_wall(count: int, seconds: float, at_once: int, spawned: int, worker_start: float) -> float:
     """Wall-clock of `count` runs of `seconds` each beside `spawned` - 1 packed workers, `at_once` of them training
-    at a time: the stage's process trains while its workers start (each `worker_start`, taking its turn on the
-    cores), then they share the runs."""
+    at a time: the stage's process trains while its workers join (after WORKERS_JOIN_AFTER_SECONDS) and start (each
+    `worker_start`, taking its turn on the cores), then they share the runs."""
+    alone = count * seconds
     if spawned <= 1:
-        return count * seconds
-    shared = (count * seconds + (spawned - 1) * worker_start) / max(at_once, 1)
-    return max(shared, worker_start + seconds) if at_once > 1 else shared
+        return alone
+    if at_once <= 1:  # a worker that only takes turns: its start is paid, no gain
+        return alone + (spawned - 1) * worker_start
+    ready = WORKERS_JOIN_AFTER_SECONDS + worker_start
+    if count <= math.ceil(ready / seconds):  # the stage has begun every run before a worker is ready: it only exits
+        return max(alone, ready)
+    return max((alone + (spawned - 1) * ready) / at_once, ready + seconds)
 
 
 def cheaper_design(params: StudyParams, calibration: Calibration, sizes: list[int], test_classes: int,

@@ -27,8 +27,8 @@ from study.sources import ImageSet
 from study.storage import load_history, save_history, set_missing_user_attrs
 from study.training import evaluate, planned_iterations, resolve_device, train
 from study.study_names import digest, namespace, open_current
-from study.workers import (INTERRUPTED, NOT_RUN, RUNNING, TrialCount, packed, retried_number, run_meaning, serve,
-                           study_identity)
+from study.packing import packed
+from study.workers import INTERRUPTED, NOT_RUN, RUNNING, TrialCount, retried_number, run_meaning, serve, study_identity
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 KIND = "search"
@@ -349,7 +349,7 @@ def search_label(loss: str, params: StudyParams, repeat: int = 0) -> str:
 def run_searches(loss: str, params: StudyParams, storage, sets: dict[str, ImageSet], root: str | Path,
                  studies: list[optuna.Study]) -> None:
     """Every repeat's search of `loss`, train.parallel trials at a time (workers started beside this process for the
-    study whose checkout is `root`: see study/workers.py); each repeat's study is appended to `studies` as it opens,
+    study whose checkout is `root`: see study/packing.py); each repeat's study is appended to `studies` as it opens,
     before any worker starts, so the workers find them and the caller has them even when a search is interrupted."""
     for repeat in range(params.search.repeats):
         studies.append(open_study(loss, params, storage, len(sets["train"]), seed=split_search_seed(params),

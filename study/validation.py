@@ -33,7 +33,7 @@ from study.splits import class_split, rgb_image
 from study.stop_early import stop_early_problems
 from study.storage import check_storage
 from study.training import choice_iteration, planned_iterations, resolve_device
-from study.workers import available_cores, thread_variable_problems
+from study.packing import available_cores, thread_variable_problems
 
 # The validate stage's output, which every other stage depends on. Always the same bytes: a params change that
 # passes changes nothing downstream stages depend on, so only the stages that read the changed keys rerun.

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from study import bench, workers
+from study import bench, packing
 from study.config import ModelConfig, StudyParams, TrainConfig
 from study.losses import LOSSES, build_loss
 from study.sources import load_dataset
@@ -83,7 +83,7 @@ def test_a_checkpoint_written_on_the_gpu_loads_on_a_cpu_with_the_same_embeddings
 
 
 def test_auto_packs_four_runs_on_the_gpu():
-    assert workers.runs_at_once(StudyParams.from_dict({"train": {"device": "auto"}}).train) == 4
+    assert packing.runs_at_once(StudyParams.from_dict({"train": {"device": "auto"}}).train) == 4
 
 
 def test_the_bench_measures_on_the_gpu(digits):

@@ -6,13 +6,15 @@ and weights. Both run at one torch thread per run, as the packed runs of a 2-cor
 thread count moves scores by float rounding.
 """
 
+import multiprocessing
 import re
+import time
 
 import pandas as pd
 import pytest
 import torch
 
-from study import training, workers
+from study import packing, training
 from study.config import StudyParams
 from study.presets import write_params
 from study.results import prepared_dir, runs_dir, search_dir
@@ -95,30 +97,43 @@ def test_auto_packs_four_runs_on_a_gpu_and_one_per_core_up_to_four_on_a_cpu(monk
     def train(**values):
         return StudyParams.from_dict({"train": values}).train
 
-    monkeypatch.setattr(workers, "available_cores", lambda: 2)
-    assert workers.runs_at_once(train(device="cpu")) == 2
-    assert workers.runs_at_once(train(device="cpu", parallel=7)) == 7
-    monkeypatch.setattr(workers, "available_cores", lambda: 64)
-    assert workers.runs_at_once(train(device="cpu")) == 4
+    monkeypatch.setattr(packing, "available_cores", lambda: 2)
+    assert packing.runs_at_once(train(device="cpu")) == 2
+    assert packing.runs_at_once(train(device="cpu", parallel=7)) == 7
+    monkeypatch.setattr(packing, "available_cores", lambda: 64)
+    assert packing.runs_at_once(train(device="cpu")) == 4
     monkeypatch.setattr(training, "resolve_device", lambda name: torch.device("cuda"))  # workers import it when used
-    assert workers.runs_at_once(train(device="cuda")) == 4
+    assert packing.runs_at_once(train(device="cuda")) == 4
 
 
 def test_packed_runs_share_the_cores_unless_threads_are_given(monkeypatch):
-    monkeypatch.setattr(workers, "available_cores", lambda: 8)
+    monkeypatch.setattr(packing, "available_cores", lambda: 8)
     params = StudyParams.from_dict({"train": {"device": "cpu"}})
-    alone = workers.threads_per_run(params, 1)
+    alone = packing.threads_per_run(params, 1)
     assert alone.train.threads is None  # torch's default: every core
-    packed = workers.threads_per_run(params, 4)
+    packed = packing.threads_per_run(params, 4)
     assert packed.train.threads == 2
     given = StudyParams.from_dict({"train": {"device": "cpu", "threads": 3}})
-    assert workers.threads_per_run(given, 4).train.threads == 3
+    assert packing.threads_per_run(given, 4).train.threads == 3
 
 
 @pytest.mark.slow
-def test_a_packed_worker_that_fails_is_named_after_the_block(tmp_path, capfd):
+def test_a_packed_worker_that_fails_is_named_after_the_block(tmp_path, capfd, monkeypatch):
+    monkeypatch.setattr(packing, "WORKERS_JOIN_AFTER_SECONDS", 0)
     params = StudyParams.from_dict({"train": {"device": "cpu", "parallel": 2, "threads": 1}})
     with pytest.raises(RuntimeError, match=r"packed worker 1 \(exit code 1\) of the 2 packed runs failed"):
-        with workers.packed(params, tmp_path, services=[]):
-            pass  # this process's own share finishes; the worker finds no prepared data and fails
+        with packing.packed(params, tmp_path, services=[]):
+            # this process's own share finishes once its worker has started, which finds no prepared data and fails
+            while not multiprocessing.active_children():
+                time.sleep(0.01)
     assert "data/prepared" in capfd.readouterr().err
+
+
+def test_a_block_done_before_the_workers_join_starts_none(tmp_path):
+    params = StudyParams.from_dict({"train": {"device": "cpu", "parallel": 4, "threads": 1}})
+    began = time.monotonic()
+    with packing.packed(params, tmp_path, services=[]) as packed_params:
+        assert packed_params.train.threads == 1
+        time.sleep(0.2)  # this process's own share: over before the workers' delay
+    assert time.monotonic() - began < packing.WORKERS_JOIN_AFTER_SECONDS  # it did not wait for the delay either
+    assert multiprocessing.active_children() == []  # no worker was started: none failed on the missing data

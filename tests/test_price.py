@@ -6,8 +6,10 @@ import sys
 import time
 
 import pytest
+
 from study.cautions import SCALE_CAUTION, gpu_fallback_caution, scale_cautions, scale_range_note
 from study.config import StudyParams
+from study.packing import WORKERS_JOIN_AFTER_SECONDS
 from study.presets import write_params
 from study.price import (BOUNDS, CALIBRATION_ITERATIONS, MAX_CALIBRATION_ITERATIONS, RUN_BOOKKEEPING,
                          SAY_PROGRESS_AFTER, WARM_UP, Calibration, block_wall, calibration_steps, duration,
@@ -77,12 +79,16 @@ def test_choosing_the_rate_early_is_priced_as_every_rate_until_the_choice_and_th
 
 def test_runs_at_once_divide_the_wall_clock_after_their_workers_start():
     assert block_wall(12, 10.0, 1, 1, 5.0) == 120.0
-    assert block_wall(12, 10.0, 2, 2, 5.0) == pytest.approx((120 + 5) / 2)  # the stage trains while its worker starts
-    assert block_wall(2, 10.0, 2, 2, 5.0) == 15.0  # the worker's start, then its one run
+    join = WORKERS_JOIN_AFTER_SECONDS
+    # the stage trains while its worker joins and starts
+    assert block_wall(12, 10.0, 2, 2, 5.0) == pytest.approx((120 + join + 5) / 2)
+    assert block_wall(2, 10.0, 2, 2, 5.0) == join + 5 + 10  # the worker's join and start, then its one run
+    assert block_wall(2, 5.0, 2, 2, 5.0) == 10.0  # both runs begun before the worker is ready: the stage's own time
+    assert block_wall(2, 1.0, 2, 2, 5.0) == join + 5  # ... and then it waits for the worker, which only exits
     assert block_wall(12, 10.0, 1, 2, 5.0) == 125.0  # a worker that only takes turns: its start is paid, no gain
-    # On a GPU, runs at once are from as fast as one alone to no faster: a range.
+    # On a GPU, runs at once are from as fast as one alone to no faster: a range (runs of a minute, which workers join).
     params = params_with(train={"parallel": 4, "threads": 1})
-    price = priced(params, calibration(device="cuda:NVIDIA H200"), [1000], test_classes=10)
+    price = priced(params, calibration(device="cuda:NVIDIA H200", step=1.0), [1000], test_classes=10)
     fast, slow = price.wall_seconds
     assert fast < slow and slow == pytest.approx(price.device_seconds + 7 * 5.0)
     # On a CPU whose other load leaves one core free, two packed runs only take turns: as one at a time.

@@ -12,7 +12,7 @@ from study import progress, workers
 from study.config import StudyParams
 from study.study_names import namespace
 from study.validation import study_cost
-from study.workers import runs_at_once
+from study.packing import runs_at_once
 
 START = datetime.datetime(2026, 12, 6, 12, 0, 0)
 

@@ -247,7 +247,7 @@ def packed_worker():
     end_by(signal.SIGTERM)
 
 if __name__ == "__main__":
-    multiprocessing.resource_tracker.ensure_running()  # as study.workers.packed starts it, shared with its workers
+    multiprocessing.resource_tracker.ensure_running()  # as study.packing.packed starts it, shared with its workers
     worker = multiprocessing.get_context("spawn").Process(target=packed_worker)
     worker.start()
     worker.join()
