@@ -89,7 +89,7 @@ def _serve_beside(stage: int, work: Callable, params) -> None:
 def _start_then_reap(workers: list, started: list, stop: threading.Event, starting: threading.Lock) -> None:
     """Unless `stop` comes first, start `workers` after WORKERS_JOIN_AFTER_SECONDS (each appended to `started`), then
     wait for each that exits, until `stop`: a dead worker is then gone, not a zombie whose trial looks alive (see
-    `has_died`).
+    study/workers.py `has_died`).
 
     A worker starts with the interrupting signals blocked, and handles them once it can (`_serve_beside`): Ctrl-C
     while it imports torch is then an interruption, not a traceback. This thread holds them blocked from after

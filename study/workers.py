@@ -8,10 +8,10 @@ its parameters: the analysis leaves it out. Each trial is reserved before it tra
 that many workers share is met exactly and no trial is trained twice.
 
 An interruption (Ctrl-C, SIGTERM, SIGHUP, or the death of the process that started this one: DVC killed, or a packed
-worker's stage) is not a crash: the process fails its running trial as interrupted, its packed workers wind down
-with it, and it ends with one line and the exit status of the signal (study/interruptions.py). An
-interrupted trial's place is queued again at its parameters, seed and place in the search (`requeue_interrupted`), so
-a resumed study runs exactly the trials an uninterrupted one runs.
+worker's stage) is not a crash: the process fails its running trial as interrupted, its packed workers
+(study/packing.py) wind down with it, and it ends with one line and the exit status of the signal
+(study/interruptions.py). An interrupted trial's place is queued again at its parameters, seed and place in the
+search (`requeue_interrupted`), so a resumed study runs exactly the trials an uninterrupted one runs.
 
 Workers prove they run the same study: a study records the identity of what its trials mean (the
 prepared data, the model, the training and the search space or the run's values) when it is created,

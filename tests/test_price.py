@@ -84,7 +84,7 @@ def test_runs_at_once_divide_the_wall_clock_after_their_workers_start():
     assert block_wall(12, 10.0, 2, 2, 5.0) == pytest.approx((120 + join + 5) / 2)
     assert block_wall(2, 10.0, 2, 2, 5.0) == join + 5 + 10  # the worker's join and start, then its one run
     assert block_wall(2, 5.0, 2, 2, 5.0) == 10.0  # both runs begun before the worker is ready: the stage's own time
-    assert block_wall(2, 1.0, 2, 2, 5.0) == join + 5  # ... and then it waits for the worker, which only exits
+    assert block_wall(2, 2.0, 2, 2, 5.0) == join + 5  # ... and then it waits for the worker, which only exits
     assert block_wall(12, 10.0, 1, 2, 5.0) == 125.0  # a worker that only takes turns: its start is paid, no gain
     # On a GPU, runs at once are from as fast as one alone to no faster: a range (runs of a minute, which workers join).
     params = params_with(train={"parallel": 4, "threads": 1})
