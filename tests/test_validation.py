@@ -1,5 +1,5 @@
-"""The validate stage in the pipeline, through `dvc repro`: a params change that passes reruns nothing else, and a
-folder dataset's images are a dependency of prepare."""
+"""The validate stage in the pipeline, through `dvc repro`: a folder dataset's images are a dependency of prepare (that
+a params change which passes validation reruns nothing else is tested in the null study, tests/test_pipeline.py)."""
 
 import json
 import shutil
@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from study.config import DataConfig
-from study.validation import NO_SOURCE_FOLDER, VALIDATED_TEXT, link_source
+from study.validation import NO_SOURCE_FOLDER, link_source
 from conftest import copy_study
 from test_bad_inputs import COPIED, dvc, image_folder, params_text
 
@@ -36,19 +36,6 @@ def out_of_date(root: Path) -> dict:
     done = dvc(root, "status", "--json", "--with-deps", "prepare")
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
-
-
-@pytest.mark.slow
-def test_a_params_change_that_passes_validation_reruns_only_the_stages_that_read_it(tmp_path):
-    root = checkout(tmp_path, {})
-    assert repro(root, "prepare") == {"validate", "prepare"}
-    assert (root / "results" / "validated.txt").read_text() == VALIDATED_TEXT
-    params = yaml.safe_load((root / "params.yaml").read_text())
-    params["report"]["dpi"] = 80  # read by validate and report only
-    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    assert set(out_of_date(root)) == {"validate"}
-    assert repro(root, "prepare") == {"validate"}  # its output is the same bytes: prepare stays up to date
-    assert out_of_date(root) == {}
 
 
 @pytest.mark.slow
