@@ -582,8 +582,8 @@ class AdviceCallback:
 def replay(evidence: Evidence, margin: float, prior: Prior, alpha: float = 0.05, futility: float = 0.0,
            price: float | None = None, value_stop: bool = True) -> Advice:
     """The advice read after every round of a finished study, as if it had run live: the first that said stop (or
-    the last round's)."""
-    for round_ in range(MIN_ROUND, evidence.round() + 1):
+    the last round's). Where no split has MIN_ROUND trials yet, `advise` says what is missing (NotYetJudged)."""
+    for round_ in range(MIN_ROUND, max(evidence.round(), MIN_ROUND) + 1):
         shown = dataclasses.replace(evidence, trials=evidence.trials.groupby("split", sort=False).head(round_))
         advice = advise(shown, margin, prior, alpha, futility=futility, price=price, value_stop=value_stop)
         if advice.decision != "run_more":

@@ -12,9 +12,9 @@ import pytest
 from scipy import stats
 
 from study.advice import (CHOICES, DEFAULT_PRICE, FUTILITY, GAIN_TRIALS, Advice, AdviceError, Centred, Evidence,
-                          Prior, Projection, _gain_variance, advise, benchmark_prior, difference_at, expected_maximum,
-                          judge, more_trials_worth, posterior, seed_luck, selected_difference, settle_chance,
-                          within_split)
+                          NotYetJudged, Prior, Projection, _gain_variance, advise, benchmark_prior, difference_at,
+                          expected_maximum, judge, more_trials_worth, posterior, replay, seed_luck,
+                          selected_difference, settle_chance, within_split)
 from study.analysis.true_effect import _mixture_quantiles, bayesian_true_effect
 
 CELLS_CSV = "reports/benchmark/tables/cells.csv"
@@ -357,6 +357,8 @@ def test_the_benchmark_replay_counts_its_trainings_and_sets_the_full_design_besi
         assert row.design_trainings == cell.splits * (cell.n_trials + 2 * cell.seeds)
         assert row.full_design == cell.outcome and row.low <= row.difference <= row.high
     assert replay_sentences(replayed)[0].startswith(f"Replayed round by round on {len(replayed)} finished")
+    # A pruned search's stopped trials are not whole draws: its cells are not replayed.
+    assert advice_replay(rows[rows["cell"].isin(chosen["cell"])].assign(pruner="halving"), cells_dir).empty
 
 
 def test_what_more_trials_are_worth_is_the_monte_carlo_value_of_the_answer_they_may_change():
@@ -420,3 +422,9 @@ def test_every_advice_is_a_decision_whose_first_line_a_user_can_act_on(mean, noi
     assert advice.choice in CHOICES and first.startswith(CHOICES[advice.choice] + ":")
     assert "undecided" not in first and "%" in first and "training" in first
     assert advice.choice != "keep_tuning" or not last
+
+
+def test_a_replay_with_fewer_trials_than_a_round_says_what_is_missing():
+    # One trial on split 1: no round the advice judges is complete (a pruned search keeps that few whole trials).
+    with pytest.raises(NotYetJudged, match="too little evidence to judge"):
+        replay(evidence(trials_per_split=(3, 1, 3)), MARGIN, Prior.flat("map_at_r"))

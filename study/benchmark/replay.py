@@ -1,5 +1,6 @@
-"""`study advise` replayed round by round on every finished random-search cell of the benchmark, as if it had run
-live, beside the cell's full-design verdict (reports/benchmark/tables/advise_replay.csv and its report section)."""
+"""`study advise` replayed round by round on every finished random-search cell of the benchmark (trials not pruned),
+as if it had run live, beside the cell's full-design verdict (reports/benchmark/tables/advise_replay.csv and its
+report section)."""
 
 from __future__ import annotations
 
@@ -27,13 +28,16 @@ REPLAY_COLUMNS = ["cell", "source", "regime", "converged", "splits", "budget", "
 
 
 def advice_replay(rows: pd.DataFrame, cells_dir: Path) -> pd.DataFrame:
-    """`study advise` replayed round by round on every random-search cell, as if it had run live, its prior the
-    benchmark without the cell's own source; beside it, the cell's full-design verdict on tuned ArcFace."""
+    """`study advise` replayed round by round on every random-search cell without a pruner, as if it had run live,
+    its prior the benchmark without the cell's own source; beside it, the cell's full-design verdict on tuned
+    ArcFace."""
     from study.advice import AdviceError, Prior, benchmark_prior, replay
     from study.advice_evidence import report_evidence
 
     table = []
-    for cell in rows[(rows["method"] == "arcface_tuned") & (rows["sampler"] == "random")].itertuples():
+    # The advice reads a search's trials as independent draws trained to the end: a pruned search's are neither.
+    searched = rows[(rows["method"] == "arcface_tuned") & (rows["sampler"] == "random") & (rows["pruner"] == "none")]
+    for cell in searched.itertuples():
         objective = cell.metric.removeprefix("test_")
         evidence = report_evidence(cells_dir / cell.cell / REPORT_DIR / "tables", objective, int(cell.n_trials))
         try:
