@@ -107,7 +107,7 @@ def test_every_committed_benchmark_cell_runs_the_pipeline_of_the_committed_dvc_y
     from study.many_studies import study_pipeline
 
     root = yaml.safe_load((REPO / "dvc.yaml").read_text(encoding="utf-8"))
-    cells = sorted((REPO / "benchmarks" / "cells").glob("*/dvc.yaml"))
+    cells = sorted(path for plan in ("cells", "levers") for path in (REPO / "benchmarks" / plan).glob("*/dvc.yaml"))
     assert cells
     for path in cells:
         committed = yaml.safe_load(path.read_text(encoding="utf-8"))["stages"]
