@@ -272,7 +272,7 @@ def test_bad_declarations_name_the_fix(tmp_path, text, message):
 
 
 def test_an_unknown_declaration_lists_the_shipped_ones():
-    with pytest.raises(ValueError, match="full, quick"):
+    with pytest.raises(ValueError, match="full, levers, quick"):
         load_plan("nonesuch")
 
 
