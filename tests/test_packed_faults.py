@@ -25,9 +25,10 @@ pytestmark = pytest.mark.slow
 TRAIN = {"epochs": 6, "parallel": 2, "threads": 1}
 # What the stage may take beyond a trial's time to see the dead worker, retire its trial and retry it.
 SLACK_SECONDS = 12
-# Budget enough that the stage cannot finish alone before its packed worker (spawned, importing torch: about 5 s on a
-# loaded 2-core machine) starts a trial to stop: 10 trainings are about 10 s of the stage's own work.
-BUDGET = 10
+# Budget enough that the stage cannot finish alone before its packed worker starts a trial to stop: a worker joins
+# once the stage has trained for WORKERS_JOIN_AFTER_SECONDS (3 s), then spawns and imports torch (about 5 s on a
+# loaded 2-core machine); 20 trainings are about 20 s of the stage's own work (10 once finished before a worker).
+BUDGET = 20
 STAGES = {"search": ("stages.search", "--loss", "arcface"), "runs": ("stages.runs", "--method", "fixed_adacos")}
 
 
