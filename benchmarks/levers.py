@@ -15,6 +15,7 @@ interval. Then the converged headline's cost projected from the per-cell ratios 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 
@@ -24,6 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from study.benchmark.card import pct, pct_interval  # noqa: E402
+from study.benchmark.cost import span  # noqa: E402
 from study.report.formats import method_name  # noqa: E402
 from study.results import write_bytes  # noqa: E402
 
@@ -32,16 +34,24 @@ COMMITTED = (REPO / "benchmarks" / "cells", REPO / "reports" / "benchmark" / "ta
 RERUN = (REPO / "benchmarks" / "levers", REPO / "reports" / "benchmark-levers" / "tables")
 OUT = REPO / "benchmarks" / "results"
 SEARCHED = "arcface_tuned"
+LOSS = SEARCHED.removesuffix("_tuned")
+
+
+@functools.cache  # each table is read once, though the cost, the choices and the differences all ask for it
+def table(path: Path) -> pd.DataFrame:
+    return pd.read_csv(path)
 
 
 def trials(cells: Path, cell: str) -> pd.DataFrame:
-    """Every search trial of the cell: split, trial, (s, m), its state, iterations and whether val selected it."""
-    return pd.read_csv(cells / cell / "reports" / "tables" / "landscape.csv")
+    """Every trial of the cell's search of the tuned loss: split, trial, (s, m), its state, iterations and whether val
+    selected it."""
+    landscape = table(cells / cell / "reports" / "tables" / "landscape.csv")
+    return landscape[landscape["loss"] == LOSS]
 
 
 def chosen_rates(cells: Path, cell: str) -> pd.DataFrame:
     """The rate each untuned method's final runs kept, per class split."""
-    scores = pd.read_csv(cells / cell / "reports" / "tables" / "run_scores.csv")
+    scores = table(cells / cell / "reports" / "tables" / "run_scores.csv")
     untuned = scores[scores["method"] != SEARCHED]
     return untuned.groupby(["method", "split"], as_index=False)["lr"].first()
 
@@ -50,7 +60,7 @@ def choices(cell: str) -> pd.DataFrame:
     """Where the rerun chose what its twin chose at the end: the search's selected trial per split, and each untuned
     method's rate per split."""
     at_end, early = trials(COMMITTED[0], cell), trials(RERUN[0], cell)
-    picked = [frame[frame["best"]].set_index("split")["trial"] for frame in (at_end, early)]
+    picked = [frame[frame["best"].astype(bool)].set_index("split")["trial"] for frame in (at_end, early)]
     search = pd.DataFrame({"cell": cell, "choice": "search trial", "method": SEARCHED, "at_end": picked[0],
                            "early": picked[1]}).rename_axis("split").reset_index()
     rates = chosen_rates(COMMITTED[0], cell).merge(chosen_rates(RERUN[0], cell), on=["method", "split"],
@@ -65,7 +75,7 @@ def cost(cell: str) -> dict:
     """What the twins trained: iterations and seconds, the search's and the rest's (final and tuned runs)."""
     row = {"cell": cell}
     for name, (cells, tables) in (("end", COMMITTED), ("early", RERUN)):
-        costs = pd.read_csv(tables / "costs.csv").set_index("cell").loc[cell]
+        costs = table(tables / "costs.csv").set_index("cell").loc[cell]
         search = trials(cells, cell)
         row.update({f"search_iterations_{name}": int(search["iterations"].sum()),
                     f"iterations_{name}": float(costs["iterations_trained"]), f"seconds_{name}": float(costs["seconds"]),
@@ -84,7 +94,7 @@ def differences(cell: str) -> pd.DataFrame:
     """Each method − Fixed AdaCos in % of Fixed AdaCos's score, at the end and early, with their 95% intervals."""
     frames = []
     for name, (_, tables) in (("end", COMMITTED), ("early", RERUN)):
-        rows = pd.read_csv(tables / "cells.csv").query("cell == @cell")
+        rows = table(tables / "cells.csv").query("cell == @cell")
         share = rows["reference_test_mean"]
         frames.append(pd.DataFrame({"method": rows["method"], f"relative_{name}": rows["difference"] / share,
                                     f"low_{name}": rows["low"] / share, f"high_{name}": rows["high"] / share}))
@@ -95,18 +105,12 @@ def differences(cell: str) -> pd.DataFrame:
 def projection(ratios: pd.DataFrame) -> dict:
     """The converged headline's device time, committed and projected with the rerun cells' search and finals ratios
     (their smallest and largest): a projection, not a measurement."""
-    costs = pd.read_csv(COMMITTED[1] / "costs.csv").query("headline")
+    costs = table(COMMITTED[1] / "costs.csv").query("headline")
     finals = costs["seconds"] - costs["search_seconds"]
     projected = [(costs["search_seconds"] * ratios["search_ratio"].agg(way) + finals * ratios["finals_ratio"].agg(way))
                  .sum() for way in ("min", "max")]
     return {"cells": len(costs), "committed_hours": costs["seconds"].sum() / 3600,
             "projected_low_hours": projected[0] / 3600, "projected_high_hours": projected[1] / 3600}
-
-
-def hours(projected: dict) -> str:
-    """The projection's range, or its one value where the cells' ratios agree."""
-    low, high = f"{projected['projected_low_hours']:.1f}", f"{projected['projected_high_hours']:.1f}"
-    return low if low == high else f"{low}–{high}"
 
 
 def write_summary(cells: list[str], out: Path) -> None:
@@ -140,7 +144,7 @@ def write_summary(cells: list[str], out: Path) -> None:
         for row in tuned.itertuples()) + ".")
     project = (f"Projected, not measured: the {projected['cells']} converged headline cells took "
                f"{projected['committed_hours']:.1f} device-hours; with these cells' search and final-run ratios "
-               f"applied to each cell's search and the rest, {hours(projected)} device-hours.")
+               f"applied to each cell's search and the rest, {span([projected['projected_low_hours'], projected['projected_high_hours']], '{:.1f}'.format)} device-hours.")
     shown = pd.DataFrame({
         "cell": moved["cell"], "method": moved["method"].map(method_name),
         "− Fixed AdaCos at the end [95% CI]": [f"{pct(r.relative_end)} {pct_interval(r.low_end, r.high_end)}"
