@@ -78,7 +78,8 @@ def cost(cell: str) -> dict:
         costs = table(tables / "costs.csv").set_index("cell").loc[cell]
         search = trials(cells, cell)
         row.update({f"search_iterations_{name}": int(search["iterations"].sum()),
-                    f"iterations_{name}": float(costs["iterations_trained"]), f"seconds_{name}": float(costs["seconds"]),
+                    f"iterations_{name}": float(costs["iterations_trained"]),
+                    f"seconds_{name}": float(costs["seconds"]),
                     f"search_seconds_{name}": float(costs["search_seconds"]),
                     f"pruned_{name}": int((search["state"] == "PRUNED").sum()), "trials": len(search)})
     for name in ("end", "early"):
@@ -142,9 +143,10 @@ def write_summary(cells: list[str], out: Path) -> None:
         f"{row.cell} {pct(row.relative_end)} {pct_interval(row.low_end, row.high_end)} → {pct(row.relative_early)} "
         f"{pct_interval(row.low_early, row.high_early)}, {'inside' if row.inside else 'outside'} the committed interval"
         for row in tuned.itertuples()) + ".")
+    hours = span([projected["projected_low_hours"], projected["projected_high_hours"]], "{:.1f}".format)
     project = (f"Projected, not measured: the {projected['cells']} converged headline cells took "
                f"{projected['committed_hours']:.1f} device-hours; with these cells' search and final-run ratios "
-               f"applied to each cell's search and the rest, {span([projected['projected_low_hours'], projected['projected_high_hours']], '{:.1f}'.format)} device-hours.")
+               f"applied to each cell's search and the rest, {hours} device-hours.")
     shown = pd.DataFrame({
         "cell": moved["cell"], "method": moved["method"].map(method_name),
         "− Fixed AdaCos at the end [95% CI]": [f"{pct(r.relative_end)} {pct_interval(r.low_end, r.high_end)}"
